@@ -1,0 +1,23 @@
+import type { ArgumentsCamelCase, Argv } from 'yargs';
+import { createOrderService } from '../../../shared/orders/order-service.js';
+import { parseOrderId } from '../../../shared/orders/validate.js';
+import { configOf, type GlobalArgs } from '../options.js';
+import { withDb } from '../stores.js';
+
+interface Args extends GlobalArgs {
+  id: string;
+}
+
+export const command = 'cancel-order';
+export const describe = 'cancel an order and append OrderCancelled (next seq), one transaction';
+
+export const builder = (yargs: Argv<GlobalArgs>) =>
+  yargs.option('id', { type: 'string', demandOption: true, describe: 'order id' });
+
+export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
+  const id = parseOrderId(argv.id, '--id');
+  await withDb(configOf(argv), (db) => {
+    const { order, eventId, seq } = createOrderService(db).cancelOrder(id);
+    console.log(`order ${order.id} cancelled, event ${eventId} (seq ${seq})`);
+  });
+}

@@ -1,0 +1,27 @@
+import type { ArgumentsCamelCase, Argv } from 'yargs';
+import { createOrderService } from '../../../shared/orders/order-service.js';
+import { parseOrderId, parseQty } from '../../../shared/orders/validate.js';
+import { configOf, type GlobalArgs } from '../options.js';
+import { withDb } from '../stores.js';
+
+interface Args extends GlobalArgs {
+  id: string;
+  qty: string;
+}
+
+export const command = 'change-qty';
+export const describe = "change an order's quantity and append OrderQtyChanged (next seq), one transaction";
+
+export const builder = (yargs: Argv<GlobalArgs>) =>
+  yargs
+    .option('id', { type: 'string', demandOption: true, describe: 'order id' })
+    .option('qty', { type: 'string', demandOption: true, describe: 'new quantity, 1 to 1000000' });
+
+export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
+  const id = parseOrderId(argv.id, '--id');
+  const qty = parseQty(argv.qty, '--qty');
+  await withDb(configOf(argv), (db) => {
+    const { order, eventId, seq } = createOrderService(db).changeQty(id, qty);
+    console.log(`order ${order.id} now ${order.sku} x${order.qty}, event ${eventId} (seq ${seq})`);
+  });
+}

@@ -1,0 +1,40 @@
+import type { ArgumentsCamelCase, Argv } from 'yargs';
+import { createConsumer } from '../../../shared/consumer/consumer.js';
+import { InvalidInputError } from '../../../shared/errors/invalid-input-error.js';
+import { parseCount } from '../../../shared/orders/validate.js';
+import { keys } from '../../../shared/redis/keys.js';
+import { configOf, type GlobalArgs } from '../options.js';
+import { withRedis } from '../stores.js';
+
+interface Args extends GlobalArgs {
+  consumerId: string;
+  batchSize: string;
+}
+
+export const command = 'consume';
+export const describe = 'drain outbox.events through the idempotent consumer, then exit';
+
+export const builder = (yargs: Argv<GlobalArgs>) =>
+  yargs
+    .option('consumer-id', {
+      type: 'string',
+      default: 'cli',
+      describe: 'names the processing list; a rerun with the same id recovers what a crash left there',
+    })
+    .option('batch-size', { type: 'string', default: '500', describe: 'messages moved per round trip' });
+
+export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
+  if (!/^[A-Za-z0-9._-]{1,64}$/.test(argv.consumerId)) {
+    throw new InvalidInputError(`--consumer-id must be 1-64 letters, digits, ".", "_" or "-", got ${JSON.stringify(argv.consumerId)}`);
+  }
+  const batchSize = parseCount(argv.batchSize, '--batch-size', 100_000);
+  await withRedis(configOf(argv), async (redis) => {
+    const consumer = createConsumer(redis, { consumerId: argv.consumerId, batchSize });
+    const s = await consumer.drain();
+    console.log(
+      `received ${s.received} (${s.recovered} recovered from ${consumer.processingList}): applied ${s.applied}, ` +
+        `duplicates skipped ${s.duplicates}, parked ${s.parked}, dead-lettered ${s.dead}`,
+    );
+    console.log(`HLEN ${keys.processed} = ${await redis.hlen(keys.processed)}`);
+  });
+}

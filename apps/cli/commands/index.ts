@@ -1,0 +1,31 @@
+import type { CommandModule } from 'yargs';
+import * as cancelOrder from './cancel-order.js';
+import * as changeQty from './change-qty.js';
+import * as consume from './consume.js';
+import * as dualwrite from './dualwrite.js';
+import * as dupCheck from './dup-check.js';
+import * as init from './init.js';
+import * as lab from './lab.js';
+import * as orderCheck from './order-check.js';
+import * as placeOrder from './place-order.js';
+import * as relay from './relay.js';
+import * as relayCrash from './relay-crash.js';
+import * as report from './report.js';
+import * as verify from './verify.js';
+
+/** In the order of the seed's steps, as `outbox --help` lists them. */
+export const commands = [
+  init,
+  dualwrite,
+  placeOrder,
+  changeQty,
+  cancelOrder,
+  relay,
+  orderCheck,
+  relayCrash,
+  dupCheck,
+  consume,
+  report,
+  verify,
+  lab,
+] as unknown as CommandModule[];

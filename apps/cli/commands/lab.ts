@@ -1,0 +1,33 @@
+import { spawn } from 'node:child_process';
+import type { ArgumentsCamelCase } from 'yargs';
+import { CheckFailedError } from '../../../shared/errors/check-failed-error.js';
+import { runLab } from '../../../shared/lab.js';
+import { configOf, type GlobalArgs } from '../options.js';
+import { withRedis } from '../stores.js';
+
+export const command = 'lab';
+export const describe = 'run steps 1-8 of the seed on a clean state (init --force first) and show every artifact';
+
+/** relay-crash kills its own process, so it runs as a child of the lab. */
+function runRelayCrash(dir: string, redisUrl: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [process.argv[1], 'relay-crash', '--dir', dir, '--redis', redisUrl], {
+      stdio: ['ignore', 'inherit', 'inherit'],
+    });
+    child.on('error', reject);
+    child.on('exit', (code, signal) => {
+      if (signal === 'SIGKILL') resolve();
+      else reject(new Error(`relay-crash should have died at its crash point, but exited with ${signal ?? code}`));
+    });
+  });
+}
+
+export async function handler(argv: ArgumentsCamelCase<GlobalArgs>): Promise<void> {
+  const config = configOf(argv);
+  console.log(`outbox lab in ${config.dir}`);
+  const ok = await withRedis(config, (redis) =>
+    runLab(config, redis, { log: (line) => console.log(line), runRelayCrash: () => runRelayCrash(config.dir, config.redisUrl) }),
+  );
+  if (!ok) throw new CheckFailedError('the lab ended with a failed check (see above)');
+  console.log('\nlab done: nothing lost, duplicates absorbed, order kept');
+}

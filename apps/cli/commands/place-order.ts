@@ -1,0 +1,33 @@
+import type { ArgumentsCamelCase, Argv } from 'yargs';
+import { createOrderService } from '../../../shared/orders/order-service.js';
+import { parseCount, parseQty, parseSku } from '../../../shared/orders/validate.js';
+import { configOf, type GlobalArgs } from '../options.js';
+import { withDb } from '../stores.js';
+
+interface Args extends GlobalArgs {
+  sku: string;
+  qty: string;
+  count: string;
+}
+
+export const command = 'place-order';
+export const describe = 'insert an order and its OrderPlaced outbox row in one transaction';
+
+export const builder = (yargs: Argv<GlobalArgs>) =>
+  yargs
+    .option('sku', { type: 'string', default: 'SKU-1', describe: 'product code' })
+    .option('qty', { type: 'string', default: '1', describe: 'quantity, 1 to 1000000' })
+    .option('count', { type: 'string', default: '1', describe: 'orders to place, each in its own transaction' });
+
+export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
+  const order = { sku: parseSku(argv.sku, '--sku'), qty: parseQty(argv.qty, '--qty') };
+  const count = parseCount(argv.count, '--count');
+  await withDb(configOf(argv), (db) => {
+    const service = createOrderService(db);
+    for (let i = 0; i < count; i += 1) {
+      const { order: placed, eventId } = service.placeOrder(order);
+      if (count <= 20) console.log(`placed order ${placed.id} (${placed.sku} x${placed.qty}), event ${eventId}`);
+    }
+    if (count > 20) console.log(`placed ${count} orders (${order.sku} x${order.qty})`);
+  });
+}

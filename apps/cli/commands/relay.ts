@@ -1,0 +1,30 @@
+import type { ArgumentsCamelCase, Argv } from 'yargs';
+import { parseCount } from '../../../shared/orders/validate.js';
+import { keys } from '../../../shared/redis/keys.js';
+import { createRelay, DEFAULT_RELAY_BATCH_SIZE } from '../../../shared/relay/relay.js';
+import { configOf, type GlobalArgs } from '../options.js';
+import { withStores } from '../stores.js';
+
+export interface RelayArgs extends GlobalArgs {
+  batchSize: string;
+}
+
+export const command = 'relay';
+export const describe = 'move every PENDING outbox row onto outbox.events and mark it PUBLISHED';
+
+export const builder = (yargs: Argv<GlobalArgs>) =>
+  yargs.option('batch-size', {
+    type: 'string',
+    default: String(DEFAULT_RELAY_BATCH_SIZE),
+    describe: 'rows per batch (one MULTI and one UPDATE transaction each)',
+  });
+
+export async function handler(argv: ArgumentsCamelCase<RelayArgs>): Promise<void> {
+  const batchSize = parseCount(argv.batchSize, '--batch-size', 100_000);
+  await withStores(configOf(argv), async (db, redis) => {
+    const started = performance.now();
+    const { events, batches } = await createRelay(db, redis, { batchSize }).relayAll();
+    const ms = (performance.now() - started).toFixed(1);
+    console.log(`relayed ${events} events in ${batches} batches (${ms} ms); LLEN ${keys.events} = ${await redis.llen(keys.events)}`);
+  });
+}

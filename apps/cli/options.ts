@@ -1,0 +1,23 @@
+import type { Options } from 'yargs';
+import { DEFAULT_REDIS_URL, validate, withDefaults, type OutboxConfig } from '../../shared/config.js';
+
+/** The options every command takes, defined once. */
+export const globalOptions = {
+  dir: {
+    type: 'string',
+    describe: 'data directory holding app.db and the artifacts [env OUTBOX_DIR, default ~/outbox]',
+  },
+  redis: {
+    type: 'string',
+    describe: `Redis URL [env REDIS_URL, default ${DEFAULT_REDIS_URL}]`,
+  },
+} satisfies Record<string, Options>;
+
+export interface GlobalArgs {
+  dir?: string;
+  redis?: string;
+}
+
+export function configOf(argv: GlobalArgs): OutboxConfig {
+  return validate(withDefaults({ dir: argv.dir, redisUrl: argv.redis }));
+}

@@ -1,0 +1,29 @@
+import type { Redis } from 'ioredis';
+import type { OutboxConfig } from '../../shared/config.js';
+import { openDatabase, type Db } from '../../shared/db/open-database.js';
+import { closeRedis, connectRedis } from '../../shared/redis/connect.js';
+
+/** Opens app.db, runs `fn`, closes it. */
+export async function withDb<T>(config: OutboxConfig, fn: (db: Db) => T | Promise<T>): Promise<T> {
+  const db = openDatabase(config.dir);
+  try {
+    return await fn(db);
+  } finally {
+    db.close();
+  }
+}
+
+/** Connects to Redis (checked, fail fast), runs `fn`, disconnects. */
+export async function withRedis<T>(config: OutboxConfig, fn: (redis: Redis) => T | Promise<T>): Promise<T> {
+  const redis = await connectRedis(config.redisUrl, { name: 'outbox-cli' });
+  try {
+    return await fn(redis);
+  } finally {
+    await closeRedis(redis);
+  }
+}
+
+/** Both stores; app.db is checked first because opening it has no side effects. */
+export function withStores<T>(config: OutboxConfig, fn: (db: Db, redis: Redis) => T | Promise<T>): Promise<T> {
+  return withDb(config, (db) => withRedis(config, (redis) => fn(db, redis)));
+}

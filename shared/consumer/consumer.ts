@@ -1,0 +1,126 @@
+import type { Redis } from 'ioredis';
+import { crashPoint } from '../crash-point.js';
+import { inventoryDelta } from '../events.js';
+import { MalformedMessageError, parseMessage } from '../parse-message.js';
+import { keys } from '../redis/keys.js';
+import { applyEvent, deadLetter, type ApplyOutcome } from '../redis/scripts.js';
+
+export interface ConsumerOptions {
+  /**
+   * Names this consumer's processing list. A consumer started again with the same id handles what
+   * its predecessor left there. Default 'cli'.
+   */
+  consumerId?: string;
+  /** Messages moved (LMOVE, pipelined) per round trip. Default 500. */
+  batchSize?: number;
+  /** TTL of the per-event dedupe marker, in seconds; 0 keeps it forever. Default 7 days. */
+  dedupeTtlSeconds?: number;
+}
+
+export type Outcome = ApplyOutcome | 'dead';
+
+export interface ConsumeStats {
+  /** Messages handled, recovered ones included. */
+  received: number;
+  /** Of those, found in the processing list at start. */
+  recovered: number;
+  applied: number;
+  duplicates: number;
+  parked: number;
+  dead: number;
+  /** Already acked by an earlier call (a re-sent script): nothing done. */
+  stale: number;
+}
+
+const STAT_OF: Record<Outcome, keyof ConsumeStats> = {
+  applied: 'applied',
+  duplicate: 'duplicates',
+  parked: 'parked',
+  dead: 'dead',
+  stale: 'stale',
+};
+
+export const DEFAULT_DEDUPE_TTL_SECONDS = 7 * 24 * 3600;
+
+export function emptyStats(): ConsumeStats {
+  return { received: 0, recovered: 0, applied: 0, duplicates: 0, parked: 0, dead: 0, stale: 0 };
+}
+
+/**
+ * The idempotent consumer. Every message is first moved to this consumer's own processing list and
+ * removed from it only by the same atomic script that applies it, so a crash at any instant leaves
+ * it either applied or still in the processing list, never both and never neither.
+ */
+export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
+  const consumerId = options.consumerId ?? 'cli';
+  const batchSize = options.batchSize ?? 500;
+  const dedupeTtlSeconds = options.dedupeTtlSeconds ?? DEFAULT_DEDUPE_TTL_SECONDS;
+  const processingList = keys.processing(consumerId);
+
+  /** Handles one message that sits in the processing list. */
+  async function handle(raw: string): Promise<Outcome> {
+    let event;
+    try {
+      event = parseMessage(raw);
+    } catch (error) {
+      if (!(error instanceof MalformedMessageError)) throw error;
+      return (await deadLetter(redis, processingList, raw, error.message)) ? 'dead' : 'stale';
+    }
+    const delta = inventoryDelta(event);
+    return applyEvent(redis, {
+      processingList,
+      raw,
+      eventId: event.eventId,
+      aggregateId: event.aggregateId,
+      seq: event.seq,
+      sku: event.payload.sku,
+      delta,
+      result: JSON.stringify({ type: event.type, aggregateId: event.aggregateId, seq: event.seq, sku: event.payload.sku, delta }),
+      dedupeTtlSeconds,
+    });
+  }
+
+  /** Handles messages in list order: scripts are sent, and so run, in this order. */
+  async function handleAll(raws: string[], stats: ConsumeStats): Promise<void> {
+    const outcomes = await Promise.all(raws.map(handle));
+    stats.received += raws.length;
+    for (const outcome of outcomes) stats[STAT_OF[outcome]] += 1;
+  }
+
+  /** Handles whatever a previous run of this consumer left in its processing list. */
+  async function recover(stats: ConsumeStats = emptyStats()): Promise<ConsumeStats> {
+    const leftovers = await redis.lrange(processingList, 0, -1);
+    stats.recovered += leftovers.length;
+    await handleAll(leftovers, stats);
+    return stats;
+  }
+
+  /** Moves up to `batchSize` messages into the processing list; resolves what was moved. */
+  async function take(): Promise<string[]> {
+    const pipeline = redis.pipeline();
+    for (let i = 0; i < batchSize; i += 1) pipeline.lmove(keys.events, processingList, 'LEFT', 'RIGHT');
+    const replies = (await pipeline.exec()) ?? [];
+    const raws: string[] = [];
+    for (const [error, raw] of replies) {
+      if (error) throw error;
+      if (typeof raw === 'string') raws.push(raw);
+    }
+    return raws;
+  }
+
+  /** Recovers, then consumes until `outbox.events` is empty. */
+  async function drain(onRound?: (stats: ConsumeStats) => void): Promise<ConsumeStats> {
+    const stats = await recover();
+    for (;;) {
+      const raws = await take();
+      if (raws.length === 0) return stats;
+      crashPoint('consumer.after-lmove', () => `crash point consumer.after-lmove: dying with ${raws.length} messages in ${processingList}`);
+      await handleAll(raws, stats);
+      onRound?.(stats);
+    }
+  }
+
+  return { consumerId, processingList, handle, recover, drain };
+}
+
+export type Consumer = ReturnType<typeof createConsumer>;

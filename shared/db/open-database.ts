@@ -1,0 +1,42 @@
+import Database from 'better-sqlite3';
+import { existsSync } from 'node:fs';
+import { databasePath } from '../config.js';
+import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
+import { SCHEMA_VERSION } from './schema.js';
+
+export type Db = Database.Database;
+
+/** Applies the connection settings every connection needs (WAL, NORMAL sync, a busy timeout). */
+export function configure(db: Db): Db {
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = NORMAL');
+  db.pragma('busy_timeout = 5000');
+  return db;
+}
+
+/**
+ * Opens `<dir>/app.db`, which `outbox init` must have created. A missing, foreign or corrupt file
+ * is a `StoreUnavailableError` with the fix in its message; the file is never created or changed.
+ */
+export function openDatabase(dir: string): Db {
+  const path = databasePath(dir);
+  if (!existsSync(path)) {
+    throw new StoreUnavailableError(`no database at ${path}: run "outbox init" first (or pass --dir / OUTBOX_DIR)`);
+  }
+  let db: Db | undefined;
+  try {
+    db = new Database(path, { fileMustExist: true });
+    const version = db.pragma('user_version', { simple: true });
+    if (version !== SCHEMA_VERSION) {
+      throw new StoreUnavailableError(
+        `${path} is not an outbox database (schema version ${version}, expected ${SCHEMA_VERSION}): run "outbox init --force" to recreate it`,
+      );
+    }
+    return configure(db);
+  } catch (error) {
+    db?.close();
+    if (error instanceof StoreUnavailableError) throw error;
+    const reason = error instanceof Error ? error.message : String(error);
+    throw new StoreUnavailableError(`cannot open ${path} (${reason}): move it away and run "outbox init"`);
+  }
+}

@@ -1,0 +1,39 @@
+import type { Database } from 'better-sqlite3';
+
+/** Bumped whenever the tables change; `openDatabase` refuses a file with another version. */
+export const SCHEMA_VERSION = 1;
+
+// `orders.version` is the aggregate's last event seq. Keeping it on the aggregate row (not MAX(seq)
+// over outbox) means seq stays monotonic even after old outbox rows are pruned.
+// `outbox.id` is AUTOINCREMENT so ids are never reused: it is the relay's insertion order.
+const SCHEMA = `
+CREATE TABLE orders (
+  id      INTEGER PRIMARY KEY,
+  sku     TEXT    NOT NULL CHECK (length(sku) > 0),
+  qty     INTEGER NOT NULL CHECK (qty > 0),
+  status  TEXT    NOT NULL DEFAULT 'PLACED' CHECK (status IN ('PLACED', 'CANCELLED')),
+  version INTEGER NOT NULL DEFAULT 1
+);
+
+CREATE TABLE outbox (
+  id           INTEGER PRIMARY KEY AUTOINCREMENT,
+  event_id     TEXT    NOT NULL UNIQUE,
+  aggregate_id INTEGER NOT NULL,
+  seq          INTEGER NOT NULL CHECK (seq > 0),
+  event_type   TEXT    NOT NULL,
+  payload      TEXT    NOT NULL,
+  status       TEXT    NOT NULL DEFAULT 'PENDING' CHECK (status IN ('PENDING', 'PUBLISHED')),
+  created_at   INTEGER NOT NULL,
+  published_at INTEGER,
+  UNIQUE (aggregate_id, seq)
+);
+
+CREATE INDEX outbox_pending ON outbox(status) WHERE status = 'PENDING';
+`;
+
+export function createSchema(db: Database): void {
+  db.transaction(() => {
+    db.exec(SCHEMA);
+    db.pragma(`user_version = ${SCHEMA_VERSION}`);
+  }).immediate();
+}

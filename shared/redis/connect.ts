@@ -1,0 +1,84 @@
+import { Redis } from 'ioredis';
+import { redactUrl } from '../config.js';
+import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
+import { defineScripts } from './scripts.js';
+
+/** LMOVE/BLMOVE arrived in Redis 6.2. */
+export const MIN_REDIS_VERSION = [6, 2, 0] as const;
+
+export interface RedisConnectOptions {
+  /**
+   * Reconnect forever with a capped backoff and queue commands meanwhile (long-running apps).
+   * Default false: fail fast with a one-line error (the CLI).
+   */
+  reconnect?: boolean;
+  /** Connection name shown by CLIENT LIST. Default 'outbox'. */
+  name?: string;
+  /** Milliseconds allowed for the TCP connect. Default 5000. */
+  connectTimeoutMs?: number;
+}
+
+function describe(error: unknown): string {
+  if (!error) return 'connection closed';
+  const { code, message } = error as { code?: string; message?: string };
+  return code ?? message ?? String(error);
+}
+
+/** Fails with a `StoreUnavailableError` naming the version when Redis is older than 6.2. */
+export async function checkRedisVersion(redis: Redis, url: string): Promise<string> {
+  const info = await redis.info('server');
+  const version = /redis_version:([\d.]+)/.exec(info)?.[1] ?? '0.0.0';
+  const parts = version.split('.').map(Number);
+  for (let i = 0; i < MIN_REDIS_VERSION.length; i += 1) {
+    const part = parts[i] ?? 0;
+    if (part > MIN_REDIS_VERSION[i]) break;
+    if (part < MIN_REDIS_VERSION[i]) {
+      throw new StoreUnavailableError(
+        `Redis at ${redactUrl(url)} is version ${version}; outbox needs ${MIN_REDIS_VERSION.join('.')} or newer (for LMOVE)`,
+      );
+    }
+  }
+  return version;
+}
+
+/**
+ * Opens a checked connection with the project's Lua scripts defined. Connection errors are reported
+ * with the (password-redacted) URL and what to do; nothing is written before the checks pass.
+ */
+export async function connectRedis(url: string, options: RedisConnectOptions = {}): Promise<Redis> {
+  const reconnect = options.reconnect ?? false;
+  const redis = new Redis(url, {
+    lazyConnect: true,
+    connectionName: options.name ?? 'outbox',
+    connectTimeout: options.connectTimeoutMs ?? 5000,
+    enableAutoPipelining: true,
+    enableOfflineQueue: reconnect,
+    maxRetriesPerRequest: reconnect ? null : 1,
+    retryStrategy: reconnect ? (attempt) => Math.min(50 * 2 ** attempt, 2000) : () => null,
+  });
+  let lastError: unknown;
+  redis.on('error', (error) => {
+    lastError = error;
+  });
+  try {
+    await redis.connect();
+    await checkRedisVersion(redis, url);
+  } catch (error) {
+    redis.disconnect();
+    if (error instanceof StoreUnavailableError) throw error;
+    throw new StoreUnavailableError(
+      `cannot connect to Redis at ${redactUrl(url)} (${describe(lastError ?? error)}): start redis-server or point --redis / REDIS_URL at a running one`,
+    );
+  }
+  defineScripts(redis);
+  return redis;
+}
+
+/** Closes politely, or at once when the connection is already gone. */
+export async function closeRedis(redis: Redis): Promise<void> {
+  if (redis.status === 'ready') {
+    await redis.quit().catch(() => redis.disconnect());
+  } else {
+    redis.disconnect();
+  }
+}

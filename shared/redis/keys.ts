@@ -1,0 +1,30 @@
+/** Every Redis key this project uses. The first two names are the seed's own. */
+export const keys = {
+  /** List: the event queue. The relay RPUSHes, consumers LMOVE from the left. */
+  events: 'outbox.events',
+  /** Hash event_id -> JSON result: one field per event applied. */
+  processed: 'processed',
+  /** Counter: every message the relay ever pushed, duplicates included. */
+  enqueued: 'outbox:enqueued',
+  /** List: one consumer's in-flight messages; recovered when that consumer starts again. */
+  processing: (consumerId: string) => `outbox.events:processing:${consumerId}`,
+  /** Pattern matching every consumer's processing list. */
+  processingPattern: 'outbox.events:processing:*',
+  /** String, SET NX: the dedupe marker of one event. */
+  seen: (eventId: string) => `outbox:seen:${eventId}`,
+  /** Hash aggregate_id -> last applied seq. */
+  appliedSeq: 'outbox:applied-seq',
+  /** Hash sku -> reserved quantity: the consumer's effect. */
+  inventory: 'inventory:reserved',
+  /** Hash "<aggregate_id>:<seq>" -> JSON {reason, message, parkedAt}: events that arrived ahead of a gap. */
+  parked: 'outbox.events:parked',
+  /** List of JSON {reason, message, deadAt}: entries that are not valid events. */
+  deadLetter: 'outbox.events:dead',
+  /** Hash of counters: applied, duplicates, parked, unparked, dead. */
+  stats: 'outbox:stats',
+  /** List the `dualwrite` demo publishes to (kept apart from the real queue). */
+  dualwriteEvents: 'outbox.dualwrite.events',
+} as const;
+
+/** SCAN patterns covering every key above, for `outbox init --force`. */
+export const projectKeyPatterns = ['outbox.*', 'outbox:*', keys.processed, keys.inventory, 'bull:outbox-relay:*'];

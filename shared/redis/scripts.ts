@@ -1,0 +1,86 @@
+import type { Redis } from 'ioredis';
+import { readFileSync } from 'node:fs';
+import { keys } from './keys.js';
+
+/** The Lua scripts in ./lua, named `<name>-<numberOfKeys>.lua`. */
+const SCRIPT_FILES = {
+  applyEvent: 'apply-event-8.lua',
+  deadLetter: 'dead-letter-3.lua',
+} as const;
+
+type ScriptName = keyof typeof SCRIPT_FILES;
+type Args = (string | number)[];
+
+/** The commands `defineScripts` adds; reached only through the typed wrappers below. */
+type ScriptClient = Record<ScriptName, (...args: Args) => Promise<unknown>>;
+
+let sources: Record<ScriptName, { lua: string; numberOfKeys: number }> | undefined;
+
+function loadSources() {
+  sources ??= Object.fromEntries(
+    Object.entries(SCRIPT_FILES).map(([name, file]) => [
+      name,
+      {
+        lua: readFileSync(new URL(`./lua/${file}`, import.meta.url), 'utf8'),
+        numberOfKeys: Number(/-(\d+)\.lua$/.exec(file)![1]),
+      },
+    ]),
+  ) as NonNullable<typeof sources>;
+  return sources;
+}
+
+/** Registers every script on the client (EVALSHA with EVAL fallback, via ioredis). */
+export function defineScripts(redis: Redis): void {
+  for (const [name, source] of Object.entries(loadSources())) {
+    redis.defineCommand(name, source);
+  }
+}
+
+function client(redis: Redis): ScriptClient {
+  return redis as unknown as ScriptClient;
+}
+
+export type ApplyOutcome = 'applied' | 'duplicate' | 'parked' | 'stale';
+
+export interface ApplyEventArgs {
+  processingList: string;
+  raw: string;
+  eventId: string;
+  aggregateId: number;
+  seq: number;
+  sku: string;
+  delta: number;
+  /** JSON stored in the processed hash. */
+  result: string;
+  /** Dedupe marker TTL in seconds, 0 for none. */
+  dedupeTtlSeconds: number;
+}
+
+/** See lua/apply-event-8.lua. */
+export function applyEvent(redis: Redis, args: ApplyEventArgs): Promise<ApplyOutcome> {
+  return client(redis).applyEvent(
+    args.processingList,
+    keys.seen(args.eventId),
+    keys.processed,
+    keys.appliedSeq,
+    keys.inventory,
+    keys.parked,
+    keys.stats,
+    keys.events,
+    args.raw,
+    args.eventId,
+    args.aggregateId,
+    args.seq,
+    args.sku,
+    args.delta,
+    args.result,
+    args.dedupeTtlSeconds,
+    Date.now(),
+  ) as Promise<ApplyOutcome>;
+}
+
+/** See lua/dead-letter-3.lua. Resolves true when this call moved the message. */
+export async function deadLetter(redis: Redis, processingList: string, raw: string, reason: string): Promise<boolean> {
+  const moved = await client(redis).deadLetter(processingList, keys.deadLetter, keys.stats, raw, reason, Date.now());
+  return moved === 1;
+}
