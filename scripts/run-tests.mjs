@@ -17,5 +17,5 @@ if (files.length === 0) {
   console.error(`no test files match ${filters.join(', ')}`);
   process.exit(2);
 }
-const result = spawnSync(process.execPath, ['--test', ...files], { stdio: 'inherit' });
+const result = spawnSync(process.execPath, ['--test', '--test-reporter=spec', ...files], { stdio: 'inherit' });
 process.exit(result.status ?? 1);

@@ -18,16 +18,23 @@ function isConnectionError(error: unknown): boolean {
 async function main(argv: string[]): Promise<void> {
   const cli = yargs(argv)
     .scriptName('outbox')
-    .usage('$0 <command> [options]\n\nThe transactional outbox pattern:\n  SQLite (orders + outbox, one transaction) -> relay -> Redis list -> idempotent consumer')
+    .wrap(null)
+    .usage('$0 <command> [options]')
+    .epilogue(
+      [
+        'The transactional outbox pattern: an order and the intent to publish its event are written',
+        'in one SQLite transaction; a relay moves pending events onto the Redis list outbox.events;',
+        'an idempotent consumer absorbs the duplicates that at-least-once delivery produces.',
+        'Start with "outbox lab".',
+      ].join('\n'),
+    )
     .options(globalOptions)
     .command(commands)
-    .demandCommand(1, 'name a command (see the list above)')
-    .recommendCommands()
+    .demandCommand(1, 'name a command')
     .strict()
     .help()
     .alias('h', 'help')
     .version()
-    .wrap(Math.min(110, process.stdout.columns || 110))
     .fail((message, error) => {
       if (error) throw error;
       throw new InvalidInputError(`${message} (see "outbox --help")`);

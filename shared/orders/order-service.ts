@@ -54,7 +54,7 @@ export function createOrderService(db: Db) {
 
   function liveOrder(id: number, action: string): Order {
     const order = selectOrder.get(id);
-    if (!order) throw new NotFoundError(`no order ${id}: nothing to ${action}`);
+    if (!order) throw new NotFoundError(`no order ${id}: cannot ${action}`);
     if (order.status === 'CANCELLED') throw new ConflictError(`order ${id} is already cancelled: cannot ${action}`);
     return order;
   }

@@ -14,7 +14,7 @@ export interface RedisConnectOptions {
   reconnect?: boolean;
   /** Connection name shown by CLIENT LIST. Default 'outbox'. */
   name?: string;
-  /** Milliseconds allowed for the TCP connect. Default 5000. */
+  /** Milliseconds allowed for connecting and the version check together. Default 5000. */
   connectTimeoutMs?: number;
 }
 
@@ -51,6 +51,8 @@ export async function connectRedis(url: string, options: RedisConnectOptions = {
     lazyConnect: true,
     connectionName: options.name ?? 'outbox',
     connectTimeout: options.connectTimeoutMs ?? 5000,
+    // ioredis waits this long for a 'close' that a refused socket already emitted before exiting.
+    disconnectTimeout: 100,
     enableAutoPipelining: true,
     enableOfflineQueue: reconnect,
     maxRetriesPerRequest: reconnect ? null : 1,
@@ -60,15 +62,21 @@ export async function connectRedis(url: string, options: RedisConnectOptions = {
   redis.on('error', (error) => {
     lastError = error;
   });
+  const timeoutMs = options.connectTimeoutMs ?? 5000;
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+  });
   try {
-    await redis.connect();
-    await checkRedisVersion(redis, url);
+    await Promise.race([redis.connect().then(() => checkRedisVersion(redis, url)), deadline]);
   } catch (error) {
     redis.disconnect();
     if (error instanceof StoreUnavailableError) throw error;
     throw new StoreUnavailableError(
       `cannot connect to Redis at ${redactUrl(url)} (${describe(lastError ?? error)}): start redis-server or point --redis / REDIS_URL at a running one`,
     );
+  } finally {
+    clearTimeout(timer);
   }
   defineScripts(redis);
   return redis;

@@ -1,0 +1,38 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+export const CLI_PATH = fileURLToPath(new URL('../../apps/cli/main.js', import.meta.url));
+
+export interface CliResult {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+export interface CliEnv {
+  dir: string;
+  redisUrl: string;
+  env?: Record<string, string>;
+}
+
+/** Starts `outbox <args>` as a real process with OUTBOX_DIR / REDIS_URL set. */
+export function startCli(args: string[], { dir, redisUrl, env = {} }: CliEnv): { child: ChildProcess; done: Promise<CliResult> } {
+  const child = spawn(process.execPath, [CLI_PATH, ...args], {
+    env: { ...process.env, OUTBOX_DIR: dir, REDIS_URL: redisUrl, OUTBOX_CRASH_POINTS: '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (chunk) => (stdout += chunk));
+  child.stderr!.on('data', (chunk) => (stderr += chunk));
+  const done = new Promise<CliResult>((resolve, reject) => {
+    child.on('error', reject);
+    child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr }));
+  });
+  return { child, done };
+}
+
+export function runCli(args: string[], env: CliEnv): Promise<CliResult> {
+  return startCli(args, env).done;
+}

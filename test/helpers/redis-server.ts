@@ -1,0 +1,83 @@
+import { Redis } from 'ioredis';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createConnection, createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { waitFor } from './wait.js';
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+function ping(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = createConnection({ port, host: '127.0.0.1' });
+    socket.setTimeout(500);
+    socket.on('connect', () => socket.write('PING\r\n'));
+    socket.on('data', (data) => {
+      socket.destroy();
+      resolve(data.toString().startsWith('+PONG'));
+    });
+    socket.on('error', () => resolve(false));
+    socket.on('timeout', () => {
+      socket.destroy();
+      resolve(false);
+    });
+  });
+}
+
+/** A private redis-server on a free port, which a test may stop and start again. */
+export class RedisServer {
+  private process?: ChildProcess;
+
+  private constructor(
+    readonly port: number,
+    readonly dataDir: string,
+    private readonly extraArgs: string[],
+  ) {}
+
+  get url(): string {
+    return `redis://127.0.0.1:${this.port}`;
+  }
+
+  static async start(extraArgs: string[] = []): Promise<RedisServer> {
+    const server = new RedisServer(await freePort(), mkdtempSync(join(tmpdir(), 'outbox-redis-')), extraArgs);
+    await server.resume();
+    return server;
+  }
+
+  /** Starts the server again on the same port (and, with appendonly, the same data). */
+  async resume(): Promise<void> {
+    const args = ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', this.dataDir];
+    this.process = spawn('redis-server', [...args, ...this.extraArgs], { stdio: 'ignore' });
+    await waitFor(() => ping(this.port), { message: `redis-server on port ${this.port} did not start` });
+  }
+
+  async stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+    const child = this.process;
+    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise((resolve) => child.once('exit', resolve));
+    child.kill(signal);
+    await exited;
+  }
+
+  async destroy(): Promise<void> {
+    await this.stop('SIGKILL');
+    rmSync(this.dataDir, { recursive: true, force: true });
+  }
+}
+
+/** A client for assertions; it stays quiet (and reconnects) while a test has the server stopped. */
+export function testClient(url: string): Redis {
+  const client = new Redis(url);
+  client.on('error', () => {});
+  return client;
+}
