@@ -25,6 +25,6 @@ export async function handler(argv: ArgumentsCamelCase<RelayArgs>): Promise<void
     const started = performance.now();
     const { events, batches } = await createRelay(db, redis, { batchSize }).relayAll();
     const ms = (performance.now() - started).toFixed(1);
-    console.log(`relayed ${events} events in ${batches} batches (${ms} ms); LLEN ${keys.events} = ${await redis.llen(keys.events)}`);
+    console.log(`relayed ${events} event${events === 1 ? '' : 's'} in ${batches} batch${batches === 1 ? '' : 'es'} (${ms} ms); LLEN ${keys.events} = ${await redis.llen(keys.events)}`);
   });
 }
