@@ -1,39 +1,17 @@
 import assert from 'node:assert/strict';
-import { after, before, beforeEach, describe, it } from 'node:test';
-import type { Redis } from 'ioredis';
+import { describe, it } from 'node:test';
 import { createConsumer } from '../shared/consumer/consumer.js';
 import { openDatabase } from '../shared/db/open-database.js';
 import { createOrderService } from '../shared/orders/order-service.js';
 import { connectRedis } from '../shared/redis/connect.js';
 import { createRelay } from '../shared/relay/relay.js';
-import { runCli, startCli, type CliEnv } from './helpers/cli.js';
+import { runCli, startCli } from './helpers/cli.js';
+import { useHarness } from './helpers/harness.js';
 import { RedisServer, testClient } from './helpers/redis-server.js';
-import { readDb, tempDir } from './helpers/stores.js';
+import { readDb } from './helpers/stores.js';
 import { waitFor } from './helpers/wait.js';
 
-let redis: RedisServer;
-let client: Redis;
-let env: CliEnv;
-
-before(async () => {
-  redis = await RedisServer.start();
-  client = testClient(redis.url);
-});
-after(async () => {
-  client.disconnect();
-  await redis.destroy();
-});
-beforeEach(async () => {
-  env = { dir: tempDir().dir, redisUrl: redis.url };
-  await client.flushall();
-  assert.equal((await runCli(['init'], env)).code, 0);
-});
-
-async function cli(...args: string[]) {
-  const result = await runCli(args, env);
-  assert.equal(result.code, 0, `outbox ${args.join(' ')}: ${result.stdout}${result.stderr}`);
-  return result;
-}
+const h = useHarness();
 
 function message(aggregateId: number, seq: number, type = 'OrderPlaced', payload: object = { orderId: aggregateId, sku: 'SKU-X', qty: 1 }) {
   return JSON.stringify({ event_id: `evt-${aggregateId}-${seq}`, aggregate_id: aggregateId, seq, event_type: type, payload });
@@ -41,8 +19,8 @@ function message(aggregateId: number, seq: number, type = 'OrderPlaced', payload
 
 /** Places `orders` orders in batches and relays them, in this process (fast setup for big runs). */
 async function seedEvents(orders: number, skus = 10): Promise<void> {
-  const db = openDatabase(env.dir);
-  const connection = await connectRedis(env.redisUrl);
+  const db = openDatabase(h.env.dir);
+  const connection = await connectRedis(h.env.redisUrl);
   try {
     const service = createOrderService(db);
     for (let i = 0; i < orders; i += 1000) {
@@ -56,7 +34,7 @@ async function seedEvents(orders: number, skus = 10): Promise<void> {
 }
 
 function expectedInventory(): Record<string, string> {
-  const db = readDb(env.dir);
+  const db = readDb(h.env.dir);
   try {
     const rows = db.prepare("SELECT sku, SUM(qty) AS qty FROM orders WHERE status = 'PLACED' GROUP BY sku").all() as { sku: string; qty: number }[];
     return Object.fromEntries(rows.map((r) => [r.sku, String(r.qty)]));
@@ -67,67 +45,67 @@ function expectedInventory(): Record<string, string> {
 
 /** What must hold after any crash once the consumer has drained: each event applied exactly once. */
 async function assertAppliedExactlyOnce(events: number) {
-  assert.equal(await client.hlen('processed'), events);
-  assert.equal(await client.llen('outbox.events'), 0);
-  assert.deepEqual(await client.keys('outbox.events:processing:*').then((keys) => Promise.all(keys.map((k) => client.llen(k)))).then((l) => l.filter(Boolean)), []);
-  assert.equal(await client.hget('outbox:stats', 'applied'), String(events));
-  assert.deepEqual(await client.hgetall('inventory:reserved'), expectedInventory());
-  const seen = await client.keys('outbox:seen:*');
-  const processed = await client.hmget('processed', ...seen.map((key) => key.slice('outbox:seen:'.length)));
+  assert.equal(await h.client.hlen('processed'), events);
+  assert.equal(await h.client.llen('outbox.events'), 0);
+  assert.deepEqual(await h.client.keys('outbox.events:processing:*').then((keys) => Promise.all(keys.map((k) => h.client.llen(k)))).then((l) => l.filter(Boolean)), []);
+  assert.equal(await h.client.hget('outbox:stats', 'applied'), String(events));
+  assert.deepEqual(await h.client.hgetall('inventory:reserved'), expectedInventory());
+  const seen = await h.client.keys('outbox:seen:*');
+  const processed = await h.client.hmget('processed', ...seen.map((key) => key.slice('outbox:seen:'.length)));
   assert.equal(processed.filter((value) => value === null).length, 0, 'a dedupe marker without its processed entry');
 }
 
 describe('outbox consume', () => {
   it('drains the queue, applies each unique event once and absorbs relay duplicates', async () => {
-    await cli('place-order', '--sku', 'SKU-A', '--qty', '2', '--count', '2');
-    await cli('place-order', '--sku', 'SKU-B', '--qty', '5');
-    await cli('change-qty', '--id', '1', '--qty', '3');
-    await cli('cancel-order', '--id', '2');
-    await cli('relay');
-    await cli('place-order', '--sku', 'SKU-B', '--qty', '1');
-    assert.equal((await runCli(['relay-crash'], env)).signal, 'SIGKILL');
-    await cli('relay');
+    await h.cli('place-order', '--sku', 'SKU-A', '--qty', '2', '--count', '2');
+    await h.cli('place-order', '--sku', 'SKU-B', '--qty', '5');
+    await h.cli('change-qty', '--id', '1', '--qty', '3');
+    await h.cli('cancel-order', '--id', '2');
+    await h.cli('relay');
+    await h.cli('place-order', '--sku', 'SKU-B', '--qty', '1');
+    assert.equal((await runCli(['relay-crash'], h.env)).signal, 'SIGKILL');
+    await h.cli('relay');
 
-    const result = await cli('consume');
+    const result = await h.cli('consume');
     assert.match(result.stdout, /received 7 \(0 recovered from outbox\.events:processing:cli\): applied 6, duplicates skipped 1, parked 0, dead-lettered 0/);
     assert.match(result.stdout, /HLEN processed = 6/);
-    assert.deepEqual(await client.hgetall('inventory:reserved'), { 'SKU-A': '3', 'SKU-B': '6' });
-    assert.deepEqual(await client.hgetall('outbox:applied-seq'), { 1: '2', 2: '2', 3: '1', 4: '1' });
+    assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-A': '3', 'SKU-B': '6' });
+    assert.deepEqual(await h.client.hgetall('outbox:applied-seq'), { 1: '2', 2: '2', 3: '1', 4: '1' });
     await assertAppliedExactlyOnce(6);
-    const verify = await cli('verify');
+    const verify = await h.cli('verify');
     assert.match(verify.stdout, /VERIFY OK/);
 
-    const again = await cli('consume');
+    const again = await h.cli('consume');
     assert.match(again.stdout, /received 0/);
   });
 
   it('skips a redelivery by seq even after its dedupe marker expired', async () => {
-    await client.rpush('outbox.events', message(1, 1));
-    await cli('consume');
-    await client.del('outbox:seen:evt-1-1');
-    await client.rpush('outbox.events', message(1, 1));
-    assert.match((await cli('consume')).stdout, /applied 0, duplicates skipped 1/);
-    assert.equal(await client.hget('inventory:reserved', 'SKU-X'), '1');
+    await h.client.rpush('outbox.events', message(1, 1));
+    await h.cli('consume');
+    await h.client.del('outbox:seen:evt-1-1');
+    await h.client.rpush('outbox.events', message(1, 1));
+    assert.match((await h.cli('consume')).stdout, /applied 0, duplicates skipped 1/);
+    assert.equal(await h.client.hget('inventory:reserved', 'SKU-X'), '1');
   });
 
   it('parks an event that arrives ahead of a gap and applies it, in order, once the gap is filled', async () => {
     const placed = message(7, 1, 'OrderPlaced', { orderId: 7, sku: 'SKU-G', qty: 2 });
     const changed = message(7, 2, 'OrderQtyChanged', { orderId: 7, sku: 'SKU-G', qty: 5, previousQty: 2 });
     const cancelled = message(7, 3, 'OrderCancelled', { orderId: 7, sku: 'SKU-G', qty: 5 });
-    await client.rpush('outbox.events', cancelled, changed);
-    assert.match((await cli('consume')).stdout, /applied 0, duplicates skipped 0, parked 2/);
-    const parked = await client.hgetall('outbox.events:parked');
+    await h.client.rpush('outbox.events', cancelled, changed);
+    assert.match((await h.cli('consume')).stdout, /applied 0, duplicates skipped 0, parked 2/);
+    const parked = await h.client.hgetall('outbox.events:parked');
     assert.deepEqual(Object.keys(parked).sort(), ['7:2', '7:3']);
     assert.equal(JSON.parse(parked['7:3']).reason, 'gap: expected seq 1, got 3');
     assert.equal(JSON.parse(parked['7:3']).message, cancelled);
-    assert.equal(await client.hget('inventory:reserved', 'SKU-G'), null);
+    assert.equal(await h.client.hget('inventory:reserved', 'SKU-G'), null);
 
-    await client.rpush('outbox.events', placed);
-    assert.match((await cli('consume')).stdout, /applied 3/);
-    assert.equal(await client.hlen('outbox.events:parked'), 0);
-    assert.equal(await client.hget('outbox:applied-seq', '7'), '3');
-    assert.equal(await client.hget('inventory:reserved', 'SKU-G'), '0');
-    assert.equal(await client.hget('outbox:stats', 'unparked'), '2');
+    await h.client.rpush('outbox.events', placed);
+    assert.match((await h.cli('consume')).stdout, /applied 3/);
+    assert.equal(await h.client.hlen('outbox.events:parked'), 0);
+    assert.equal(await h.client.hget('outbox:applied-seq', '7'), '3');
+    assert.equal(await h.client.hget('inventory:reserved', 'SKU-G'), '0');
+    assert.equal(await h.client.hget('outbox:stats', 'unparked'), '2');
   });
 
   it('dead-letters malformed entries with the reason and keeps going', async () => {
@@ -140,37 +118,37 @@ describe('outbox consume', () => {
       [JSON.stringify({ event_id: 'e', aggregate_id: 4, seq: 0, event_type: 'OrderPlaced', payload: {} }), 'seq must be a positive integer'],
       [message(5, 1, 'OrderQtyChanged', { orderId: 5, sku: 'SKU-X', qty: 2 }), 'payload.previousQty must be a positive integer'],
     ];
-    await client.rpush('outbox.events', message(10, 1), ...bad.map(([raw]) => raw), message(11, 1));
-    const result = await cli('consume');
+    await h.client.rpush('outbox.events', message(10, 1), ...bad.map(([raw]) => raw), message(11, 1));
+    const result = await h.cli('consume');
     assert.match(result.stdout, /received 9 .*applied 2, .*dead-lettered 7/);
-    const dead = (await client.lrange('outbox.events:dead', 0, -1)).map((entry) => JSON.parse(entry));
+    const dead = (await h.client.lrange('outbox.events:dead', 0, -1)).map((entry) => JSON.parse(entry));
     assert.deepEqual(dead.map((d) => [d.message, d.reason]), bad);
-    assert.equal(await client.hlen('processed'), 2);
+    assert.equal(await h.client.hlen('processed'), 2);
   });
 
   it('a consumer killed between LMOVE and ack loses nothing: the next run recovers its processing list', async () => {
     await seedEvents(25);
-    const crashed = await runCli(['consume', '--batch-size', '10'], { ...env, env: { OUTBOX_CRASH_POINTS: 'consumer.after-lmove' } });
+    const crashed = await runCli(['consume', '--batch-size', '10'], { ...h.env, env: { OUTBOX_CRASH_POINTS: 'consumer.after-lmove' } });
     assert.equal(crashed.signal, 'SIGKILL');
-    assert.equal(await client.llen('outbox.events:processing:cli'), 10);
-    assert.equal(await client.hlen('processed'), 0);
-    assert.deepEqual(await client.keys('outbox:seen:*'), []);
+    assert.equal(await h.client.llen('outbox.events:processing:cli'), 10);
+    assert.equal(await h.client.hlen('processed'), 0);
+    assert.deepEqual(await h.client.keys('outbox:seen:*'), []);
 
-    const result = await cli('consume', '--batch-size', '10');
+    const result = await h.cli('consume', '--batch-size', '10');
     assert.match(result.stdout, /received 25 \(10 recovered from outbox\.events:processing:cli\): applied 25, duplicates skipped 0/);
     await assertAppliedExactlyOnce(25);
   });
 
   it('a re-sent apply (reply lost, command replayed) is a no-op', async () => {
-    const connection = await connectRedis(env.redisUrl);
+    const connection = await connectRedis(h.env.redisUrl);
     try {
       const consumer = createConsumer(connection, { consumerId: 'replay' });
       const raw = message(1, 1);
       await connection.rpush(consumer.processingList, raw);
       assert.equal(await consumer.handle(raw), 'applied');
       assert.equal(await consumer.handle(raw), 'stale');
-      assert.equal(await client.hget('inventory:reserved', 'SKU-X'), '1');
-      assert.equal(await client.hget('outbox:stats', 'applied'), '1');
+      assert.equal(await h.client.hget('inventory:reserved', 'SKU-X'), '1');
+      assert.equal(await h.client.hget('outbox:stats', 'applied'), '1');
     } finally {
       connection.disconnect();
     }
@@ -182,42 +160,38 @@ describe('crashes at any instant (the SET NX crash window)', () => {
     const events = 30_000;
     await seedEvents(events);
     for (const fraction of [0.1, 0.35, 0.6, 0.85]) {
-      const { child, done } = startCli(['consume', '--batch-size', '20'], env);
-      await waitFor(async () => (await client.hlen('processed')) >= events * fraction, { timeoutMs: 30_000, intervalMs: 2 });
+      const { child, done } = startCli(['consume', '--batch-size', '20'], h.env);
+      await waitFor(async () => (await h.client.hlen('processed')) >= events * fraction, { timeoutMs: 30_000, intervalMs: 2 });
       child.kill('SIGKILL');
       const result = await done;
       assert.equal(result.signal, 'SIGKILL', `the consumer finished before the kill at ${fraction}`);
-      assert.ok((await client.hlen('processed')) < events);
+      assert.ok((await h.client.hlen('processed')) < events);
     }
-    await cli('consume', '--batch-size', '20');
+    await h.cli('consume', '--batch-size', '20');
     await assertAppliedExactlyOnce(events);
-    assert.match((await cli('verify')).stdout, /VERIFY OK/);
+    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
   });
 
   it('SIGKILLing redis-server (AOF, fsync always) mid-drain loses nothing once it is back', async () => {
     const durable = await RedisServer.start(['--appendonly', 'yes', '--appendfsync', 'always']);
-    const durableClient = testClient(durable.url);
-    const durableEnv = { ...env, redisUrl: durable.url };
-    const saved = env;
-    env = durableEnv;
+    const saved = { env: h.env, client: h.client };
+    h.env = { ...h.env, redisUrl: durable.url };
+    h.client = testClient(durable.url);
     try {
       const events = 5_000;
       await seedEvents(events);
-      const { done } = startCli(['consume', '--batch-size', '20'], durableEnv);
-      await waitFor(async () => (await durableClient.hlen('processed')) >= events * 0.3, { timeoutMs: 30_000, intervalMs: 2 });
+      const { done } = startCli(['consume', '--batch-size', '20'], h.env);
+      await waitFor(async () => (await h.client.hlen('processed')) >= events * 0.3, { timeoutMs: 30_000, intervalMs: 2 });
       await durable.stop('SIGKILL');
       const died = await done;
       assert.equal(died.code, 5);
       assert.match(died.stderr, /^outbox: lost the connection to Redis/);
       await durable.resume();
-      await cli('consume', '--batch-size', '20');
-      client.disconnect();
-      client = durableClient;
+      await h.cli('consume', '--batch-size', '20');
       await assertAppliedExactlyOnce(events);
     } finally {
-      env = saved;
-      client = testClient(redis.url);
-      durableClient.disconnect();
+      h.client.disconnect();
+      Object.assign(h, saved);
       await durable.destroy();
     }
   });

@@ -1,28 +1,17 @@
 import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { before, describe, it } from 'node:test';
 import Database from 'better-sqlite3';
-import { Redis } from 'ioredis';
 import { runCli } from './helpers/cli.js';
-import { RedisServer, testClient } from './helpers/redis-server.js';
+import { useHarness } from './helpers/harness.js';
 import { count, readDb, snapshotStores, tempDir } from './helpers/stores.js';
 
-let redis: RedisServer;
-let client: Redis;
-
-before(async () => {
-  redis = await RedisServer.start();
-  client = testClient(redis.url);
-});
-after(async () => {
-  client.disconnect();
-  await redis.destroy();
-});
+const h = useHarness({ init: false });
 
 async function freshDir() {
-  const { dir } = tempDir();
-  const result = await runCli(['init'], { dir, redisUrl: redis.url });
+  const dir = tempDir();
+  const result = await runCli(['init'], { dir, redisUrl: h.redis.url });
   assert.equal(result.code, 0, result.stderr);
   return dir;
 }
@@ -52,33 +41,33 @@ describe('outbox init', () => {
 
   it('refuses to wipe an existing database without --force and changes nothing', async () => {
     const dir = await freshDir();
-    assert.equal((await runCli(['place-order'], { dir, redisUrl: redis.url })).code, 0);
-    const before = await snapshotStores(dir, redis.url);
-    const result = await runCli(['init'], { dir, redisUrl: redis.url });
+    assert.equal((await runCli(['place-order'], { dir, redisUrl: h.redis.url })).code, 0);
+    const before = await snapshotStores(dir, h.redis.url);
+    const result = await runCli(['init'], { dir, redisUrl: h.redis.url });
     assert.notEqual(result.code, 0);
     assert.match(result.stderr, /^outbox: .*app\.db already exists: pass --force/);
     assert.equal(result.stderr.trim().split('\n').length, 1);
-    assert.equal(await snapshotStores(dir, redis.url), before);
+    assert.equal(await snapshotStores(dir, h.redis.url), before);
   });
 
   it('with --force recreates the database and clears only this project\'s Redis keys', async () => {
     const dir = await freshDir();
-    await runCli(['place-order', '--count', '2'], { dir, redisUrl: redis.url });
-    await client.set('someone-else:key', 'keep me');
-    await client.rpush('outbox.events', 'x');
-    await client.hset('processed', 'e', '1');
-    await client.set('outbox:seen:e', '1');
-    const result = await runCli(['init', '--force'], { dir, redisUrl: redis.url });
+    await runCli(['place-order', '--count', '2'], { dir, redisUrl: h.redis.url });
+    await h.client.set('someone-else:key', 'keep me');
+    await h.client.rpush('outbox.events', 'x');
+    await h.client.hset('processed', 'e', '1');
+    await h.client.set('outbox:seen:e', '1');
+    const result = await runCli(['init', '--force'], { dir, redisUrl: h.redis.url });
     assert.equal(result.code, 0, result.stderr);
     assert.equal(count(dir, 'SELECT COUNT(*) FROM orders'), 0);
-    assert.deepEqual(await client.keys('*'), ['someone-else:key']);
-    await client.del('someone-else:key');
+    assert.deepEqual(await h.client.keys('*'), ['someone-else:key']);
+    await h.client.del('someone-else:key');
   });
 
   it('with --force and Redis unreachable fails and leaves the database as it was', async () => {
     const dir = await freshDir();
-    await runCli(['place-order'], { dir, redisUrl: redis.url });
-    const result = await runCli(['init', '--force', '--redis', 'redis://127.0.0.1:1'], { dir, redisUrl: redis.url });
+    await runCli(['place-order'], { dir, redisUrl: h.redis.url });
+    const result = await runCli(['init', '--force', '--redis', 'redis://127.0.0.1:1'], { dir, redisUrl: h.redis.url });
     assert.equal(result.code, 5);
     assert.match(result.stderr, /^outbox: cannot connect to Redis at redis:\/\/127\.0\.0\.1:1 \(ECONNREFUSED\)/);
     assert.equal(count(dir, 'SELECT COUNT(*) FROM orders'), 1);
@@ -89,7 +78,7 @@ describe('outbox place-order', () => {
   it('three runs give three orders and three PENDING OrderPlaced rows', async () => {
     const dir = await freshDir();
     for (let i = 0; i < 3; i += 1) {
-      const result = await runCli(['place-order', '--sku', 'SKU-A', '--qty', '2'], { dir, redisUrl: redis.url });
+      const result = await runCli(['place-order', '--sku', 'SKU-A', '--qty', '2'], { dir, redisUrl: h.redis.url });
       assert.equal(result.code, 0, result.stderr);
       assert.match(result.stdout, /^placed order \d+ \(SKU-A x2\), event [0-9a-f-]{36}$/m);
     }
@@ -106,7 +95,7 @@ describe('outbox place-order', () => {
 
   it('--count K places K orders, each with its own event', async () => {
     const dir = await freshDir();
-    assert.equal((await runCli(['place-order', '--count', '25'], { dir, redisUrl: redis.url })).code, 0);
+    assert.equal((await runCli(['place-order', '--count', '25'], { dir, redisUrl: h.redis.url })).code, 0);
     assert.equal(count(dir, 'SELECT COUNT(*) FROM orders'), 25);
     assert.equal(count(dir, 'SELECT COUNT(DISTINCT aggregate_id) FROM outbox'), 25);
   });
@@ -118,7 +107,7 @@ describe('outbox place-order', () => {
     const db = new Database(join(dir, 'app.db'));
     db.prepare("INSERT INTO outbox (event_id, aggregate_id, seq, event_type, payload, created_at) VALUES ('blocker', 1, 1, 'OrderPlaced', '{}', 0)").run();
     db.close();
-    const result = await runCli(['place-order'], { dir, redisUrl: redis.url });
+    const result = await runCli(['place-order'], { dir, redisUrl: h.redis.url });
     assert.notEqual(result.code, 0);
     assert.equal(count(dir, 'SELECT COUNT(*) FROM orders'), 0);
     assert.equal(count(dir, "SELECT COUNT(*) FROM outbox WHERE event_id <> 'blocker'"), 0);
@@ -126,12 +115,12 @@ describe('outbox place-order', () => {
 
   it('a process killed between the two INSERTs leaves neither row', async () => {
     const dir = await freshDir();
-    const result = await runCli(['place-order'], { dir, redisUrl: redis.url, env: { OUTBOX_CRASH_POINTS: 'producer.mid-transaction' } });
+    const result = await runCli(['place-order'], { dir, redisUrl: h.redis.url, env: { OUTBOX_CRASH_POINTS: 'producer.mid-transaction' } });
     assert.equal(result.signal, 'SIGKILL');
     assert.match(result.stderr, /crash point producer\.mid-transaction/);
     assert.equal(count(dir, 'SELECT COUNT(*) FROM orders'), 0);
     assert.equal(count(dir, 'SELECT COUNT(*) FROM outbox'), 0);
-    assert.equal((await runCli(['place-order'], { dir, redisUrl: redis.url })).code, 0);
+    assert.equal((await runCli(['place-order'], { dir, redisUrl: h.redis.url })).code, 0);
     assert.equal(count(dir, 'SELECT COUNT(*) FROM outbox'), 1);
   });
 });
@@ -139,7 +128,7 @@ describe('outbox place-order', () => {
 describe('order lifecycle', () => {
   it('change-qty and cancel-order append the next seq for the aggregate in the same transaction', async () => {
     const dir = await freshDir();
-    const env = { dir, redisUrl: redis.url };
+    const env = { dir, redisUrl: h.redis.url };
     await runCli(['place-order', '--sku', 'SKU-B', '--qty', '2'], env);
     const change = await runCli(['change-qty', '--id', '1', '--qty', '7'], env);
     assert.equal(change.code, 0, change.stderr);
@@ -191,7 +180,7 @@ describe('bad input: one line, non-zero exit, both stores unchanged', () => {
 
   before(async () => {
     dir = await freshDir();
-    const env = { dir, redisUrl: redis.url };
+    const env = { dir, redisUrl: h.redis.url };
     await runCli(['place-order', '--qty', '3'], env);
     await runCli(['place-order'], env);
     await runCli(['cancel-order', '--id', '2'], env);
@@ -199,22 +188,22 @@ describe('bad input: one line, non-zero exit, both stores unchanged', () => {
 
   for (const [name, args, message] of cases) {
     it(name, async () => {
-      const before = await snapshotStores(dir, redis.url);
-      const result = await runCli(args, { dir, redisUrl: redis.url });
+      const before = await snapshotStores(dir, h.redis.url);
+      const result = await runCli(args, { dir, redisUrl: h.redis.url });
       assert.notEqual(result.code, 0);
       assert.match(result.stderr, message);
       assert.equal(result.stderr.trim().split('\n').length, 1, `one line, got: ${result.stderr}`);
       assert.doesNotMatch(result.stderr, /\n\s+at /);
       assert.doesNotMatch(result.stderr, /s3cret/);
       assert.equal(result.stdout, '');
-      assert.equal(await snapshotStores(dir, redis.url), before);
+      assert.equal(await snapshotStores(dir, h.redis.url), before);
     });
   }
 
   it('a missing app.db is reported with the fix, and no file is created', async () => {
-    const { dir: empty } = tempDir();
+    const empty = tempDir();
     for (const args of [['place-order'], ['relay'], ['report'], ['verify']]) {
-      const result = await runCli(args, { dir: empty, redisUrl: redis.url });
+      const result = await runCli(args, { dir: empty, redisUrl: h.redis.url });
       assert.equal(result.code, 5);
       assert.match(result.stderr, /^outbox: no database at .*app\.db: run "outbox init" first/);
     }
@@ -222,15 +211,15 @@ describe('bad input: one line, non-zero exit, both stores unchanged', () => {
   });
 
   it('a corrupt app.db is reported and left as it was', async () => {
-    const { dir: corrupt } = tempDir();
+    const corrupt = tempDir();
     writeFileSync(join(corrupt, 'app.db'), 'this is not a database, just some text that is long enough'.repeat(20));
-    const before = await snapshotStores(corrupt, redis.url);
+    const before = await snapshotStores(corrupt, h.redis.url);
     for (const args of [['place-order'], ['relay'], ['cancel-order', '--id', '1']]) {
-      const result = await runCli(args, { dir: corrupt, redisUrl: redis.url });
+      const result = await runCli(args, { dir: corrupt, redisUrl: h.redis.url });
       assert.equal(result.code, 5);
       assert.match(result.stderr, /^outbox: cannot open .*app\.db \(file is not a database\)/);
       assert.equal(result.stderr.trim().split('\n').length, 1);
     }
-    assert.equal(await snapshotStores(corrupt, redis.url), before);
+    assert.equal(await snapshotStores(corrupt, h.redis.url), before);
   });
 });

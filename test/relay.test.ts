@@ -1,43 +1,20 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, before, beforeEach, describe, it } from 'node:test';
-import { Redis } from 'ioredis';
-import { runCli, type CliEnv } from './helpers/cli.js';
-import { RedisServer, testClient } from './helpers/redis-server.js';
-import { count, readDb, tempDir } from './helpers/stores.js';
+import { describe, it } from 'node:test';
+import { runCli } from './helpers/cli.js';
+import { useHarness } from './helpers/harness.js';
+import { count, readDb } from './helpers/stores.js';
 
-let redis: RedisServer;
-let client: Redis;
-let env: CliEnv;
+const h = useHarness();
 
-before(async () => {
-  redis = await RedisServer.start();
-  client = testClient(redis.url);
-});
-after(async () => {
-  client.disconnect();
-  await redis.destroy();
-});
-beforeEach(async () => {
-  env = { dir: tempDir().dir, redisUrl: redis.url };
-  await client.flushall();
-  assert.equal((await runCli(['init'], env)).code, 0);
-});
-
-async function cli(...args: string[]) {
-  const result = await runCli(args, env);
-  assert.equal(result.code, 0, `outbox ${args.join(' ')}: ${result.stderr}`);
-  return result;
-}
-
-const queue = () => client.lrange('outbox.events', 0, -1);
+const queue = () => h.client.lrange('outbox.events', 0, -1);
 
 describe('outbox relay', () => {
   it('pushes every PENDING row in id order, marks it PUBLISHED, and a second run adds nothing', async () => {
-    await cli('place-order', '--count', '3');
-    await cli('change-qty', '--id', '2', '--qty', '4');
-    const first = await cli('relay');
+    await h.cli('place-order', '--count', '3');
+    await h.cli('change-qty', '--id', '2', '--qty', '4');
+    const first = await h.cli('relay');
     assert.match(first.stdout, /relayed 4 events in 1 batch \(/);
     const messages = (await queue()).map((raw) => JSON.parse(raw));
     assert.deepEqual(
@@ -45,22 +22,22 @@ describe('outbox relay', () => {
       [[1, 1, 'OrderPlaced'], [2, 1, 'OrderPlaced'], [3, 1, 'OrderPlaced'], [2, 2, 'OrderQtyChanged']],
     );
     assert.deepEqual(messages[3].payload, { orderId: 2, sku: 'SKU-1', qty: 4, previousQty: 1 });
-    assert.equal(count(env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PUBLISHED' AND published_at IS NOT NULL"), 4);
-    assert.equal(await client.get('outbox:enqueued'), '4');
+    assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PUBLISHED' AND published_at IS NOT NULL"), 4);
+    assert.equal(await h.client.get('outbox:enqueued'), '4');
 
-    await cli('relay');
-    assert.equal(await client.llen('outbox.events'), 4);
-    assert.equal(await client.get('outbox:enqueued'), '4');
+    await h.cli('relay');
+    assert.equal(await h.client.llen('outbox.events'), 4);
+    assert.equal(await h.client.get('outbox:enqueued'), '4');
   });
 
   it('works in batches of --batch-size', async () => {
-    await cli('place-order', '--count', '7');
-    assert.match((await cli('relay', '--batch-size', '3')).stdout, /relayed 7 events in 3 batches \(/);
-    assert.equal(await client.llen('outbox.events'), 7);
+    await h.cli('place-order', '--count', '7');
+    assert.match((await h.cli('relay', '--batch-size', '3')).stdout, /relayed 7 events in 3 batches \(/);
+    assert.equal(await h.client.llen('outbox.events'), 7);
   });
 
   it('reads PENDING rows through the partial index, in id order, without a sort', () => {
-    const db = readDb(env.dir);
+    const db = readDb(h.env.dir);
     try {
       const plan = db
         .prepare("EXPLAIN QUERY PLAN SELECT id FROM outbox WHERE status = 'PENDING' ORDER BY id LIMIT 1000")
@@ -75,19 +52,19 @@ describe('outbox relay', () => {
   });
 
   it('never marks a row PUBLISHED while Redis is down, and catches up when it returns', async () => {
-    await cli('place-order', '--count', '2');
-    await redis.stop();
+    await h.cli('place-order', '--count', '2');
+    await h.redis.stop();
     try {
-      const result = await runCli(['relay'], env);
+      const result = await runCli(['relay'], h.env);
       assert.equal(result.code, 5);
       assert.match(result.stderr, /^outbox: cannot connect to Redis at redis:\/\/127\.0\.0\.1:\d+ \(ECONNREFUSED\)/);
-      assert.equal(count(env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 2);
+      assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 2);
     } finally {
-      await redis.resume();
+      await h.redis.resume();
     }
-    await cli('relay');
-    assert.equal(await client.llen('outbox.events'), 2);
-    assert.equal(count(env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 0);
+    await h.cli('relay');
+    assert.equal(await h.client.llen('outbox.events'), 2);
+    assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 0);
   });
 
   it('refuses a Redis older than 6.2 with a one-line message', async () => {
@@ -112,11 +89,11 @@ describe('outbox relay', () => {
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     const { port } = server.address() as { port: number };
     try {
-      await cli('place-order');
-      const result = await runCli(['relay', '--redis', `redis://127.0.0.1:${port}`], env);
+      await h.cli('place-order');
+      const result = await runCli(['relay', '--redis', `redis://127.0.0.1:${port}`], h.env);
       assert.equal(result.code, 5);
       assert.equal(result.stderr.trim(), `outbox: Redis at redis://127.0.0.1:${port} is version 6.0.16; outbox needs 6.2.0 or newer (for LMOVE)`);
-      assert.equal(count(env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 1);
+      assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 1);
     } finally {
       server.close();
     }
@@ -125,38 +102,38 @@ describe('outbox relay', () => {
 
 describe('outbox order-check', () => {
   it('writes ORDER OK when each aggregate\'s events are queued in ascending seq, even in the same millisecond', async () => {
-    await cli('place-order', '--count', '3');
+    await h.cli('place-order', '--count', '3');
     // All of these commit within a few ms; created_at cannot tell them apart, seq and id can.
-    for (const qty of ['2', '3', '4']) await cli('change-qty', '--id', '1', '--qty', qty);
-    await cli('cancel-order', '--id', '3');
-    await cli('relay');
-    const result = await cli('order-check');
-    assert.equal(readFileSync(join(env.dir, 'order_check.out'), 'utf8'), 'ORDER OK\n');
+    for (const qty of ['2', '3', '4']) await h.cli('change-qty', '--id', '1', '--qty', qty);
+    await h.cli('cancel-order', '--id', '3');
+    await h.cli('relay');
+    const result = await h.cli('order-check');
+    assert.equal(readFileSync(join(h.env.dir, 'order_check.out'), 'utf8'), 'ORDER OK\n');
     assert.match(result.stdout, /^ORDER OK$/m);
   });
 
   it('allows a re-delivered duplicate later in the queue', async () => {
-    await cli('place-order');
-    await cli('change-qty', '--id', '1', '--qty', '2');
-    await cli('relay');
+    await h.cli('place-order');
+    await h.cli('change-qty', '--id', '1', '--qty', '2');
+    await h.cli('relay');
     const [first] = await queue();
-    await client.rpush('outbox.events', first);
-    await cli('order-check');
-    assert.equal(readFileSync(join(env.dir, 'order_check.out'), 'utf8'), 'ORDER OK\n');
+    await h.client.rpush('outbox.events', first);
+    await h.cli('order-check');
+    assert.equal(readFileSync(join(h.env.dir, 'order_check.out'), 'utf8'), 'ORDER OK\n');
   });
 
   it('reports ORDER VIOLATION and exits non-zero when an aggregate\'s seq goes backwards', async () => {
-    await cli('place-order');
-    await cli('change-qty', '--id', '1', '--qty', '2');
-    await cli('relay');
+    await h.cli('place-order');
+    await h.cli('change-qty', '--id', '1', '--qty', '2');
+    await h.cli('relay');
     const [placed, changed] = await queue();
-    await client.del('outbox.events');
-    await client.rpush('outbox.events', changed, placed);
-    const result = await runCli(['order-check'], env);
+    await h.client.del('outbox.events');
+    await h.client.rpush('outbox.events', changed, placed);
+    const result = await runCli(['order-check'], h.env);
     assert.equal(result.code, 1);
     const { event_id } = JSON.parse(placed);
     assert.equal(
-      readFileSync(join(env.dir, 'order_check.out'), 'utf8'),
+      readFileSync(join(h.env.dir, 'order_check.out'), 'utf8'),
       `ORDER VIOLATION aggregate=1 seq=1 after_seq=2 event_id=${event_id} index=1\n`,
     );
   });
@@ -164,37 +141,37 @@ describe('outbox order-check', () => {
 
 describe('at-least-once: relay-crash then relay', () => {
   it('relay-crash really dies after the push, before marking; the next relay pushes the same events again', async () => {
-    await cli('place-order', '--count', '2');
-    const crash = await runCli(['relay-crash'], env);
+    await h.cli('place-order', '--count', '2');
+    const crash = await runCli(['relay-crash'], h.env);
     assert.equal(crash.signal, 'SIGKILL');
     assert.match(crash.stderr, /crash point relay\.after-push: pushed rows 1-2, dying before marking them PUBLISHED/);
-    assert.equal(await client.llen('outbox.events'), 2);
-    assert.equal(count(env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 2);
+    assert.equal(await h.client.llen('outbox.events'), 2);
+    assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 2);
 
-    await cli('relay');
-    assert.equal(await client.llen('outbox.events'), 4);
-    assert.equal(count(env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 0);
+    await h.cli('relay');
+    assert.equal(await h.client.llen('outbox.events'), 4);
+    assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 0);
 
-    const result = await cli('dup-check');
-    const db = readDb(env.dir);
+    const result = await h.cli('dup-check');
+    const db = readDb(h.env.dir);
     const ids = db.prepare('SELECT event_id FROM outbox ORDER BY id').pluck().all() as string[];
     db.close();
     const expected = ids.map((id) => `DUPLICATE event_id=${id} count=2\n`).join('');
-    assert.equal(readFileSync(join(env.dir, 'atleastonce.out'), 'utf8'), expected);
+    assert.equal(readFileSync(join(h.env.dir, 'atleastonce.out'), 'utf8'), expected);
     assert.match(result.stdout, /DUPLICATE event_id=.* count=2/);
-    await cli('order-check');
+    await h.cli('order-check');
   });
 
   it('dup-check writes NO DUPLICATE and exits non-zero when every event is queued once', async () => {
-    await cli('place-order');
-    await cli('relay');
-    const result = await runCli(['dup-check'], env);
+    await h.cli('place-order');
+    await h.cli('relay');
+    const result = await runCli(['dup-check'], h.env);
     assert.equal(result.code, 1);
-    assert.equal(readFileSync(join(env.dir, 'atleastonce.out'), 'utf8'), 'NO DUPLICATE\n');
+    assert.equal(readFileSync(join(h.env.dir, 'atleastonce.out'), 'utf8'), 'NO DUPLICATE\n');
   });
 
   it('relay-crash with nothing PENDING does not crash', async () => {
-    const result = await runCli(['relay-crash'], env);
+    const result = await runCli(['relay-crash'], h.env);
     assert.equal(result.code, 0);
     assert.match(result.stdout, /nothing was PENDING: no crash/);
   });
@@ -202,14 +179,14 @@ describe('at-least-once: relay-crash then relay', () => {
 
 describe('relay and producer side by side', () => {
   it('rows committed while a relay runs are all delivered, in per-aggregate order', async () => {
-    const producers = Promise.all([1, 2, 3].map(() => runCli(['place-order', '--count', '300'], env)));
+    const producers = Promise.all([1, 2, 3].map(() => runCli(['place-order', '--count', '300'], h.env)));
     const relays: Promise<unknown>[] = [];
-    for (let i = 0; i < 5; i += 1) relays.push(runCli(['relay', '--batch-size', '50'], env));
+    for (let i = 0; i < 5; i += 1) relays.push(runCli(['relay', '--batch-size', '50'], h.env));
     for (const r of await producers) assert.equal(r.code, 0, r.stderr);
     for (const r of (await Promise.all(relays)) as { code: number; stderr: string }[]) assert.equal(r.code, 0, r.stderr);
-    await cli('relay');
+    await h.cli('relay');
     const unique = new Set((await queue()).map((raw) => JSON.parse(raw).event_id));
     assert.equal(unique.size, 900);
-    await cli('order-check');
+    await h.cli('order-check');
   });
 });

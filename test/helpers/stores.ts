@@ -4,9 +4,16 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-export function tempDir(): { dir: string; remove: () => void } {
+const created: string[] = [];
+process.on('exit', () => {
+  for (const dir of created) rmSync(dir, { recursive: true, force: true });
+});
+
+/** A new empty directory, removed when the test process exits. */
+export function tempDir(): string {
   const dir = mkdtempSync(join(tmpdir(), 'outbox-test-'));
-  return { dir, remove: () => rmSync(dir, { recursive: true, force: true }) };
+  created.push(dir);
+  return dir;
 }
 
 /** Opens app.db read-only for assertions. */
