@@ -1,9 +1,10 @@
 import type { Redis } from 'ioredis';
 import { crashPoint } from '../crash-point.js';
-import { inventoryDelta } from '../events.js';
+import type { OutboxEvent } from '../events.js';
 import { MalformedMessageError, parseMessage } from '../parse-message.js';
 import { keys } from '../redis/keys.js';
 import { applyEvent, deadLetter, type ApplyOutcome } from '../redis/scripts.js';
+import { computeEffect, type Effect } from './effect.js';
 
 export interface ConsumerOptions {
   /**
@@ -15,6 +16,8 @@ export interface ConsumerOptions {
   batchSize?: number;
   /** TTL of the per-event dedupe marker, in seconds; 0 keeps it forever. Default 7 days. */
   dedupeTtlSeconds?: number;
+  /** Computes an event's effect (e.g. on a worker pool). Default: `computeEffect` in this thread. */
+  handler?: (event: OutboxEvent) => Effect | Promise<Effect>;
 }
 
 export type Outcome = ApplyOutcome | 'dead';
@@ -55,7 +58,34 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
   const consumerId = options.consumerId ?? 'cli';
   const batchSize = options.batchSize ?? 500;
   const dedupeTtlSeconds = options.dedupeTtlSeconds ?? DEFAULT_DEDUPE_TTL_SECONDS;
+  const handler = options.handler ?? computeEffect;
   const processingList = keys.processing(consumerId);
+
+  /** Dead-letters a message that sits in the processing list. */
+  async function reject(raw: string, reason: string): Promise<Outcome> {
+    return (await deadLetter(redis, processingList, raw, reason)) ? 'dead' : 'stale';
+  }
+
+  /** Handles one parsed event whose message sits in the processing list. */
+  async function apply(raw: string, event: OutboxEvent): Promise<Outcome> {
+    let effect: Effect;
+    try {
+      effect = await handler(event);
+    } catch (error) {
+      return reject(raw, `handler failed: ${(error as Error).message}`);
+    }
+    return applyEvent(redis, {
+      processingList,
+      raw,
+      eventId: event.eventId,
+      aggregateId: event.aggregateId,
+      seq: event.seq,
+      sku: effect.sku,
+      delta: effect.delta,
+      result: effect.result,
+      dedupeTtlSeconds,
+    });
+  }
 
   /** Handles one message that sits in the processing list. */
   async function handle(raw: string): Promise<Outcome> {
@@ -64,20 +94,9 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
       event = parseMessage(raw);
     } catch (error) {
       if (!(error instanceof MalformedMessageError)) throw error;
-      return (await deadLetter(redis, processingList, raw, error.message)) ? 'dead' : 'stale';
+      return reject(raw, error.message);
     }
-    const delta = inventoryDelta(event);
-    return applyEvent(redis, {
-      processingList,
-      raw,
-      eventId: event.eventId,
-      aggregateId: event.aggregateId,
-      seq: event.seq,
-      sku: event.payload.sku,
-      delta,
-      result: JSON.stringify({ type: event.type, aggregateId: event.aggregateId, seq: event.seq, sku: event.payload.sku, delta }),
-      dedupeTtlSeconds,
-    });
+    return apply(raw, event);
   }
 
   /** Handles messages in list order: scripts are sent, and so run, in this order. */
@@ -120,7 +139,7 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
     }
   }
 
-  return { consumerId, processingList, handle, recover, drain };
+  return { consumerId, processingList, handle, apply, reject, recover, drain };
 }
 
 export type Consumer = ReturnType<typeof createConsumer>;

@@ -31,8 +31,15 @@ CREATE TABLE outbox (
 CREATE INDEX outbox_pending ON outbox(status) WHERE status = 'PENDING';
 `;
 
+/**
+ * Creates the tables in an empty database; leaves any other database alone. Safe when several
+ * processes race on a new file: the IMMEDIATE transaction serializes them and only the first
+ * finds it empty.
+ */
 export function createSchema(db: Database): void {
   db.transaction(() => {
+    const empty = db.prepare('SELECT COUNT(*) AS n FROM sqlite_master').get() as { n: number };
+    if (db.pragma('user_version', { simple: true }) !== 0 || empty.n > 0) return;
     db.exec(SCHEMA);
     db.pragma(`user_version = ${SCHEMA_VERSION}`);
   }).immediate();

@@ -1,6 +1,8 @@
 import { Redis } from 'ioredis';
 import { redactUrl } from '../config.js';
 import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
+import type { Logger } from '../logger.js';
+import { sleep } from '../sleep.js';
 import { defineScripts } from './scripts.js';
 
 /** LMOVE/BLMOVE arrived in Redis 6.2. */
@@ -16,6 +18,8 @@ export interface RedisConnectOptions {
   name?: string;
   /** Milliseconds allowed for connecting and the version check together. Default 5000. */
   connectTimeoutMs?: number;
+  /** Where to report a lost connection and the reconnect (apps). Default: not reported. */
+  log?: Logger;
 }
 
 function describe(error: unknown): string {
@@ -61,6 +65,7 @@ export async function connectRedis(url: string, options: RedisConnectOptions = {
   let lastError: unknown;
   redis.on('error', (error) => {
     lastError = error;
+    lastErrors.set(redis, error);
   });
   const timeoutMs = options.connectTimeoutMs ?? 5000;
   let timer: NodeJS.Timeout | undefined;
@@ -79,7 +84,50 @@ export async function connectRedis(url: string, options: RedisConnectOptions = {
     clearTimeout(timer);
   }
   defineScripts(redis);
+  if (options.log) reportReconnects(redis, url, options.log);
   return redis;
+}
+
+function reportReconnects(redis: Redis, url: string, log: Logger): void {
+  let lost = false;
+  redis.on('close', () => {
+    if (lost || redis.status === 'end') return;
+    lost = true;
+    log.warn('redis connection lost, reconnecting', { url, error: lastErrorOf(redis) });
+  });
+  redis.on('ready', () => {
+    if (!lost) return;
+    lost = false;
+    log.info('redis reconnected', { url });
+  });
+}
+
+const lastErrors = new WeakMap<Redis, unknown>();
+function lastErrorOf(redis: Redis): string | undefined {
+  const error = lastErrors.get(redis);
+  return error ? describe(error) : undefined;
+}
+
+/**
+ * For long-running apps: connects like `connectRedis` (with reconnects unless `reconnect` is
+ * false), retrying the first connection with a capped backoff until it works or `signal` aborts.
+ * A Redis that is too old is not retried.
+ */
+export async function connectUntilReady(
+  url: string,
+  options: RedisConnectOptions & { log: Logger; signal?: AbortSignal },
+): Promise<Redis> {
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      return await connectRedis(url, { ...options, reconnect: options.reconnect ?? true });
+    } catch (error) {
+      if (error instanceof StoreUnavailableError && /version/.test(error.message)) throw error;
+      if (options.signal?.aborted) throw error;
+      const delayMs = Math.min(2000, 100 * 2 ** attempt);
+      options.log.warn('redis unavailable, retrying', { url, attempt, delayMs, error: (error as Error).message });
+      await sleep(delayMs, options.signal);
+    }
+  }
 }
 
 /** Closes politely, or at once when the connection is already gone. */

@@ -22,6 +22,8 @@ export const keys = {
   deadLetter: 'outbox.events:dead',
   /** Hash of counters: applied, duplicates, parked, unparked, dead. */
   stats: 'outbox:stats',
+  /** Hash {at, jobId, events, batches, durationMs}: the relay app's last finished job. */
+  relayLastRun: 'outbox:relay:last-run',
   /** List the `dualwrite` demo publishes to (kept apart from the real queue). */
   dualwriteEvents: 'outbox.dualwrite.events',
 } as const;

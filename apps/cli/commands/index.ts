@@ -11,6 +11,7 @@ import * as placeOrder from './place-order.js';
 import * as relay from './relay.js';
 import * as relayCrash from './relay-crash.js';
 import * as report from './report.js';
+import * as status from './status.js';
 import * as verify from './verify.js';
 
 /** In the order of the seed's steps, as `outbox --help` lists them. */
@@ -27,5 +28,6 @@ export const commands = [
   consume,
   report,
   verify,
+  status,
   lab,
 ] as unknown as CommandModule[];

@@ -1,0 +1,41 @@
+import { Piscina } from 'piscina';
+import yargs from 'yargs';
+import { hideBin } from 'yargs/helpers';
+import type { Effect } from '../../shared/consumer/effect.js';
+import { startConsumer } from '../../shared/consumer/run-consumer.js';
+import type { OutboxEvent } from '../../shared/events.js';
+import { closeRedis, connectUntilReady } from '../../shared/redis/connect.js';
+import { runApp } from '../../shared/run-app.js';
+import { configOf, globalOptions } from '../cli/options.js';
+
+const env = process.env;
+const argv = yargs(hideBin(process.argv))
+  .options({
+    ...globalOptions,
+    'consumer-id': {
+      type: 'string',
+      default: env.OUTBOX_CONSUMER_ID ?? `consumer-${env.NODE_APP_INSTANCE ?? '0'}`,
+      describe: 'names the processing list [env OUTBOX_CONSUMER_ID, default consumer-<pm2 instance>]',
+    },
+    threads: { type: 'number', default: Number(env.OUTBOX_HANDLER_THREADS ?? 2), describe: 'handler worker threads [env OUTBOX_HANDLER_THREADS]' },
+    'cpu-cost': { type: 'number', default: Number(env.OUTBOX_HANDLER_CPU_MS ?? 0), describe: 'simulated CPU work per event, ms [env OUTBOX_HANDLER_CPU_MS]' },
+    'max-in-flight': { type: 'number', default: Number(env.OUTBOX_MAX_IN_FLIGHT ?? 512), describe: 'messages taken but not acked, at most' },
+  })
+  .strict()
+  .parseSync();
+
+runApp('outbox-consumer', async (log, signal) => {
+  const config = configOf(argv);
+  const pool = new Piscina({ filename: new URL('./handler-worker.js', import.meta.url).href, maxThreads: argv.threads, minThreads: 1 });
+  const cpuCostMs = argv['cpu-cost'];
+  const handler = (event: OutboxEvent) => pool.run({ event, cpuCostMs }) as Promise<Effect>;
+  const redis = await connectUntilReady(config.redisUrl, { name: 'outbox-consumer', log, signal });
+  const connectBlocking = () => connectUntilReady(config.redisUrl, { name: 'outbox-consumer-take', log, signal, reconnect: false });
+  const consumer = startConsumer(redis, connectBlocking, log, { consumerId: argv['consumer-id'], handler, maxInFlight: argv['max-in-flight'] });
+  log.info('consumer started', { redis: config.redisUrl, consumerId: argv['consumer-id'], threads: argv.threads, cpuCostMs });
+  return async () => {
+    await consumer.stop();
+    await pool.destroy();
+    await closeRedis(redis);
+  };
+});

@@ -1,0 +1,70 @@
+// pm2 runs the system from here: `npx pm2 start ecosystem.config.cjs`.
+// Settings come from the environment: OUTBOX_DIR (data dir, default ~/outbox), REDIS_URL,
+// PORT / HOST (producer), OUTBOX_LOG_DIR (default ./logs), and the apps' own OUTBOX_* options.
+const { spawnSync } = require('node:child_process');
+const { existsSync } = require('node:fs');
+const { homedir } = require('node:os');
+const path = require('node:path');
+
+const root = __dirname;
+const dataDir = process.env.OUTBOX_DIR || path.join(homedir(), 'outbox');
+const logDir = process.env.OUTBOX_LOG_DIR || path.join(root, 'logs');
+process.env.PM2_DISABLE_VERSION_CHECK = process.env.PM2_DISABLE_VERSION_CHECK || '1';
+
+if (!existsSync(path.join(root, 'dist', 'apps', 'relay', 'main.js'))) {
+  console.error('outbox: the apps are not built: run "npm install" (or "npm run build") first');
+  process.exit(1);
+}
+
+// Without REDIS_URL the apps use 127.0.0.1:6379 (OUTBOX_REDIS_PORT), and outbox-redis starts a
+// redis-server there unless one already runs. It is listed whenever REDIS_URL is unset, so that
+// `pm2 delete` finds it.
+const managedRedis = !process.env.REDIS_URL;
+const managedPort = Number(process.env.OUTBOX_REDIS_PORT || 6379);
+if (managedRedis) {
+  const portOpen = spawnSync(process.execPath, [
+    '-e',
+    `require('net').connect(${managedPort}, '127.0.0.1').on('connect', () => process.exit(0)).on('error', () => process.exit(1))`,
+  ]).status === 0;
+  const installed = spawnSync('redis-server', ['--version']).status === 0;
+  if (!portOpen && !installed) {
+    console.error(`outbox: no Redis on 127.0.0.1:${managedPort} and redis-server is not installed: apt-get install redis-server, or set REDIS_URL to a running Redis`);
+    process.exit(1);
+  }
+}
+
+const env = {
+  ...Object.fromEntries(Object.entries(process.env).filter(([key]) => key.startsWith('OUTBOX_'))),
+  OUTBOX_DIR: dataDir,
+  REDIS_URL: process.env.REDIS_URL || `redis://127.0.0.1:${managedPort}`,
+  NODE_ENV: 'production',
+};
+
+function app(name, script, extra = {}) {
+  return {
+    name,
+    script: path.join(root, script),
+    cwd: root,
+    env: { ...env, ...extra.env },
+    out_file: path.join(logDir, `${name}.log`),
+    error_file: path.join(logDir, `${name}.error.log`),
+    merge_logs: true,
+    // The apps close within 4 s of SIGINT (shared/shutdown.ts); pm2 sends SIGKILL after this.
+    kill_timeout: 5000,
+    restart_delay: 200,
+    min_uptime: 2000,
+    max_restarts: 100,
+    ...extra.options,
+  };
+}
+
+module.exports = {
+  apps: [
+    ...(managedRedis ? [app('outbox-redis', 'dist/apps/redis/main.js')] : []),
+    app('outbox-producer', 'dist/apps/producer/main.js', {
+      env: { PORT: process.env.PORT || '3000', HOST: process.env.HOST || '127.0.0.1' },
+    }),
+    app('outbox-relay', 'dist/apps/relay/main.js'),
+    app('outbox-consumer', 'dist/apps/consumer/main.js'),
+  ],
+};

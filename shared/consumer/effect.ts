@@ -1,0 +1,23 @@
+import { inventoryDelta, type OutboxEvent } from '../events.js';
+
+/** What applying an event means: a change of the reserved quantity of one SKU. */
+export interface Effect {
+  sku: string;
+  delta: number;
+  /** JSON kept in the processed hash. */
+  result: string;
+}
+
+/** Busy-waits `ms`: a stand-in for a handler's real CPU work, for demos and benchmarks. */
+function burnCpu(ms: number): void {
+  const end = performance.now() + ms;
+  while (performance.now() < end);
+}
+
+/** The event handler. Pure, so it can run in a worker thread; `cpuCostMs` simulates heavier handlers. */
+export function computeEffect(event: OutboxEvent, cpuCostMs = 0): Effect {
+  if (cpuCostMs > 0) burnCpu(cpuCostMs);
+  const delta = inventoryDelta(event);
+  const { sku } = event.payload;
+  return { sku, delta, result: JSON.stringify({ type: event.type, aggregateId: event.aggregateId, seq: event.seq, sku, delta }) };
+}

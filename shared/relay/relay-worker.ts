@@ -1,0 +1,113 @@
+import { Queue, Worker, type Job } from 'bullmq';
+import { Redis } from 'ioredis';
+import type { Db } from '../db/open-database.js';
+import type { Logger } from '../logger.js';
+import { keys } from '../redis/keys.js';
+import { sleep } from '../sleep.js';
+import { createRelay, DEFAULT_RELAY_BATCH_SIZE } from './relay.js';
+
+export const RELAY_QUEUE = 'outbox-relay';
+export const RELAY_SCHEDULER_ID = 'relay-pass';
+
+export interface RelayWorkerOptions {
+  /** The scheduler makes a relay job this often (ms). Default 1000. */
+  everyMs?: number;
+  /**
+   * How long one job keeps relaying (ms). Default 1000: with `everyMs` 1000, relaying is
+   * continuous and latency is bound by `pollMs`, not by the scheduler.
+   */
+  sliceMs?: number;
+  /** Pause when no row is PENDING, within a slice (ms). Default 5. */
+  pollMs?: number;
+  /** Rows per batch. Default 1000. */
+  batchSize?: number;
+  /** BullMQ lock of a running job (ms); a SIGKILLed relay's job is taken over after about this plus `stalledIntervalMs`. Default 4000. */
+  lockDurationMs?: number;
+  /** How often workers look for stalled jobs (ms). Default 2000. */
+  stalledIntervalMs?: number;
+}
+
+export interface RelayJobResult {
+  events: number;
+  batches: number;
+}
+
+function withDefaults(options: RelayWorkerOptions): Required<RelayWorkerOptions> {
+  return {
+    everyMs: options.everyMs ?? 1000,
+    sliceMs: options.sliceMs ?? 1000,
+    pollMs: options.pollMs ?? 5,
+    batchSize: options.batchSize ?? DEFAULT_RELAY_BATCH_SIZE,
+    lockDurationMs: options.lockDurationMs ?? 4000,
+    stalledIntervalMs: options.stalledIntervalMs ?? 2000,
+  };
+}
+
+/**
+ * The relay app: a BullMQ Worker on `outbox-relay`, fed by a job scheduler. Global concurrency 1
+ * means exactly one relay pass runs at a time however many relay processes there are.
+ * `redis` carries the pushes; BullMQ gets its own connections to `url`.
+ */
+export async function startRelayWorker(db: Db, redis: Redis, url: string, log: Logger, options: RelayWorkerOptions = {}) {
+  const config = withDefaults(options);
+  const relay = createRelay(db, redis, { batchSize: config.batchSize });
+  const closing = new AbortController();
+  // BullMQ does not close connections it is given: these are closed in close().
+  const connections: Redis[] = [];
+  const bullConnection = () => {
+    const connection = new Redis(url, { maxRetriesPerRequest: null });
+    connection.on('error', () => {});
+    connections.push(connection);
+    return connection;
+  };
+
+  const queue = new Queue(RELAY_QUEUE, { connection: bullConnection() });
+  await queue.setGlobalConcurrency(1);
+  await queue.upsertJobScheduler(
+    RELAY_SCHEDULER_ID,
+    { every: config.everyMs },
+    { name: 'relay', opts: { removeOnComplete: 100, removeOnFail: 100 } },
+  );
+
+  async function process(job: Job): Promise<RelayJobResult> {
+    const started = Date.now();
+    const deadline = started + config.sliceMs;
+    let events = 0;
+    let batches = 0;
+    while (Date.now() < deadline && !closing.signal.aborted) {
+      const batch = await relay.relayBatch();
+      if (!batch) {
+        await sleep(config.pollMs, closing.signal);
+        continue;
+      }
+      events += batch.count;
+      batches += 1;
+      log.info('batch relayed', { count: batch.count, firstId: batch.firstId, lastId: batch.lastId, durationMs: Number(batch.durationMs.toFixed(2)) });
+    }
+    const durationMs = Date.now() - started;
+    await redis.hset(keys.relayLastRun, { at: Date.now(), jobId: job.id ?? '', events, batches, durationMs });
+    return { events, batches };
+  }
+
+  const worker = new Worker(RELAY_QUEUE, process, {
+    connection: bullConnection(),
+    concurrency: 1,
+    lockDuration: config.lockDurationMs,
+    stalledInterval: config.stalledIntervalMs,
+    // A stalled relay job means a relay process died; that is not the job's fault.
+    maxStalledCount: 1000,
+  });
+  worker.on('failed', (job, error) => log.warn('relay job failed', { jobId: job?.id, error: error.message }));
+  worker.on('stalled', (jobId) => log.warn('relay job stalled (its relay died): taken over', { jobId }));
+  worker.on('error', (error) => log.warn('relay worker error', { error: error.message }));
+
+  return {
+    /** Finishes the current batch, stops taking jobs, closes the BullMQ connections. */
+    async close(): Promise<void> {
+      closing.abort();
+      await worker.close();
+      await queue.close();
+      await Promise.all(connections.map((connection) => connection.quit().catch(() => connection.disconnect())));
+    },
+  };
+}

@@ -1,0 +1,72 @@
+import type { Redis } from 'ioredis';
+import type { Db } from './db/open-database.js';
+import { keys } from './redis/keys.js';
+
+export interface SystemStatus {
+  pending: number;
+  /** Age of the oldest PENDING row in ms, null when none. */
+  oldestPendingAgeMs: number | null;
+  queued: number;
+  /** Processing list name -> length, only the non-empty ones. */
+  processing: Record<string, number>;
+  enqueued: number;
+  processed: number;
+  parked: number;
+  deadLettered: number;
+  consumerStats: Record<string, number>;
+  /** The relay app's last finished job, null when it never ran. */
+  relayLastRun: { ageMs: number; events: number; batches: number; durationMs: number } | null;
+}
+
+export async function collectStatus(db: Db, redis: Redis, now = Date.now()): Promise<SystemStatus> {
+  const pending = db
+    .prepare<[], { n: number; oldest: number | null }>("SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM outbox WHERE status = 'PENDING'")
+    .get()!;
+  const processing: Record<string, number> = {};
+  for await (const batch of redis.scanStream({ match: keys.processingPattern, count: 1000 })) {
+    for (const key of batch as string[]) {
+      const length = await redis.llen(key);
+      if (length > 0) processing[key] = length;
+    }
+  }
+  const [queued, enqueued, processed, parked, deadLettered, stats, lastRun] = await Promise.all([
+    redis.llen(keys.events),
+    redis.get(keys.enqueued),
+    redis.hlen(keys.processed),
+    redis.hlen(keys.parked),
+    redis.llen(keys.deadLetter),
+    redis.hgetall(keys.stats),
+    redis.hgetall(keys.relayLastRun),
+  ]);
+  return {
+    pending: pending.n,
+    oldestPendingAgeMs: pending.oldest === null ? null : now - pending.oldest,
+    queued,
+    processing,
+    enqueued: Number(enqueued ?? 0),
+    processed,
+    parked,
+    deadLettered,
+    consumerStats: Object.fromEntries(Object.entries(stats).map(([k, v]) => [k, Number(v)])),
+    relayLastRun: lastRun.at
+      ? { ageMs: now - Number(lastRun.at), events: Number(lastRun.events), batches: Number(lastRun.batches), durationMs: Number(lastRun.durationMs) }
+      : null,
+  };
+}
+
+function age(ms: number | null): string {
+  if (ms === null) return '-';
+  return ms < 1000 ? `${ms} ms` : ms < 120_000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms / 60_000)} min`;
+}
+
+export function formatStatus(s: SystemStatus): string[] {
+  const lists = Object.entries(s.processing);
+  const stats = s.consumerStats;
+  return [
+    `outbox      pending ${s.pending}, oldest pending ${age(s.oldestPendingAgeMs)}`,
+    `relay       ${s.relayLastRun ? `last job ${age(s.relayLastRun.ageMs)} ago: ${s.relayLastRun.events} events in ${s.relayLastRun.batches} batches, ${s.relayLastRun.durationMs} ms` : 'no job has run yet'}`,
+    `queue       ${keys.events} ${s.queued}, enqueued in total ${s.enqueued}`,
+    `processing  ${lists.length === 0 ? 'none in flight' : lists.map(([key, n]) => `${key} ${n}`).join(', ')}`,
+    `consumer    processed ${s.processed}, duplicates skipped ${stats.duplicates ?? 0}, parked ${s.parked} now (${stats.parked ?? 0} ever), dead-lettered ${s.deadLettered}`,
+  ];
+}

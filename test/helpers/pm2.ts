@@ -1,0 +1,52 @@
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+export const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+const PM2_BIN = fileURLToPath(new URL('../../../node_modules/pm2/bin/pm2', import.meta.url));
+
+interface Pm2Process {
+  name: string;
+  pid: number;
+  pm2_env: { status: string; restart_time: number };
+}
+
+/** pm2 with a private PM2_HOME (short: the daemon's socket path has a length limit). */
+export class Pm2 {
+  readonly home = mkdtempSync('/tmp/pm2-');
+
+  constructor(private readonly env: Record<string, string>) {}
+
+  run(...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+    return new Promise((resolve, reject) => {
+      const child = spawn(process.execPath, [PM2_BIN, ...args], {
+        cwd: REPO_ROOT,
+        env: { ...process.env, ...this.env, PM2_HOME: this.home, PM2_DISABLE_VERSION_CHECK: '1' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let stdout = '';
+      let stderr = '';
+      child.stdout.on('data', (chunk) => (stdout += chunk));
+      child.stderr.on('data', (chunk) => (stderr += chunk));
+      child.on('error', reject);
+      child.on('close', (code) => resolve({ code, stdout, stderr }));
+    });
+  }
+
+  async list(): Promise<Pm2Process[]> {
+    const { stdout } = await this.run('jlist');
+    return JSON.parse(stdout.slice(stdout.indexOf('['))) as Pm2Process[];
+  }
+
+  async process(name: string): Promise<Pm2Process> {
+    const found = (await this.list()).find((p) => p.name === name);
+    if (!found) throw new Error(`pm2 has no app ${name}`);
+    return found;
+  }
+
+  /** Stops the daemon and every app it runs, and removes PM2_HOME. */
+  async kill(): Promise<void> {
+    await this.run('kill');
+    rmSync(this.home, { recursive: true, force: true });
+  }
+}

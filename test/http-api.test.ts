@@ -1,0 +1,118 @@
+import assert from 'node:assert/strict';
+import { createServer, request, type Server } from 'node:http';
+import { after, before, describe, it } from 'node:test';
+import { openDatabase, type Db } from '../shared/db/open-database.js';
+import { createDatabase } from '../shared/init-stores.js';
+import { createLogger } from '../shared/logger.js';
+import { createOrderService } from '../shared/orders/order-service.js';
+import { createOrderApi } from '../shared/producer/http-api.js';
+import { count, tempDir } from './helpers/stores.js';
+
+let server: Server;
+let db: Db;
+let dir: string;
+let base: string;
+const logged: string[] = [];
+
+before(async () => {
+  dir = tempDir();
+  createDatabase(dir);
+  db = openDatabase(dir);
+  server = createServer(createOrderApi(createOrderService(db), createLogger('test', (line) => logged.push(line)), { maxBodyBytes: 1024 }));
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+});
+after(() => {
+  server.close();
+  db.close();
+});
+
+async function call(method: string, path: string, body?: string, type = 'application/json') {
+  const response = await fetch(`${base}${path}`, { method, body, headers: body === undefined ? {} : { 'content-type': type } });
+  return { status: response.status, body: await response.json(), headers: response.headers };
+}
+
+const rows = () => [count(dir, 'SELECT COUNT(*) FROM orders'), count(dir, 'SELECT COUNT(*) FROM outbox')];
+
+describe('producer HTTP API', () => {
+  it('POST /orders places an order and its event in one transaction: 201', async () => {
+    const { status, body } = await call('POST', '/orders', '{"sku":"SKU-A","qty":3}');
+    assert.equal(status, 201);
+    assert.equal(body.sku, 'SKU-A');
+    assert.equal(body.qty, 3);
+    assert.equal(body.eventType, 'OrderPlaced');
+    assert.equal(body.seq, 1);
+    assert.match(body.eventId, /^[0-9a-f-]{36}$/);
+    assert.deepEqual((await call('GET', `/orders/${body.orderId}`)).body, { id: body.orderId, sku: 'SKU-A', qty: 3, status: 'PLACED', version: 1 });
+  });
+
+  it('changes the quantity and cancels, each appending the next seq', async () => {
+    const { body: placed } = await call('POST', '/orders', '{"sku":"SKU-B","qty":1}');
+    const changed = await call('POST', `/orders/${placed.orderId}/qty`, '{"qty":4}');
+    assert.equal(changed.status, 200);
+    assert.equal(changed.body.seq, 2);
+    const cancelled = await call('POST', `/orders/${placed.orderId}/cancel`);
+    assert.equal(cancelled.status, 200);
+    assert.deepEqual([cancelled.body.status, cancelled.body.eventType, cancelled.body.seq], ['CANCELLED', 'OrderCancelled', 3]);
+    const twice = await call('POST', `/orders/${placed.orderId}/cancel`);
+    assert.equal(twice.status, 409);
+    assert.match(twice.body.error, /already cancelled/);
+  });
+
+  it('GET /healthz answers 200', async () => {
+    assert.deepEqual(await call('GET', '/healthz').then((r) => [r.status, r.body]), [200, { ok: true }]);
+  });
+
+  const rejected: [string, string, string, string | undefined, number, RegExp, string?][] = [
+    ['qty 0', 'POST', '/orders', '{"sku":"SKU-A","qty":0}', 400, /qty must be a whole number/],
+    ['qty as a fraction', 'POST', '/orders', '{"sku":"SKU-A","qty":1.5}', 400, /qty must be a whole number/],
+    ['qty as a string', 'POST', '/orders', '{"sku":"SKU-A","qty":"2"}', 400, /qty must be a JSON number, got "2"/],
+    ['missing sku', 'POST', '/orders', '{"qty":2}', 400, /sku must be/],
+    ['unknown field', 'POST', '/orders', '{"sku":"SKU-A","qty":2,"price":9}', 400, /unknown field price; allowed: sku, qty/],
+    ['malformed JSON', 'POST', '/orders', '{"sku":', 400, /not valid JSON/],
+    ['JSON array', 'POST', '/orders', '[1]', 400, /must be a JSON object/],
+    ['not JSON content type', 'POST', '/orders', 'sku=A', 415, /content-type: application\/json/, 'application/x-www-form-urlencoded'],
+    ['body too large', 'POST', '/orders', JSON.stringify({ sku: 'SKU-A', qty: 1, pad: 'x'.repeat(2000) }), 413, /larger than 1024 bytes/],
+    ['unknown order', 'GET', '/orders/999', undefined, 404, /no order 999/],
+    ['unknown order, change', 'POST', '/orders/999/qty', '{"qty":2}', 404, /no order 999/],
+    ['bad order id', 'GET', '/orders/abc', undefined, 400, /order id must be a positive whole number/],
+    ['unknown route', 'GET', '/nope', undefined, 404, /no route \/nope/],
+    ['wrong method', 'GET', '/orders', undefined, 405, /use POST on \/orders/],
+  ];
+  for (const [name, method, path, body, status, message, type] of rejected) {
+    it(`${name}: ${status}, nothing written`, async () => {
+      const before = rows();
+      const response = await call(method, path, body, type);
+      assert.equal(response.status, status, JSON.stringify(response.body));
+      assert.match(response.body.error, message);
+      assert.doesNotMatch(JSON.stringify(response.body), /\n\s+at /);
+      assert.deepEqual(rows(), before);
+    });
+  }
+
+  it('a body larger than the limit sent without content-length is cut off with 413', async () => {
+    const status = await new Promise<number>((resolve, reject) => {
+      const req = request(`${base}/orders`, { method: 'POST', headers: { 'content-type': 'application/json', 'transfer-encoding': 'chunked' } }, (res) => {
+        res.resume();
+        resolve(res.statusCode!);
+      });
+      req.on('error', reject);
+      req.write('{"sku":"SKU-A","qty":1,"pad":"');
+      req.write('x'.repeat(4000));
+      req.end('"}');
+    });
+    assert.equal(status, 413);
+  });
+
+  it('an unexpected error is a 500 without details, and is logged', async () => {
+    db.exec('DROP TABLE orders');
+    try {
+      const response = await call('POST', '/orders', '{"sku":"SKU-A","qty":1}');
+      assert.equal(response.status, 500);
+      assert.deepEqual(response.body, { error: 'internal error' });
+      assert.ok(logged.some((line) => /"msg":"request failed"/.test(line)));
+    } finally {
+      db.exec("CREATE TABLE orders (id INTEGER PRIMARY KEY, sku TEXT NOT NULL, qty INTEGER NOT NULL, status TEXT NOT NULL DEFAULT 'PLACED', version INTEGER NOT NULL DEFAULT 1)");
+    }
+  });
+});

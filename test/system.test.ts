@@ -1,0 +1,147 @@
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import type { Redis } from 'ioredis';
+import { runCli, type CliEnv } from './helpers/cli.js';
+import { runLoad } from './helpers/http-load.js';
+import { Pm2 } from './helpers/pm2.js';
+import { freePort, RedisServer, testClient } from './helpers/redis-server.js';
+import { tempDir } from './helpers/stores.js';
+import { waitFor } from './helpers/wait.js';
+
+const APPS = ['outbox-producer', 'outbox-relay', 'outbox-consumer'];
+
+let redis: RedisServer;
+let client: Redis;
+let pm2: Pm2;
+let env: CliEnv;
+let port: number;
+let logDir: string;
+
+/** Waits until the system has drained and `outbox verify` passes; resolves its output. */
+async function verified(timeoutMs = 30_000): Promise<string> {
+  let last = '';
+  await waitFor(
+    async () => {
+      const result = await runCli(['verify'], env);
+      last = result.stdout + result.stderr;
+      return result.code === 0;
+    },
+    { timeoutMs, intervalMs: 250, message: `verify did not pass in time:\n${last}` },
+  ).catch((error) => {
+    throw new Error(`${(error as Error).message}\n${last}`);
+  });
+  return last;
+}
+
+const log = (app: string) => readFileSync(join(logDir, `${app}.log`), 'utf8');
+
+async function restartedAfterKill(name: string): Promise<void> {
+  const before = await pm2.process(name);
+  process.kill(before.pid, 'SIGKILL');
+  await waitFor(
+    async () => {
+      const now = await pm2.process(name);
+      return now.pid !== before.pid && now.pid > 0 && now.pm2_env.status === 'online' && now.pm2_env.restart_time > before.pm2_env.restart_time;
+    },
+    { timeoutMs: 15_000, message: `pm2 did not restart ${name}` },
+  );
+}
+
+before(async () => {
+  // appendonly: stopping Redis for a few seconds must not lose what it held.
+  redis = await RedisServer.start(['--appendonly', 'yes', '--appendfsync', 'everysec']);
+  client = testClient(redis.url);
+  env = { dir: tempDir(), redisUrl: redis.url };
+  port = await freePort();
+  logDir = tempDir();
+  pm2 = new Pm2({
+    OUTBOX_DIR: env.dir,
+    REDIS_URL: redis.url,
+    PORT: String(port),
+    OUTBOX_LOG_DIR: logDir,
+    // Some CPU per event, so that the two handler threads really overlap.
+    OUTBOX_HANDLER_CPU_MS: '0.2',
+  });
+  const started = await pm2.run('start', 'ecosystem.config.cjs');
+  assert.equal(started.code, 0, started.stderr);
+  await waitFor(async () => (await pm2.list()).filter((p) => APPS.includes(p.name) && p.pm2_env.status === 'online').length === 3, {
+    message: 'the three apps did not come online',
+  });
+  await waitFor(() => fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok).catch(() => false), { message: 'producer not listening' });
+});
+
+after(async () => {
+  await pm2?.kill();
+  client?.disconnect();
+  await redis?.destroy();
+});
+
+describe('the system under pm2', () => {
+  it('runs the three apps from ecosystem.config.cjs without a managed Redis when REDIS_URL is set', async () => {
+    assert.deepEqual((await pm2.list()).map((p) => p.name).sort(), [...APPS].sort());
+  });
+
+  it('applies every order placed over HTTP, in order, and verify passes', async () => {
+    const load = await runLoad(port, { durationMs: 2_000 });
+    assert.deepEqual(load.failures, []);
+    assert.ok(load.accepted > 100, `only ${load.accepted} requests`);
+    await verified();
+    assert.equal(await client.hget('outbox:stats', 'parked'), null, 'an event arrived out of order');
+    assert.match(log('outbox-relay'), /"msg":"batch relayed","count":\d+,"firstId":\d+,"lastId":\d+,"durationMs":/);
+    assert.match(log('outbox-consumer'), /"msg":"consumer started"/);
+  });
+
+  it('loses nothing when the relay and the consumer are SIGKILLed mid-flow', async () => {
+    const load = runLoad(port, { durationMs: 6_000 });
+    await waitFor(async () => (await client.hlen('processed')) > 0);
+    await restartedAfterKill('outbox-relay');
+    await restartedAfterKill('outbox-consumer');
+    const { failures } = await load;
+    assert.deepEqual(failures, []);
+    const report = await verified(45_000);
+    assert.match(report, /VERIFY OK/);
+    assert.equal(await client.hget('outbox:stats', 'parked'), null);
+  });
+
+  it('keeps accepting orders while Redis is down for 3 s, and loses nothing once it is back', async () => {
+    const load = runLoad(port, { durationMs: 6_000 });
+    await waitFor(async () => (await client.hlen('processed')) > 0);
+    const processedBefore = await client.hlen('processed');
+    await redis.stop();
+    const stoppedAt = Date.now();
+    await waitFor(() => Date.now() - stoppedAt >= 3_000, { intervalMs: 100 });
+    await redis.resume();
+    const { failures, accepted } = await load;
+    assert.deepEqual(failures, [], 'the producer refused orders while Redis was down');
+    assert.ok(accepted > 0);
+    await verified(45_000);
+    assert.ok((await client.hlen('processed')) > processedBefore);
+    assert.match(log('outbox-relay'), /"msg":"redis connection lost, reconnecting"/);
+    assert.match(log('outbox-relay'), /"msg":"redis reconnected"/);
+  });
+
+  it('stops gracefully on SIGINT (pm2 stop) and hands back what it had not handled', async () => {
+    const stopped = await pm2.run('stop', 'outbox-consumer');
+    assert.equal(stopped.code, 0);
+    assert.match(log('outbox-consumer'), /"msg":"consumer stopped",.*"handedBack":\d+/);
+    assert.match(log('outbox-consumer'), /"msg":"stopped","reason":"SIGINT"/);
+    assert.deepEqual(await client.keys('outbox.events:processing:*').then((keys) => Promise.all(keys.map((k) => client.llen(k)))).then((l) => l.filter(Boolean)), []);
+    await pm2.run('start', 'outbox-consumer');
+    await waitFor(async () => (await pm2.process('outbox-consumer')).pm2_env.status === 'online');
+  });
+
+  it('outbox status shows the system on one screen, and as JSON', async () => {
+    const text = await runCli(['status'], env);
+    assert.equal(text.code, 0, text.stderr);
+    assert.match(text.stdout, /^outbox +pending \d+/m);
+    assert.match(text.stdout, /^relay +last job .* ago: \d+ events in \d+ batches/m);
+    const json = await runCli(['status', '--json'], env);
+    const status = JSON.parse(json.stdout);
+    for (const key of ['pending', 'oldestPendingAgeMs', 'queued', 'processing', 'processed', 'parked', 'deadLettered', 'relayLastRun']) {
+      assert.ok(key in status, key);
+    }
+    assert.ok(status.processed > 0);
+  });
+});
