@@ -1,0 +1,152 @@
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { createLogger } from '../shared/logger.js';
+import { RELAY_QUEUE } from '../shared/relay/relay-worker.js';
+import { useHarness } from './helpers/harness.js';
+import { REPO_ROOT } from './helpers/pm2.js';
+import { count } from './helpers/stores.js';
+import { waitFor } from './helpers/wait.js';
+
+const h = useHarness();
+
+interface App {
+  child: ChildProcess;
+  output: () => string;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+function startApp(script: string, args: string[] = [], env: Record<string, string> = {}): App {
+  const child = spawn(process.execPath, [join(REPO_ROOT, script), ...args], {
+    env: { ...process.env, OUTBOX_DIR: h.env.dir, REDIS_URL: h.env.redisUrl, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout!.on('data', (chunk) => (output += chunk));
+  child.stderr!.on('data', (chunk) => (output += chunk));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.on('exit', (code, signal) => resolve({ code, signal })),
+  );
+  return { child, output: () => output, exited };
+}
+
+const RELAY = 'dist/apps/relay/main.js';
+const FAST = ['--every', '300', '--slice', '300'];
+
+async function stop(app: App, signal: NodeJS.Signals = 'SIGTERM') {
+  if (app.child.exitCode === null && app.child.signalCode === null) app.child.kill(signal);
+  return app.exited;
+}
+
+describe('relay app (BullMQ)', () => {
+  it('two relay processes never run a pass at the same time, and every row is relayed', async () => {
+    const relays = [startApp(RELAY, FAST), startApp(RELAY, FAST)];
+    const connection = new Redis(h.env.redisUrl, { maxRetriesPerRequest: null });
+    const queue = new Queue(RELAY_QUEUE, { connection });
+    try {
+      await h.cli('place-order', '--count', '50');
+      await waitFor(async () => (await queue.getJobCounts('completed')).completed >= 8, { timeoutMs: 20_000 });
+      await h.cli('place-order', '--count', '50');
+      await waitFor(() => count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'") === 0, { timeoutMs: 10_000 });
+      assert.equal(await queue.getGlobalConcurrency(), 1);
+      const jobs = (await queue.getJobs(['completed'])).sort((a, b) => a.processedOn! - b.processedOn!);
+      for (let i = 1; i < jobs.length; i += 1) {
+        assert.ok(jobs[i].processedOn! >= jobs[i - 1].finishedOn!, `job ${jobs[i].id} started before job ${jobs[i - 1].id} finished`);
+      }
+      const unique = new Set((await h.client.lrange('outbox.events', 0, -1)).map((raw) => JSON.parse(raw).event_id));
+      assert.equal(unique.size, 100);
+      await h.cli('order-check');
+    } finally {
+      await queue.close();
+      connection.disconnect();
+      await Promise.all(relays.map((relay) => stop(relay)));
+    }
+  });
+
+  it('a SIGKILLed relay\'s job is taken over within seconds by another relay', async () => {
+    const first = startApp(RELAY, FAST);
+    await waitFor(() => /"msg":"relay started"/.test(first.output()));
+    const second = startApp(RELAY, FAST);
+    try {
+      await waitFor(() => /"msg":"relay started"/.test(second.output()));
+      first.child.kill('SIGKILL');
+      await first.exited;
+      await h.cli('place-order', '--count', '5');
+      // Default lockDuration 4 s + stalledInterval 2 s: a stalled job is back in well under 15 s.
+      await waitFor(() => count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'") === 0, { timeoutMs: 15_000 });
+      assert.equal(await h.client.llen('outbox.events'), 5);
+    } finally {
+      await stop(second);
+    }
+  });
+
+  it('stops gracefully on SIGTERM and logs JSON lines without the Redis password', async () => {
+    await h.client.config('SET', 'requirepass', 's3cret');
+    try {
+      const url = h.env.redisUrl.replace('redis://', 'redis://:s3cret@');
+      const relay = startApp(RELAY, FAST, { REDIS_URL: url });
+      await waitFor(() => /"msg":"relay started"/.test(relay.output()));
+      const { code } = await stop(relay);
+      assert.equal(code, 0);
+      const lines = relay.output().trim().split('\n').map((line) => JSON.parse(line));
+      assert.deepEqual(lines.map((l) => l.msg).slice(-2), ['shutting down', 'stopped']);
+      assert.ok(lines.every((l) => l.app === 'outbox-relay' && typeof l.time === 'string'));
+      assert.ok(relay.output().includes(':***@127.0.0.1'));
+      assert.doesNotMatch(relay.output(), /s3cret/);
+    } finally {
+      const admin = new Redis(h.env.redisUrl, { password: 's3cret' });
+      await admin.config('SET', 'requirepass', '');
+      admin.disconnect();
+    }
+  });
+
+  it('waits for Redis at start, and stops at once on SIGINT while waiting', async () => {
+    const relay = startApp(RELAY, FAST, { REDIS_URL: 'redis://127.0.0.1:1' });
+    await waitFor(() => /"msg":"redis unavailable, retrying"/.test(relay.output()));
+    const { code } = await stop(relay, 'SIGINT');
+    assert.equal(code, 0);
+  });
+});
+
+describe('shutdown', () => {
+  const FIXTURE = 'dist/test/fixtures/app-with-close.js';
+
+  it('closes and exits 0 on SIGTERM', async () => {
+    const app = startApp(FIXTURE, [], { CLOSE: 'ok' });
+    await waitFor(() => app.output().includes('"ready"'));
+    assert.equal((await stop(app)).code, 0);
+    assert.match(app.output(), /"msg":"stopped","reason":"SIGTERM"/);
+  });
+
+  it('exits 1 when closing takes longer than the deadline', async () => {
+    const app = startApp(FIXTURE, [], { CLOSE: 'hang', DEADLINE_MS: '300' });
+    await waitFor(() => app.output().includes('"ready"'));
+    assert.equal((await stop(app)).code, 1);
+    assert.match(app.output(), /"msg":"shutdown deadline passed: exiting with work unfinished"/);
+  });
+
+  it('exits at once on a second signal', async () => {
+    const app = startApp(FIXTURE, [], { CLOSE: 'hang', DEADLINE_MS: '60000' });
+    await waitFor(() => app.output().includes('"ready"'));
+    app.child.kill('SIGINT');
+    await waitFor(() => app.output().includes('"shutting down"'));
+    app.child.kill('SIGINT');
+    assert.equal((await app.exited).code, 130);
+    assert.match(app.output(), /"msg":"second signal: exiting now"/);
+  });
+});
+
+describe('logger', () => {
+  it('writes one JSON object per line and redacts passwords in Redis URLs', () => {
+    const lines: string[] = [];
+    createLogger('x', (line) => lines.push(line)).warn('redis unavailable', { url: 'rediss://user:pw@example:6380', error: new Error('boom') });
+    const entry = JSON.parse(lines[0]);
+    assert.equal(entry.url, 'rediss://user:***@example:6380');
+    assert.equal(entry.error, 'boom');
+    assert.deepEqual(Object.keys(entry).slice(0, 4), ['time', 'level', 'app', 'msg']);
+    assert.ok(lines[0].endsWith('\n'));
+  });
+});
