@@ -83,7 +83,7 @@ export async function runLab(config: OutboxConfig, redis: Redis, io: LabIo): Pro
     show('report.txt');
 
     step('verify: reconcile the two stores');
-    const checks = await verifyStores(db, redis);
+    const { checks } = await verifyStores(db, redis);
     for (const line of formatChecks(checks)) io.log(`   ${line}`);
     return order.violations.length === 0 && dups.duplicates.length > 0 && checks.every((c) => c.status !== 'FAIL');
   } finally {

@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Db } from '../db/open-database.js';
 import { keys } from '../redis/keys.js';
+import { readList } from '../redis/read-list.js';
 
 export interface InvariantCheck {
   name: string;
@@ -32,19 +33,77 @@ async function hashValues(redis: Redis, key: string, fields: string[]): Promise<
   return (await Promise.all(chunks)).flat();
 }
 
-async function processingListLengths(redis: Redis): Promise<number> {
-  let total = 0;
-  for await (const batch of redis.scanStream({ match: keys.processingPattern, count: 1000 })) {
-    for (const key of batch as string[]) total += await redis.llen(key);
+function eventIdOf(message: string): string | undefined {
+  try {
+    const id = (JSON.parse(message) as { event_id?: unknown }).event_id;
+    return typeof id === 'string' ? id : undefined;
+  } catch {
+    return undefined;
   }
-  return total;
+}
+
+/** Event ids still on their way: queued, in a processing list or parked. */
+async function inFlight(redis: Redis): Promise<{ ids: Set<string>; queued: number; processing: number; parked: number }> {
+  const ids = new Set<string>();
+  const add = (message: string) => {
+    const id = eventIdOf(message);
+    if (id) ids.add(id);
+  };
+  let queued = 0;
+  let processing = 0;
+  for await (const message of readList(redis, keys.events)) {
+    queued += 1;
+    add(message);
+  }
+  for await (const batch of redis.scanStream({ match: keys.processingPattern, count: 1000 })) {
+    for (const key of batch as string[]) {
+      for await (const message of readList(redis, key)) {
+        processing += 1;
+        add(message);
+      }
+    }
+  }
+  const parked = await redis.hvals(keys.parked);
+  for (const envelope of parked) add((JSON.parse(envelope) as { message: string }).message);
+  return { ids, queued, processing, parked: parked.length };
+}
+
+/** Aggregates whose events were applied in another order than their seq (by the recorded applyOrder). */
+function outOfOrder(events: { aggregate_id: number; seq: number }[], processed: (string | null)[]): string[] {
+  const last = new Map<number, number>();
+  const broken = new Set<number>();
+  events.forEach((event, i) => {
+    const value = processed[i];
+    if (value === null) return;
+    const order = (JSON.parse(value) as { applyOrder?: number }).applyOrder ?? 0;
+    if (order <= (last.get(event.aggregate_id) ?? 0)) broken.add(event.aggregate_id);
+    last.set(event.aggregate_id, order);
+  });
+  return [...broken].map((id) => `aggregate ${id}`);
+}
+
+export interface Ledger {
+  checks: InvariantCheck[];
+  /** Outbox events that were never applied and are nowhere in Redis: what `--repair` republishes. */
+  lost: string[];
+  figures: {
+    orders: number;
+    outbox: number;
+    processedUnique: number;
+    lost: number;
+    outOfOrder: number;
+    inventoryMismatches: number;
+    parked: number;
+    deadLettered: number;
+    inFlight: number;
+  };
 }
 
 /**
  * Reconciles SQLite (the source of truth) with what the consumer applied in Redis. Meaningful when
  * the system is quiescent: while events are still in flight, the delivery checks fail by design.
  */
-export async function verifyStores(db: Db, redis: Redis): Promise<InvariantCheck[]> {
+export async function verifyStores(db: Db, redis: Redis): Promise<Ledger> {
   const incomplete = db
     .prepare<[], { id: number }>(
       `SELECT o.id FROM orders o
@@ -56,7 +115,9 @@ export async function verifyStores(db: Db, redis: Redis): Promise<InvariantCheck
     .prepare<[], { event_id: string }>('SELECT event_id FROM outbox e WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = e.aggregate_id)')
     .all();
   const pending = db.prepare<[], { id: number }>("SELECT id FROM outbox WHERE status = 'PENDING' ORDER BY id").all();
-  const eventIds = db.prepare<[], { event_id: string }>('SELECT event_id FROM outbox ORDER BY id').pluck().all() as unknown as string[];
+  // Ordered by aggregate and seq, for the out-of-order check.
+  const events = db.prepare<[], { event_id: string; aggregate_id: number; seq: number }>('SELECT event_id, aggregate_id, seq FROM outbox ORDER BY aggregate_id, seq').all();
+  const eventIds = events.map((e) => e.event_id);
   const orders = db.prepare<[], { id: number; version: number }>('SELECT id, version FROM orders ORDER BY id').all();
   const reservedBySku = new Map(
     db
@@ -65,36 +126,51 @@ export async function verifyStores(db: Db, redis: Redis): Promise<InvariantCheck
       .map((row) => [row.sku, row.qty]),
   );
 
-  const [processedCount, processed, appliedSeqs, inventory, parked, dead, queued, inFlight] = await Promise.all([
+  const [processedCount, processed, appliedSeqs, inventory, dead, flight] = await Promise.all([
     redis.hlen(keys.processed),
     hashValues(redis, keys.processed, eventIds),
     hashValues(redis, keys.appliedSeq, orders.map((o) => String(o.id))),
     redis.hgetall(keys.inventory),
-    redis.hlen(keys.parked),
     redis.llen(keys.deadLetter),
-    redis.llen(keys.events),
-    processingListLengths(redis),
+    inFlight(redis),
   ]);
 
-  const missing = eventIds.filter((_, i) => processed[i] === null);
+  const lost = eventIds.filter((id, i) => processed[i] === null && !flight.ids.has(id));
+  const disordered = outOfOrder(events, processed);
   const seqMismatch = orders.filter((o, i) => Number(appliedSeqs[i] ?? 0) !== o.version).map((o) => `order ${o.id}`);
   const skus = new Set([...reservedBySku.keys(), ...Object.keys(inventory)]);
   const inventoryMismatch = [...skus]
     .filter((sku) => Number(inventory[sku] ?? 0) !== (reservedBySku.get(sku) ?? 0))
     .map((sku) => `${sku}: reserved ${inventory[sku] ?? 0}, orders say ${reservedBySku.get(sku) ?? 0}`);
 
-  return [
+  const checks: InvariantCheck[] = [
     check('orders with missing events', 0, incomplete.length, incomplete.map((o) => `order ${o.id}`)),
     check('events without an order', 0, orphans.length, orphans.map((e) => e.event_id)),
     check('PENDING outbox rows', 0, pending.length, pending.map((p) => `row ${p.id}`)),
     check('processed_unique = outbox rows', eventIds.length, processedCount),
-    check('outbox events never applied (lost)', 0, missing.length, missing),
+    check('events lost (never applied, not in Redis)', 0, lost.length, lost),
+    check('aggregates applied out of seq order', 0, disordered.length, disordered),
     check('aggregates whose applied seq != last seq', 0, seqMismatch.length, seqMismatch),
     check('SKUs whose reserved qty != live orders', 0, inventoryMismatch.length, inventoryMismatch),
-    check('parked events (waiting for a gap)', 0, parked),
+    check('parked events (waiting for a gap)', 0, flight.parked),
     { name: 'dead-lettered entries', expected: '-', actual: String(dead), status: 'info' },
-    { name: 'still queued / in processing lists', expected: '-', actual: `${queued} / ${inFlight}`, status: 'info' },
+    { name: 'still queued / in processing lists', expected: '-', actual: `${flight.queued} / ${flight.processing}`, status: 'info' },
   ];
+  return {
+    checks,
+    lost,
+    figures: {
+      orders: orders.length,
+      outbox: eventIds.length,
+      processedUnique: processedCount,
+      lost: lost.length,
+      outOfOrder: disordered.length,
+      inventoryMismatches: inventoryMismatch.length,
+      parked: flight.parked,
+      deadLettered: dead,
+      inFlight: flight.queued + flight.processing,
+    },
+  };
 }
 
 export function formatChecks(checks: InvariantCheck[]): string[] {

@@ -4,6 +4,7 @@ import type { OutboxEvent } from '../events.js';
 import { MalformedMessageError, parseMessage } from '../parse-message.js';
 import { keys } from '../redis/keys.js';
 import { applyEvent, deadLetter, type ApplyOutcome } from '../redis/scripts.js';
+import { decodeEntry } from './decode-entry.js';
 import { computeEffect, type Effect } from './effect.js';
 
 export interface ConsumerOptions {
@@ -62,7 +63,7 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
   const processingList = keys.processing(consumerId);
 
   /** Dead-letters a message that sits in the processing list. */
-  async function reject(raw: string, reason: string): Promise<Outcome> {
+  async function reject(raw: string | Buffer, reason: string): Promise<Outcome> {
     return (await deadLetter(redis, processingList, raw, reason)) ? 'dead' : 'stale';
   }
 
@@ -88,7 +89,9 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
   }
 
   /** Handles one message that sits in the processing list. */
-  async function handle(raw: string): Promise<Outcome> {
+  async function handle(entry: string | Buffer): Promise<Outcome> {
+    const raw = typeof entry === 'string' ? entry : decodeEntry(entry);
+    if (raw === null) return reject(entry, 'not UTF-8 text');
     let event;
     try {
       event = parseMessage(raw);
@@ -99,30 +102,39 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
     return apply(raw, event);
   }
 
-  /** Handles messages in list order: scripts are sent, and so run, in this order. */
-  async function handleAll(raws: string[], stats: ConsumeStats): Promise<void> {
-    const outcomes = await Promise.all(raws.map(handle));
+  /**
+   * Handles messages in list order: every path awaits the same number of steps before its script
+   * is sent, so scripts are sent, and run, in list order.
+   */
+  async function handleAll(raws: Buffer[], stats: ConsumeStats): Promise<void> {
+    const outcomes = await Promise.all(
+      raws.map(async (raw) => {
+        const outcome = await handle(raw);
+        crashPoint('consumer.after-apply', () => `crash point consumer.after-apply: dying after a message was handled (${outcome})`);
+        return outcome;
+      }),
+    );
     stats.received += raws.length;
     for (const outcome of outcomes) stats[STAT_OF[outcome]] += 1;
   }
 
   /** Handles whatever a previous run of this consumer left in its processing list. */
   async function recover(stats: ConsumeStats = emptyStats()): Promise<ConsumeStats> {
-    const leftovers = await redis.lrange(processingList, 0, -1);
+    const leftovers = await redis.lrangeBuffer(processingList, 0, -1);
     stats.recovered += leftovers.length;
     await handleAll(leftovers, stats);
     return stats;
   }
 
   /** Moves up to `batchSize` messages into the processing list; resolves what was moved. */
-  async function take(): Promise<string[]> {
+  async function take(): Promise<Buffer[]> {
     const pipeline = redis.pipeline();
-    for (let i = 0; i < batchSize; i += 1) pipeline.lmove(keys.events, processingList, 'LEFT', 'RIGHT');
+    for (let i = 0; i < batchSize; i += 1) pipeline.lmoveBuffer(keys.events, processingList, 'LEFT', 'RIGHT');
     const replies = (await pipeline.exec()) ?? [];
-    const raws: string[] = [];
+    const raws: Buffer[] = [];
     for (const [error, raw] of replies) {
       if (error) throw error;
-      if (typeof raw === 'string') raws.push(raw);
+      if (raw) raws.push(raw as Buffer);
     }
     return raws;
   }

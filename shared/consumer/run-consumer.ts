@@ -1,10 +1,12 @@
 import type { Redis } from 'ioredis';
+import { crashPoint } from '../crash-point.js';
 import type { OutboxEvent } from '../events.js';
 import type { Logger } from '../logger.js';
 import { MalformedMessageError, parseMessage } from '../parse-message.js';
 import { keys } from '../redis/keys.js';
 import { sleep } from '../sleep.js';
 import { createConsumer, emptyStats, type ConsumerOptions, type Outcome } from './consumer.js';
+import { decodeEntry } from './decode-entry.js';
 
 export interface RunConsumerOptions extends ConsumerOptions {
   consumerId: string;
@@ -37,7 +39,7 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
   let stopping = false;
   let blocking: Redis | undefined;
 
-  function count(outcome: Outcome, raw: string, event?: OutboxEvent): void {
+  function count(outcome: Outcome, raw: string | Buffer, event?: OutboxEvent): void {
     stats.received += 1;
     if (outcome === 'applied') stats.applied += 1;
     else if (outcome === 'duplicate') {
@@ -48,14 +50,15 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
       log.warn('gap: event parked until the missing one arrives', { eventId: event?.eventId, aggregateId: event?.aggregateId, seq: event?.seq });
     } else if (outcome === 'dead') {
       stats.dead += 1;
-      log.warn('dead-lettered', { message: raw.slice(0, 200) });
+      log.warn('dead-lettered', { message: raw.toString().slice(0, 200) });
     } else stats.stale += 1;
   }
 
-  async function process(raw: string, event: OutboxEvent | undefined, reason: string | undefined): Promise<void> {
+  async function process(raw: string | Buffer, event: OutboxEvent | undefined, reason: string | undefined): Promise<void> {
     for (let attempt = 1; ; attempt += 1) {
       try {
-        const outcome = event ? await consumer.apply(raw, event) : await consumer.reject(raw, reason!);
+        const outcome = event ? await consumer.apply(raw as string, event) : await consumer.reject(raw, reason!);
+        crashPoint('consumer.after-apply');
         count(outcome, raw, event);
         return;
       } catch (error) {
@@ -68,14 +71,18 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
   }
 
   /** Queues a message behind the previous one of its aggregate. */
-  function dispatch(raw: string): void {
+  function dispatch(entry: Buffer): void {
+    const text = decodeEntry(entry);
+    const raw = text ?? entry;
     let event: OutboxEvent | undefined;
-    let reason: string | undefined;
-    try {
-      event = parseMessage(raw);
-    } catch (error) {
-      if (!(error instanceof MalformedMessageError)) throw error;
-      reason = error.message;
+    let reason: string | undefined = text === null ? 'not UTF-8 text' : undefined;
+    if (text !== null) {
+      try {
+        event = parseMessage(text);
+      } catch (error) {
+        if (!(error instanceof MalformedMessageError)) throw error;
+        reason = error.message;
+      }
     }
     const key = event ? event.aggregateId : 'malformed';
     inFlight += 1;
@@ -94,20 +101,20 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
 
   /** Dispatches what sits in the processing list: at start, and after a failed take. */
   async function resync(): Promise<number> {
-    const leftovers = await redis.lrange(processingList, 0, -1);
+    const leftovers = await redis.lrangeBuffer(processingList, 0, -1);
     // Anything already in flight is acked by then or, dispatched twice, found gone ('stale').
     for (const raw of leftovers) dispatch(raw);
     return leftovers.length;
   }
 
-  async function take(blocking: Redis): Promise<string[]> {
-    const first = await blocking.blmove(keys.events, processingList, 'LEFT', 'RIGHT', blockTimeout);
+  async function take(blocking: Redis): Promise<Buffer[]> {
+    const first = await blocking.blmoveBuffer(keys.events, processingList, 'LEFT', 'RIGHT', blockTimeout);
     if (first === null) return [];
     const room = Math.min(takeBatch, maxInFlight - inFlight - 1);
     if (room <= 0) return [first];
     const pipeline = blocking.pipeline();
-    for (let i = 0; i < room; i += 1) pipeline.lmove(keys.events, processingList, 'LEFT', 'RIGHT');
-    const more = ((await pipeline.exec()) ?? []).map(([, raw]) => raw).filter((raw): raw is string => typeof raw === 'string');
+    for (let i = 0; i < room; i += 1) pipeline.lmoveBuffer(keys.events, processingList, 'LEFT', 'RIGHT');
+    const more = ((await pipeline.exec()) ?? []).map(([, raw]) => raw).filter((raw): raw is Buffer => Buffer.isBuffer(raw));
     return [first, ...more];
   }
 
@@ -126,7 +133,9 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
           needResync = false;
         }
         await waitForSlot();
-        for (const raw of await take(blocking)) dispatch(raw);
+        const raws = await take(blocking);
+        if (raws.length > 0) crashPoint('consumer.after-lmove');
+        for (const raw of raws) dispatch(raw);
       } catch (error) {
         blocking?.disconnect();
         blocking = undefined;

@@ -6,10 +6,12 @@ import { keys } from './keys.js';
 const SCRIPT_FILES = {
   applyEvent: 'apply-event-8.lua',
   deadLetter: 'dead-letter-3.lua',
+  requeueDeadLetter: 'requeue-dead-letter-2.lua',
+  requeueParked: 'requeue-parked-2.lua',
 } as const;
 
 type ScriptName = keyof typeof SCRIPT_FILES;
-type Args = (string | number)[];
+type Args = (string | number | Buffer)[];
 
 /** The commands `defineScripts` adds; reached only through the typed wrappers below. */
 type ScriptClient = Record<ScriptName, (...args: Args) => Promise<unknown>>;
@@ -80,7 +82,17 @@ export function applyEvent(redis: Redis, args: ApplyEventArgs): Promise<ApplyOut
 }
 
 /** See lua/dead-letter-3.lua. Resolves true when this call moved the message. */
-export async function deadLetter(redis: Redis, processingList: string, raw: string, reason: string): Promise<boolean> {
+export async function deadLetter(redis: Redis, processingList: string, raw: string | Buffer, reason: string): Promise<boolean> {
   const moved = await client(redis).deadLetter(processingList, keys.deadLetter, keys.stats, raw, reason, Date.now());
   return moved === 1;
+}
+
+/** See lua/requeue-dead-letter-2.lua. Resolves true when this call moved the entry. */
+export async function requeueDeadLetter(redis: Redis, entry: string): Promise<boolean> {
+  return (await client(redis).requeueDeadLetter(keys.deadLetter, keys.events, entry)) === 1;
+}
+
+/** See lua/requeue-parked-2.lua. Resolves true when this call moved the event. */
+export async function requeueParked(redis: Redis, field: string): Promise<boolean> {
+  return (await client(redis).requeueParked(keys.parked, keys.events, field)) === 1;
 }

@@ -38,7 +38,11 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
     "UPDATE outbox SET status = 'PUBLISHED', published_at = ? WHERE id = ? AND status = 'PENDING'",
   );
   const markPublished = db.transaction((rows: OutboxRow[], now: number) => {
-    for (const row of rows) markOne.run(now, row.id);
+    const half = rows.length >> 1;
+    rows.forEach((row, index) => {
+      markOne.run(now, row.id);
+      if (index === half) crashPoint('relay.mid-batch', () => `crash point relay.mid-batch: dying with rows ${rows[0].id}-${row.id} marked, uncommitted`);
+    });
   });
 
   async function push(rows: OutboxRow[]): Promise<void> {

@@ -2,14 +2,17 @@ import type { CommandModule } from 'yargs';
 import * as cancelOrder from './cancel-order.js';
 import * as changeQty from './change-qty.js';
 import * as consume from './consume.js';
+import * as deadLetter from './dead-letter.js';
 import * as dualwrite from './dualwrite.js';
 import * as dupCheck from './dup-check.js';
 import * as init from './init.js';
 import * as lab from './lab.js';
 import * as orderCheck from './order-check.js';
+import * as parked from './parked.js';
 import * as placeOrder from './place-order.js';
 import * as relay from './relay.js';
 import * as relayCrash from './relay-crash.js';
+import * as replay from './replay.js';
 import * as report from './report.js';
 import * as status from './status.js';
 import * as verify from './verify.js';
@@ -29,5 +32,8 @@ export const commands = [
   report,
   verify,
   status,
+  replay,
+  deadLetter,
+  parked,
   lab,
 ] as unknown as CommandModule[];

@@ -18,7 +18,8 @@
     ARGV[4] seq
     ARGV[5] sku
     ARGV[6] inventory delta (integer, may be negative)
-    ARGV[7] processed value (JSON)
+    ARGV[7] processed value: a JSON object, to which the script adds "applyOrder" (the value of the
+            stats hash's 'applied' counter: the global order in which events were applied)
     ARGV[8] dedupe marker TTL in seconds (0 = never expires)
     ARGV[9] now, ms since epoch
 
@@ -70,10 +71,10 @@ if seq > last + 1 then
 end
 
 rcall('HINCRBY', KEYS[5], sku, delta)
-rcall('HSET', KEYS[3], eventId, ARGV[7])
+local applyOrder = rcall('HINCRBY', KEYS[7], 'applied', 1)
+rcall('HSET', KEYS[3], eventId, string.sub(ARGV[7], 1, -2) .. ',"applyOrder":' .. applyOrder .. '}')
 rcall('HSET', KEYS[4], aggregate, seq)
 rcall('HDEL', KEYS[6], parkedField)
-rcall('HINCRBY', KEYS[7], 'applied', 1)
 
 local successorField = aggregate .. ':' .. (seq + 1)
 local successor = rcall('HGET', KEYS[6], successorField)

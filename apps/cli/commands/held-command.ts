@@ -1,0 +1,39 @@
+import type { ArgumentsCamelCase, Argv } from 'yargs';
+import { dropHeld, listHeld, retryHeld, selectHeld, type HeldKind } from '../../../shared/recovery/held-messages.js';
+import { configOf, type GlobalArgs } from '../options.js';
+import { withRedis } from '../stores.js';
+
+interface Args extends GlobalArgs {
+  action: 'list' | 'retry' | 'drop';
+  id: string[];
+  all: boolean;
+  json: boolean;
+}
+
+/** `outbox dead-letter …` and `outbox parked …`: the same three actions on the two holding places. */
+export function heldCommand(kind: HeldKind, what: string, idHelp: string, retryHelp: string) {
+  return {
+    command: `${kind} <action>`,
+    describe: `list, retry or drop ${what}`,
+    builder: (yargs: Argv<GlobalArgs>) =>
+      yargs
+        .positional('action', { choices: ['list', 'retry', 'drop'] as const, describe: `list; retry: ${retryHelp}; drop: delete for good` })
+        .option('id', { type: 'string', array: true, default: [] as string[], describe: idHelp })
+        .option('all', { type: 'boolean', default: false, describe: 'every entry' })
+        .option('json', { type: 'boolean', default: false, describe: 'list as JSON' }),
+    async handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
+      await withRedis(configOf(argv), async (redis) => {
+        if (argv.action === 'list') {
+          const held = await listHeld(redis, kind);
+          if (argv.json) return console.log(JSON.stringify(held.map(({ handle: _, ...h }) => h), null, 2));
+          if (held.length === 0) return console.log(`no ${what}`);
+          for (const h of held) console.log(`${h.id}  ${new Date(h.at).toISOString()}  ${h.reason}  ${h.message.slice(0, 120)}`);
+          return;
+        }
+        const held = await selectHeld(redis, kind, argv.id, argv.all);
+        if (argv.action === 'retry') console.log(`${await retryHeld(redis, kind, held)} ${kind} entr(ies) put back on outbox.events`);
+        else console.log(`${await dropHeld(redis, kind, held)} ${kind} entr(ies) dropped`);
+      });
+    },
+  };
+}
