@@ -102,7 +102,7 @@ describe('outbox report and verify', () => {
     await h.client.hdel('processed', lost);
     const result = await runCli(['verify'], h.env);
     assert.equal(result.code, 1);
-    assert.match(result.stdout, /outbox events never applied \(lost\) +0 +1 +FAIL\n +e\.g\. /);
+    assert.match(result.stdout, /events lost \(never applied, not in Redis\) +0 +1 +FAIL\n +e\.g\. /);
     assert.ok(result.stdout.includes(lost));
     assert.match(result.stdout, /processed_unique = outbox rows +4 +3 +FAIL/);
     assert.match(result.stderr, /^outbox: 2 invariant\(s\) failed$/m);
