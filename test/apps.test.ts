@@ -7,9 +7,9 @@ import { Redis } from 'ioredis';
 import { createLogger } from '../shared/logger.js';
 import { RELAY_QUEUE } from '../shared/relay/relay-worker.js';
 import { useHarness } from './helpers/harness.js';
-import { REPO_ROOT } from './helpers/pm2.js';
+import { REPO_ROOT } from '../shared/local/pm2.js';
 import { count } from './helpers/stores.js';
-import { waitFor } from './helpers/wait.js';
+import { waitFor } from '../shared/local/wait-for.js';
 
 const h = useHarness();
 

@@ -7,9 +7,9 @@ import { connectRedis } from '../shared/redis/connect.js';
 import { createRelay } from '../shared/relay/relay.js';
 import { runCli, startCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
-import { RedisServer, testClient } from './helpers/redis-server.js';
+import { RedisServer, testClient } from '../shared/local/redis-server.js';
 import { readDb } from './helpers/stores.js';
-import { waitFor } from './helpers/wait.js';
+import { waitFor } from '../shared/local/wait-for.js';
 
 const h = useHarness();
 
@@ -137,6 +137,17 @@ describe('outbox consume', () => {
     const result = await h.cli('consume', '--batch-size', '10');
     assert.match(result.stdout, /received 25 \(10 recovered from outbox\.events:processing:cli\): applied 25, duplicates skipped 0/);
     await assertAppliedExactlyOnce(25);
+  });
+
+  it('a consumer killed right after an apply loses nothing and applies nothing twice', async () => {
+    await seedEvents(30);
+    const crashed = await runCli(['consume', '--batch-size', '10'], { ...h.env, env: { OUTBOX_CRASH_POINTS: 'consumer.after-apply' } });
+    assert.equal(crashed.signal, 'SIGKILL');
+    assert.match(crashed.stderr, /crash point consumer\.after-apply/);
+    const applied = await h.client.hlen('processed');
+    assert.ok(applied >= 1 && applied <= 10, `applied ${applied}`);
+    await h.cli('consume', '--batch-size', '10');
+    await assertAppliedExactlyOnce(30);
   });
 
   it('a re-sent apply (reply lost, command replayed) is a no-op', async () => {

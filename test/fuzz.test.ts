@@ -4,8 +4,8 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { seededRandom } from '../shared/random.js';
 import { useHarness } from './helpers/harness.js';
-import { REPO_ROOT } from './helpers/pm2.js';
-import { waitFor } from './helpers/wait.js';
+import { REPO_ROOT } from '../shared/local/pm2.js';
+import { waitFor } from '../shared/local/wait-for.js';
 
 const h = useHarness();
 

@@ -3,10 +3,10 @@ import { spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { REPO_ROOT } from './helpers/pm2.js';
-import { freePort, RedisServer, testClient } from './helpers/redis-server.js';
+import { REPO_ROOT } from '../shared/local/pm2.js';
+import { freePort, RedisServer, testClient } from '../shared/local/redis-server.js';
 import { tempDir } from './helpers/stores.js';
-import { waitFor } from './helpers/wait.js';
+import { waitFor } from '../shared/local/wait-for.js';
 
 const WRAPPER = join(REPO_ROOT, 'dist', 'apps', 'redis', 'main.js');
 

@@ -170,6 +170,17 @@ describe('at-least-once: relay-crash then relay', () => {
     assert.equal(readFileSync(join(h.env.dir, 'atleastonce.out'), 'utf8'), 'NO DUPLICATE\n');
   });
 
+  it('a relay killed mid-batch, inside the UPDATE, leaves every row PENDING: the next relay pushes them again', async () => {
+    await h.cli('place-order', '--count', '6');
+    const crash = await runCli(['relay'], { ...h.env, env: { OUTBOX_CRASH_POINTS: 'relay.mid-batch' } });
+    assert.equal(crash.signal, 'SIGKILL');
+    assert.match(crash.stderr, /crash point relay\.mid-batch: dying with rows 1-4 marked, uncommitted/);
+    assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 6);
+    await h.cli('relay');
+    assert.equal(await h.client.llen('outbox.events'), 12);
+    assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 0);
+  });
+
   it('relay-crash with nothing PENDING does not crash', async () => {
     const result = await runCli(['relay-crash'], h.env);
     assert.equal(result.code, 0);

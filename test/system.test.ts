@@ -5,10 +5,10 @@ import { after, before, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
 import { runCli, type CliEnv } from './helpers/cli.js';
 import { runLoad } from './helpers/http-load.js';
-import { Pm2 } from './helpers/pm2.js';
-import { freePort, RedisServer, testClient } from './helpers/redis-server.js';
+import { Pm2 } from '../shared/local/pm2.js';
+import { freePort, RedisServer, testClient } from '../shared/local/redis-server.js';
 import { tempDir } from './helpers/stores.js';
-import { waitFor } from './helpers/wait.js';
+import { waitFor } from '../shared/local/wait-for.js';
 
 const APPS = ['outbox-producer', 'outbox-relay', 'outbox-consumer'];
 

@@ -1,5 +1,6 @@
 import type { CommandModule } from 'yargs';
 import * as cancelOrder from './cancel-order.js';
+import * as chaos from './chaos.js';
 import * as changeQty from './change-qty.js';
 import * as consume from './consume.js';
 import * as deadLetter from './dead-letter.js';
@@ -35,5 +36,6 @@ export const commands = [
   replay,
   deadLetter,
   parked,
+  chaos,
   lab,
 ] as unknown as CommandModule[];

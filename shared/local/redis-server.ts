@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { createConnection, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { waitFor } from './wait.js';
+import { waitFor } from './wait-for.js';
 
 export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -34,7 +34,7 @@ function ping(port: number): Promise<boolean> {
   });
 }
 
-/** A private redis-server on a free port, which a test may stop and start again. */
+/** A private redis-server on a free port (tests, `outbox chaos`), which may be stopped and started again. */
 export class RedisServer {
   private process?: ChildProcess;
 
@@ -48,8 +48,8 @@ export class RedisServer {
     return `redis://127.0.0.1:${this.port}`;
   }
 
-  static async start(extraArgs: string[] = []): Promise<RedisServer> {
-    const server = new RedisServer(await freePort(), mkdtempSync(join(tmpdir(), 'outbox-redis-')), extraArgs);
+  static async start(extraArgs: string[] = [], dataDir = mkdtempSync(join(tmpdir(), 'outbox-redis-'))): Promise<RedisServer> {
+    const server = new RedisServer(await freePort(), dataDir, extraArgs);
     await server.resume();
     return server;
   }
@@ -75,7 +75,7 @@ export class RedisServer {
   }
 }
 
-/** A client for assertions; it stays quiet (and reconnects) while a test has the server stopped. */
+/** A plain client that stays quiet (and reconnects) while the server is stopped. */
 export function testClient(url: string): Redis {
   const client = new Redis(url);
   client.on('error', () => {});

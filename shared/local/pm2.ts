@@ -2,10 +2,11 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
+/** The project root (this file is dist/shared/local/pm2.js once built). */
 export const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const PM2_BIN = fileURLToPath(new URL('../../../node_modules/pm2/bin/pm2', import.meta.url));
 
-interface Pm2Process {
+export interface Pm2Process {
   name: string;
   pid: number;
   pm2_env: { status: string; restart_time: number };

@@ -1,0 +1,69 @@
+import { writeFileSync } from 'node:fs';
+import type { ArgumentsCamelCase, Argv } from 'yargs';
+import { parseDuration } from '../../../shared/chaos/duration.js';
+import { formatChaos } from '../../../shared/chaos/format-chaos.js';
+import { CHAOS_TARGETS, runChaos, type ChaosTarget } from '../../../shared/chaos/run-chaos.js';
+import { CheckFailedError } from '../../../shared/errors/check-failed-error.js';
+import { InvalidInputError } from '../../../shared/errors/invalid-input-error.js';
+import { parseCount } from '../../../shared/orders/validate.js';
+import type { GlobalArgs } from '../options.js';
+
+interface Args extends GlobalArgs {
+  duration: string;
+  rate: string;
+  killEvery: string;
+  targets: string;
+  seed: string;
+  json?: string;
+  keep: boolean;
+}
+
+export const command = 'chaos';
+export const describe = 'run the apps under pm2 with faults injected, then prove nothing was lost, doubled or reordered';
+
+export const builder = (yargs: Argv<GlobalArgs>) =>
+  yargs
+    .option('duration', { type: 'string', default: '60s', describe: 'how long traffic runs and faults are injected' })
+    .option('rate', { type: 'string', default: '500', describe: 'order operations per second' })
+    .option('kill-every', { type: 'string', default: '2s', describe: 'mean time between faults' })
+    .option('targets', { type: 'string', default: CHAOS_TARGETS.join(','), describe: 'what to hit: relay,consumer,producer,redis' })
+    .option('seed', { type: 'string', default: '1', describe: 'seed of the fault schedule and the traffic (same seed, same schedule)' })
+    .option('json', { type: 'string', describe: 'also write the figures as JSON to this file' })
+    .option('keep', { type: 'boolean', default: false, describe: 'keep the workspace (data, logs, Redis files) for a look afterwards' });
+
+export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
+  const targets = argv.targets.split(',').map((t) => t.trim()) as ChaosTarget[];
+  const unknown = targets.filter((t) => !CHAOS_TARGETS.includes(t));
+  if (unknown.length > 0 || targets.length === 0) {
+    throw new InvalidInputError(`--targets takes a comma-separated list of ${CHAOS_TARGETS.join(', ')}, got ${JSON.stringify(argv.targets)}`);
+  }
+  const options = {
+    durationMs: parseDuration(argv.duration, '--duration'),
+    rate: parseCount(argv.rate, '--rate', 100_000),
+    killEveryMs: parseDuration(argv.killEvery, '--kill-every'),
+    targets,
+    seed: parseCount(argv.seed, '--seed', 2 ** 31),
+    keep: argv.keep,
+  };
+  if (options.killEveryMs < 100) throw new InvalidInputError('--kill-every must be at least 100ms');
+  const tty = process.stderr.isTTY;
+  let lastLine = 0;
+  const result = await runChaos({
+    ...options,
+    progress: (line) => {
+      if (tty) process.stderr.write(`\r${line.padEnd(110)}`);
+      else if (Date.now() - lastLine >= 5000 || line.startsWith('chaos:')) {
+        lastLine = Date.now();
+        process.stderr.write(`${line}\n`);
+      }
+    },
+  });
+  if (tty) process.stderr.write('\n');
+  console.log(formatChaos(result).join('\n'));
+  if (argv.keep) console.log(`workspace kept: ${result.workspace}`);
+  if (argv.json) {
+    const { ledger: _ledger, workspace: _workspace, ...figures } = result;
+    writeFileSync(argv.json, `${JSON.stringify(figures, null, 2)}\n`);
+  }
+  if (!result.ok) throw new CheckFailedError('an invariant did not hold (see the table above)');
+}

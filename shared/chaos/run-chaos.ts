@@ -1,0 +1,198 @@
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Redis } from 'ioredis';
+import { verifyStores, type Ledger } from '../checks/verify.js';
+import { CRASH_POINTS } from '../crash-point.js';
+import { openDatabase, type Db } from '../db/open-database.js';
+import { freePort, RedisServer } from '../local/redis-server.js';
+import { Pm2 } from '../local/pm2.js';
+import { waitFor } from '../local/wait-for.js';
+import { seededRandom } from '../random.js';
+import { closeRedis, connectRedis } from '../redis/connect.js';
+import { keys } from '../redis/keys.js';
+import { sleep } from '../sleep.js';
+import { collectStatus } from '../status.js';
+
+export const CHAOS_TARGETS = ['relay', 'consumer', 'producer', 'redis'] as const;
+export type ChaosTarget = (typeof CHAOS_TARGETS)[number];
+
+export interface ChaosOptions {
+  /** How long faults are injected while traffic runs (ms). */
+  durationMs: number;
+  /** Order operations per second (the producer's traffic generator). */
+  rate: number;
+  /** Mean time between faults (ms); each wait is drawn from 0.5x to 1.5x of it. */
+  killEveryMs: number;
+  targets: ChaosTarget[];
+  /** Seed of the fault schedule and of the traffic. */
+  seed: number;
+  /** How long Redis stays down per fault (ms). Default 3000: "the broker wobbles for 3 seconds". */
+  redisDownMs?: number;
+  /** How long the system may take to drain after traffic stops (ms). Default 60000. */
+  drainTimeoutMs?: number;
+  /** Keep the workspace (data, logs, Redis files) instead of deleting it. */
+  keep?: boolean;
+  progress?: (line: string) => void;
+}
+
+export interface ChaosResult {
+  seed: number;
+  durationMs: number;
+  rate: number;
+  /** Faults that took effect, by kind: "kill <app>", "crash <point>", "redis down". */
+  faults: Record<string, number>;
+  orders: number;
+  outboxRows: number;
+  enqueued: number;
+  processedUnique: number;
+  duplicatesAbsorbed: number;
+  /** Effects applied beyond one per event: the consumer's `applied` counter minus processed_unique. */
+  appliedTwice: number;
+  lost: number;
+  outOfOrder: number;
+  inventoryMismatches: number;
+  parked: number;
+  deadLettered: number;
+  maxPendingAgeMs: number;
+  drainMs: number | null;
+  ok: boolean;
+  workspace: string;
+  ledger: Ledger['checks'];
+}
+
+const APP_OF: Record<Exclude<ChaosTarget, 'redis'>, string> = {
+  relay: 'outbox-relay',
+  consumer: 'outbox-consumer',
+  producer: 'outbox-producer',
+};
+
+/**
+ * Runs the real apps under pm2 against a private, fully durable Redis, generates traffic, injects
+ * seeded faults, then stops traffic, lets the system drain and reconciles the stores.
+ */
+export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
+  const progress = options.progress ?? (() => {});
+  const random = seededRandom(options.seed);
+  const workspace = mkdtempSync(join(tmpdir(), 'outbox-chaos-'));
+  const dataDir = join(workspace, 'data');
+  const crashLog = join(workspace, 'crash-points.log');
+  mkdirSync(join(workspace, 'redis'), { recursive: true });
+  const redis = await RedisServer.start(['--appendonly', 'yes', '--appendfsync', 'always'], join(workspace, 'redis'));
+  const port = await freePort();
+  const pm2 = new Pm2({
+    OUTBOX_DIR: dataDir,
+    REDIS_URL: redis.url,
+    PORT: String(port),
+    OUTBOX_LOG_DIR: join(workspace, 'logs'),
+    OUTBOX_RATE: String(options.rate),
+    OUTBOX_SEED: String(options.seed),
+    OUTBOX_CRASH_POINTS: CRASH_POINTS.join(','),
+    OUTBOX_CRASH_MODE: 'armed',
+    OUTBOX_CRASH_LOG: crashLog,
+  });
+  const faults: Record<string, number> = {};
+  const count = (kind: string) => (faults[kind] = (faults[kind] ?? 0) + 1);
+  let client: Redis | undefined;
+  let db: Db | undefined;
+  try {
+    const started = await pm2.run('start', 'ecosystem.config.cjs');
+    if (started.code !== 0) throw new Error(`pm2 start failed: ${started.stderr || started.stdout}`);
+    await waitFor(async () => (await pm2.list()).filter((p) => p.pm2_env.status === 'online').length === 3, {
+      timeoutMs: 20_000,
+      message: 'the apps did not come online',
+    });
+    await waitFor(() => existsSync(join(dataDir, 'app.db')), { message: 'the producer did not create app.db' });
+    db = openDatabase(dataDir);
+    client = await connectRedis(redis.url, { reconnect: true, name: 'outbox-chaos' });
+
+    let maxPendingAgeMs = 0;
+    const startedAt = Date.now();
+    const sample = async () => {
+      const status = await collectStatus(db!, client!).catch(() => undefined);
+      if (!status) return;
+      maxPendingAgeMs = Math.max(maxPendingAgeMs, status.oldestPendingAgeMs ?? 0);
+      const injected = Object.values(faults).reduce((a, b) => a + b, 0);
+      progress(
+        `chaos ${Math.round((Date.now() - startedAt) / 1000)}s/${Math.round(options.durationMs / 1000)}s  faults ${injected}  ` +
+          `outbox rows ${db!.prepare('SELECT COUNT(*) AS n FROM outbox').pluck().get()}  processed ${status.processed}  pending ${status.pending}  queued ${status.queued}`,
+      );
+    };
+    const sampler = setInterval(() => void sample(), 1000);
+
+    try {
+      while (Date.now() - startedAt < options.durationMs) {
+        await sleep(options.killEveryMs * (0.5 + random()));
+        if (Date.now() - startedAt >= options.durationMs) break;
+        const target = options.targets[Math.floor(random() * options.targets.length)];
+        if (target === 'redis') {
+          await redis.stop(random() < 0.5 ? 'SIGKILL' : 'SIGTERM');
+          count('redis down');
+          await sleep(options.redisDownMs ?? 3000);
+          await redis.resume();
+          continue;
+        }
+        const app = (await pm2.list()).find((p) => p.name === APP_OF[target]);
+        if (!app || app.pm2_env.status !== 'online' || !app.pid) continue;
+        if (random() < 0.5) {
+          process.kill(app.pid, 'SIGKILL');
+          count(`kill ${target}`);
+        } else {
+          // Armed: the app dies at the next crash point it reaches (counted from the crash log).
+          process.kill(app.pid, 'SIGUSR2');
+        }
+      }
+    } finally {
+      clearInterval(sampler);
+    }
+
+    progress('chaos: traffic stopped, draining');
+    await pm2.run('stop', APP_OF.producer);
+    const drainStarted = Date.now();
+    let ledger = await verifyStores(db, client);
+    let drainMs: number | null = null;
+    while (Date.now() - drainStarted < (options.drainTimeoutMs ?? 60_000)) {
+      ledger = await verifyStores(db, client);
+      if (ledger.checks.every((c) => c.status !== 'FAIL')) {
+        drainMs = Date.now() - drainStarted;
+        break;
+      }
+      await sleep(500);
+    }
+
+    if (existsSync(crashLog)) {
+      for (const point of readFileSync(crashLog, 'utf8').split('\n').filter(Boolean)) count(`crash ${point}`);
+    }
+    const stats = await client.hgetall(keys.stats);
+    const enqueued = Number((await client.get(keys.enqueued)) ?? 0);
+    const f = ledger.figures;
+    return {
+      seed: options.seed,
+      durationMs: options.durationMs,
+      rate: options.rate,
+      faults,
+      orders: f.orders,
+      outboxRows: f.outbox,
+      enqueued,
+      processedUnique: f.processedUnique,
+      duplicatesAbsorbed: Number(stats.duplicates ?? 0),
+      appliedTwice: Number(stats.applied ?? 0) - f.processedUnique,
+      lost: f.lost,
+      outOfOrder: f.outOfOrder,
+      inventoryMismatches: f.inventoryMismatches,
+      parked: f.parked,
+      deadLettered: f.deadLettered,
+      maxPendingAgeMs,
+      drainMs,
+      ok: drainMs !== null && Number(stats.applied ?? 0) === f.processedUnique,
+      workspace,
+      ledger: ledger.checks,
+    };
+  } finally {
+    if (client) await closeRedis(client);
+    db?.close();
+    await pm2.kill();
+    await redis.stop();
+    if (!options.keep) rmSync(workspace, { recursive: true, force: true });
+  }
+}

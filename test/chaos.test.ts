@@ -1,0 +1,39 @@
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { runCli } from './helpers/cli.js';
+import { tempDir } from './helpers/stores.js';
+
+// outbox chaos brings its own redis-server and pm2 home; these settings only point elsewhere.
+const env = { dir: '/nonexistent', redisUrl: 'redis://127.0.0.1:1' };
+
+describe('outbox chaos', () => {
+  it('a short run with every kind of fault ends with every invariant holding', async () => {
+    const json = join(tempDir(), 'chaos.json');
+    const result = await runCli(['chaos', '--duration', '20s', '--rate', '300', '--kill-every', '1500ms', '--seed', '7', '--json', json], env);
+    assert.equal(result.code, 0, result.stdout + result.stderr);
+    assert.match(result.stdout, /CHAOS OK: nothing lost, nothing applied twice, nothing applied out of order/);
+    assert.match(result.stderr, /^chaos \d+s\/20s +faults \d+/m);
+    const figures = JSON.parse(readFileSync(json, 'utf8'));
+    const injected = Object.values(figures.faults as Record<string, number>).reduce((a, b) => a + b, 0);
+    assert.ok(injected >= 3, `only ${injected} faults took effect: ${JSON.stringify(figures.faults)}`);
+    assert.ok(figures.outboxRows > 1000, `only ${figures.outboxRows} events`);
+    assert.equal(figures.processedUnique, figures.outboxRows);
+    assert.ok(figures.enqueued >= figures.outboxRows);
+    for (const key of ['lost', 'appliedTwice', 'outOfOrder', 'inventoryMismatches', 'parked']) assert.equal(figures[key], 0, key);
+    assert.equal(figures.ok, true);
+  });
+
+  for (const [args, message] of [
+    [['--targets', 'relay,database'], /--targets takes a comma-separated list of relay, consumer, producer, redis/],
+    [['--duration', 'forever'], /--duration must be a duration like 60s/],
+    [['--kill-every', '10ms'], /--kill-every must be at least 100ms/],
+  ] as const) {
+    it(`rejects ${args.join(' ')} before starting anything`, async () => {
+      const result = await runCli(['chaos', ...args], env);
+      assert.equal(result.code, 2);
+      assert.match(result.stderr, message);
+    });
+  }
+});
