@@ -22,6 +22,14 @@ export interface RedisConnectOptions {
   log?: Logger;
 }
 
+/** What to do about a failed connection, by its cause. */
+function hint(reason: string): string {
+  if (/WRONGPASS|NOAUTH|invalid password|AUTH/i.test(reason)) return 'check the user and password in --redis / REDIS_URL';
+  if (/certificate|CERT_|self.signed/i.test(reason)) return 'let Node trust the server\'s CA: NODE_EXTRA_CA_CERTS=/path/to/ca.pem';
+  if (/no answer within/.test(reason)) return 'check the host and port, and whether the server expects TLS (rediss://) or not (redis://)';
+  return 'start redis-server or point --redis / REDIS_URL at a running one';
+}
+
 function describe(error: unknown): string {
   if (!error) return 'connection closed';
   const { code, message } = error as { code?: string; message?: string };
@@ -77,9 +85,8 @@ export async function connectRedis(url: string, options: RedisConnectOptions = {
   } catch (error) {
     redis.disconnect();
     if (error instanceof StoreUnavailableError) throw error;
-    throw new StoreUnavailableError(
-      `cannot connect to Redis at ${redactUrl(url)} (${describe(lastError ?? error)}): start redis-server or point --redis / REDIS_URL at a running one`,
-    );
+    const reason = describe(lastError ?? error);
+    throw new StoreUnavailableError(`cannot connect to Redis at ${redactUrl(url)} (${reason}): ${hint(reason)}`);
   } finally {
     clearTimeout(timer);
   }
