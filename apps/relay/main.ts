@@ -3,6 +3,8 @@ import { hideBin } from 'yargs/helpers';
 import { openDatabase } from '../../shared/db/open-database.js';
 import { ensureDatabase } from '../../shared/init-stores.js';
 import { closeRedis, connectUntilReady } from '../../shared/redis/connect.js';
+import { parseDuration } from '../../shared/duration.js';
+import { startPruneWorker } from '../../shared/relay/prune-worker.js';
 import { startRelayWorker } from '../../shared/relay/relay-worker.js';
 import { runApp } from '../../shared/run-app.js';
 import { configOf, globalOptions } from '../cli/options.js';
@@ -15,12 +17,18 @@ const argv = yargs(hideBin(process.argv))
     slice: { type: 'number', default: Number(env.OUTBOX_RELAY_SLICE_MS ?? 1000), describe: 'how long one job relays, ms [env OUTBOX_RELAY_SLICE_MS]' },
     poll: { type: 'number', default: Number(env.OUTBOX_RELAY_POLL_MS ?? 5), describe: 'pause when nothing is PENDING, ms [env OUTBOX_RELAY_POLL_MS]' },
     'batch-size': { type: 'number', default: Number(env.OUTBOX_RELAY_BATCH_SIZE ?? 1000), describe: 'rows per batch [env OUTBOX_RELAY_BATCH_SIZE]' },
+    'prune-older-than': { type: 'string', default: env.OUTBOX_PRUNE_OLDER_THAN, describe: 'prune PUBLISHED rows older than this, e.g. 7d; off when unset [env OUTBOX_PRUNE_OLDER_THAN]' },
+    'prune-every': { type: 'string', default: env.OUTBOX_PRUNE_EVERY ?? '1h', describe: 'how often to prune [env OUTBOX_PRUNE_EVERY]' },
   })
   .strict()
   .parseSync();
 
 runApp('outbox-relay', async (log, signal) => {
   const config = configOf(argv);
+  const pruneOlderThan = argv['prune-older-than'];
+  const pruneSchedule = pruneOlderThan
+    ? { olderThanMs: parseDuration(pruneOlderThan, '--prune-older-than'), everyMs: parseDuration(argv['prune-every'], '--prune-every') }
+    : undefined;
   ensureDatabase(config.dir);
   const db = openDatabase(config.dir);
   const redis = await connectUntilReady(config.redisUrl, { name: 'outbox-relay', log, signal });
@@ -30,8 +38,10 @@ runApp('outbox-relay', async (log, signal) => {
     pollMs: argv.poll,
     batchSize: argv['batch-size'],
   });
-  log.info('relay started', { redis: config.redisUrl, db: `${config.dir}/app.db`, everyMs: argv.every, sliceMs: argv.slice });
+  const pruner = pruneSchedule ? await startPruneWorker(db, config.redisUrl, log, pruneSchedule) : undefined;
+  log.info('relay started', { redis: config.redisUrl, db: `${config.dir}/app.db`, everyMs: argv.every, sliceMs: argv.slice, pruneOlderThan: pruneOlderThan ?? 'off' });
   return async () => {
+    await pruner?.close();
     await worker.close();
     await closeRedis(redis);
     db.close();

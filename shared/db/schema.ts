@@ -1,7 +1,7 @@
 import type { Database } from 'better-sqlite3';
 
 /** Bumped whenever the tables change; `openDatabase` refuses a file with another version. */
-export const SCHEMA_VERSION = 1;
+export const SCHEMA_VERSION = 2;
 
 // `orders.version` is the aggregate's last event seq. Keeping it on the aggregate row (not MAX(seq)
 // over outbox) means seq stays monotonic even after old outbox rows are pruned.
@@ -29,6 +29,13 @@ CREATE TABLE outbox (
 );
 
 CREATE INDEX outbox_pending ON outbox(status) WHERE status = 'PENDING';
+
+-- What outbox prune deleted, per aggregate: always a prefix of its events (seq 1..through_seq).
+CREATE TABLE outbox_pruned (
+  aggregate_id INTEGER PRIMARY KEY,
+  through_seq  INTEGER NOT NULL,
+  events       INTEGER NOT NULL
+);
 `;
 
 /**

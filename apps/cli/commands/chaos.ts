@@ -1,6 +1,6 @@
 import { writeFileSync } from 'node:fs';
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { parseDuration } from '../../../shared/chaos/duration.js';
+import { parseDuration } from '../../../shared/duration.js';
 import { formatChaos } from '../../../shared/chaos/format-chaos.js';
 import { CHAOS_TARGETS, runChaos, type ChaosTarget } from '../../../shared/chaos/run-chaos.js';
 import { CheckFailedError } from '../../../shared/errors/check-failed-error.js';

@@ -11,6 +11,7 @@ import * as lab from './lab.js';
 import * as orderCheck from './order-check.js';
 import * as parked from './parked.js';
 import * as placeOrder from './place-order.js';
+import * as prune from './prune.js';
 import * as relay from './relay.js';
 import * as relayCrash from './relay-crash.js';
 import * as replay from './replay.js';
@@ -36,6 +37,7 @@ export const commands = [
   replay,
   deadLetter,
   parked,
+  prune,
   chaos,
   lab,
 ] as unknown as CommandModule[];

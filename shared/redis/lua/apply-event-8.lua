@@ -19,7 +19,8 @@
     ARGV[5] sku
     ARGV[6] inventory delta (integer, may be negative)
     ARGV[7] processed value: a JSON object, to which the script adds "applyOrder" (the value of the
-            stats hash's 'applied' counter: the global order in which events were applied)
+            stats hash's 'applied' counter: the global order in which events were applied) and
+            "appliedAt" (ARGV[9])
     ARGV[8] dedupe marker TTL in seconds (0 = never expires)
     ARGV[9] now, ms since epoch
 
@@ -72,7 +73,7 @@ end
 
 rcall('HINCRBY', KEYS[5], sku, delta)
 local applyOrder = rcall('HINCRBY', KEYS[7], 'applied', 1)
-rcall('HSET', KEYS[3], eventId, string.sub(ARGV[7], 1, -2) .. ',"applyOrder":' .. applyOrder .. '}')
+rcall('HSET', KEYS[3], eventId, string.sub(ARGV[7], 1, -2) .. ',"applyOrder":' .. applyOrder .. ',"appliedAt":' .. ARGV[9] .. '}')
 rcall('HSET', KEYS[4], aggregate, seq)
 rcall('HDEL', KEYS[6], parkedField)
 

@@ -1,0 +1,27 @@
+export interface Rate {
+  count: number;
+  ms: number;
+  /** count per second */
+  perSecond: number;
+}
+
+export function rate(count: number, ms: number): Rate {
+  return { count, ms, perSecond: ms > 0 ? (count * 1000) / ms : 0 };
+}
+
+/** Times `fn`, which processes `count` items. */
+export async function timed(count: number, fn: () => unknown): Promise<Rate> {
+  const started = performance.now();
+  await fn();
+  return rate(count, performance.now() - started);
+}
+
+/** The median by `perSecond` of several rounds: one slow round (a GC, the other core busy) does not decide. */
+export function median(rounds: Rate[]): Rate {
+  return [...rounds].sort((a, b) => a.perSecond - b.perSecond)[Math.floor(rounds.length / 2)];
+}
+
+export function percentile(sorted: number[], p: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+}

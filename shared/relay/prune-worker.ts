@@ -1,0 +1,46 @@
+import { Queue, Worker } from 'bullmq';
+import { Redis } from 'ioredis';
+import type { Db } from '../db/open-database.js';
+import type { Logger } from '../logger.js';
+import { prune } from '../prune.js';
+
+export const PRUNE_QUEUE = 'outbox-prune';
+
+export interface PruneScheduleOptions {
+  /** Rows older than this (ms) are pruned. */
+  olderThanMs: number;
+  /** How often a prune job runs (ms). */
+  everyMs: number;
+}
+
+/**
+ * The relay app's optional prune schedule, on a queue of its own so that a long prune never holds
+ * up a relay pass. Global concurrency 1: one prune at a time across relay processes.
+ */
+export async function startPruneWorker(db: Db, url: string, log: Logger, options: PruneScheduleOptions) {
+  const connections = [0, 1].map(() => {
+    const connection = new Redis(url, { maxRetriesPerRequest: null });
+    connection.on('error', () => {});
+    return connection;
+  });
+  const queue = new Queue(PRUNE_QUEUE, { connection: connections[0] });
+  await queue.setGlobalConcurrency(1);
+  await queue.upsertJobScheduler('prune', { every: options.everyMs }, { name: 'prune', opts: { removeOnComplete: 10, removeOnFail: 10 } });
+  const worker = new Worker(
+    PRUNE_QUEUE,
+    async () => {
+      const result = await prune(db, options.olderThanMs);
+      if (result.deleted > 0) log.info('outbox pruned', { deleted: result.deleted, batches: result.batches, maxBatchMs: Number(result.maxBatchMs.toFixed(2)) });
+      return result.deleted;
+    },
+    { connection: connections[1], concurrency: 1 },
+  );
+  worker.on('failed', (_job, error) => log.warn('prune job failed', { error: error.message }));
+  return {
+    async close(): Promise<void> {
+      await worker.close();
+      await queue.close();
+      await Promise.all(connections.map((connection) => connection.quit().catch(() => connection.disconnect())));
+    },
+  };
+}
