@@ -174,7 +174,7 @@ describe('at-least-once: relay-crash then relay', () => {
     await h.cli('place-order', '--count', '6');
     const crash = await runCli(['relay'], { ...h.env, env: { OUTBOX_CRASH_POINTS: 'relay.mid-batch' } });
     assert.equal(crash.signal, 'SIGKILL');
-    assert.match(crash.stderr, /crash point relay\.mid-batch: dying with rows 1-4 marked, uncommitted/);
+    assert.match(crash.stderr, /crash point relay\.mid-batch: dying with rows 1-3 marked, uncommitted/);
     assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 6);
     await h.cli('relay');
     assert.equal(await h.client.llen('outbox.events'), 12);

@@ -14,7 +14,7 @@ const argv = yargs(hideBin(process.argv))
   .options({
     ...globalOptions,
     every: { type: 'number', default: Number(env.OUTBOX_RELAY_EVERY_MS ?? 1000), describe: 'scheduler interval, ms [env OUTBOX_RELAY_EVERY_MS]' },
-    slice: { type: 'number', default: Number(env.OUTBOX_RELAY_SLICE_MS ?? 1000), describe: 'how long one job relays, ms [env OUTBOX_RELAY_SLICE_MS]' },
+    slice: { type: 'number', default: Number(env.OUTBOX_RELAY_SLICE_MS ?? 1500), describe: 'how long one job relays, ms [env OUTBOX_RELAY_SLICE_MS]' },
     poll: { type: 'number', default: Number(env.OUTBOX_RELAY_POLL_MS ?? 5), describe: 'pause when nothing is PENDING, ms [env OUTBOX_RELAY_POLL_MS]' },
     'batch-size': { type: 'number', default: Number(env.OUTBOX_RELAY_BATCH_SIZE ?? 1000), describe: 'rows per batch [env OUTBOX_RELAY_BATCH_SIZE]' },
     'prune-older-than': { type: 'string', default: env.OUTBOX_PRUNE_OLDER_THAN, describe: 'prune PUBLISHED rows older than this, e.g. 7d; off when unset [env OUTBOX_PRUNE_OLDER_THAN]' },

@@ -5,6 +5,7 @@ import type { Redis } from 'ioredis';
 import { openDatabase, type Db } from '../db/open-database.js';
 import { createDatabase } from '../init-stores.js';
 import { REPO_ROOT } from '../local/pm2.js';
+import { prune, type PruneResult } from '../prune.js';
 import { keys } from '../redis/keys.js';
 import { createRelay } from '../relay/relay.js';
 import { median, timed, type Rate } from './measure.js';
@@ -29,6 +30,8 @@ export interface GrowthFigures {
   /** One relay poll that finds nothing PENDING, in microseconds. */
   idlePollEmptyUs: number;
   idlePollFullUs: number;
+  /** Pruning the `published` old rows, 1000 per transaction. */
+  prune: PruneResult;
   rssEvents: number;
   relayRss: RssFigures;
   consumerRss: RssFigures;
@@ -104,6 +107,7 @@ export async function benchGrowth(workspace: string, redis: Redis, redisUrl: str
   const full = openDatabase(fullDir);
   let relayEmpty;
   let relayFull;
+  let pruned: PruneResult;
   try {
     const bar = progress(`growth: ${published} PUBLISHED rows`, 2);
     seedPending(empty, pending);
@@ -113,6 +117,9 @@ export async function benchGrowth(workspace: string, redis: Redis, redisUrl: str
     relayEmpty = await relayCost(empty, redis, pending);
     relayFull = await relayCost(full, redis, pending);
     bar.finish();
+    const pruneBar = progress(`prune: ${published} old rows`, published);
+    pruned = await prune(full, 60_000, { onBatch: (deleted) => pruneBar.set(deleted) });
+    pruneBar.finish();
   } finally {
     empty.close();
     full.close();
@@ -140,6 +147,7 @@ export async function benchGrowth(workspace: string, redis: Redis, redisUrl: str
     relayFullTable: relayFull.rate,
     idlePollEmptyUs: relayEmpty.idleUs,
     idlePollFullUs: relayFull.idleUs,
+    prune: pruned!,
     rssEvents,
     relayRss,
     consumerRss,

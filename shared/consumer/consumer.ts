@@ -3,7 +3,7 @@ import { crashPoint } from '../crash-point.js';
 import type { OutboxEvent } from '../events.js';
 import { MalformedMessageError, parseMessage } from '../parse-message.js';
 import { keys } from '../redis/keys.js';
-import { applyEvent, deadLetter, type ApplyOutcome } from '../redis/scripts.js';
+import { applyEvents, deadLetter, defineScripts, take as takeMessages, type ApplyOutcome, type EventToApply } from '../redis/scripts.js';
 import { decodeEntry } from './decode-entry.js';
 import { computeEffect, type Effect } from './effect.js';
 
@@ -34,6 +34,8 @@ export interface ConsumeStats {
   dead: number;
   /** Already acked by an earlier call (a re-sent script): nothing done. */
   stale: number;
+  /** Refused because Redis holds a non-number where a count belongs: left in the processing list. */
+  invalid: number;
 }
 
 const STAT_OF: Record<Outcome, keyof ConsumeStats> = {
@@ -42,12 +44,16 @@ const STAT_OF: Record<Outcome, keyof ConsumeStats> = {
   parked: 'parked',
   dead: 'dead',
   stale: 'stale',
+  invalid: 'invalid',
 };
 
 export const DEFAULT_DEDUPE_TTL_SECONDS = 7 * 24 * 3600;
 
+/** Events per apply-events script call: large enough to amortize the round trip, small enough not to stall Redis. */
+const APPLY_CHUNK = 200;
+
 export function emptyStats(): ConsumeStats {
-  return { received: 0, recovered: 0, applied: 0, duplicates: 0, parked: 0, dead: 0, stale: 0 };
+  return { received: 0, recovered: 0, applied: 0, duplicates: 0, parked: 0, dead: 0, stale: 0, invalid: 0 };
 }
 
 /**
@@ -67,25 +73,23 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
     return (await deadLetter(redis, processingList, raw, reason)) ? 'dead' : 'stale';
   }
 
-  /** Handles one parsed event whose message sits in the processing list. */
-  async function apply(raw: string, event: OutboxEvent): Promise<Outcome> {
+  async function toApply(raw: string, event: OutboxEvent): Promise<EventToApply | string> {
     let effect: Effect;
     try {
       effect = await handler(event);
     } catch (error) {
-      return reject(raw, `handler failed: ${(error as Error).message}`);
+      return `handler failed: ${(error as Error).message}`;
     }
-    return applyEvent(redis, {
-      processingList,
-      raw,
-      eventId: event.eventId,
-      aggregateId: event.aggregateId,
-      seq: event.seq,
-      sku: effect.sku,
-      delta: effect.delta,
-      result: effect.result,
-      dedupeTtlSeconds,
-    });
+    const { eventId, aggregateId, seq } = event;
+    return { raw, eventId, aggregateId, seq, sku: effect.sku, delta: effect.delta, result: effect.result };
+  }
+
+  /** Handles one parsed event whose message sits in the processing list. */
+  async function apply(raw: string, event: OutboxEvent): Promise<Outcome> {
+    const prepared = await toApply(raw, event);
+    if (typeof prepared === 'string') return reject(raw, prepared);
+    const [outcome] = await applyEvents(redis, processingList, [prepared], dedupeTtlSeconds);
+    return outcome;
   }
 
   /** Handles one message that sits in the processing list. */
@@ -103,19 +107,46 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
   }
 
   /**
-   * Handles messages in list order: every path awaits the same number of steps before its script
-   * is sent, so scripts are sent, and run, in list order.
+   * Prepares a round of messages and sends, in list order, what it needs: bad ones are
+   * dead-lettered one by one, good ones are applied by `applyEvents` in chunks that keep list order
+   * (so an aggregate's events stay in order). Resolves once everything is sent, with `answered`
+   * (wrapped, or await would flatten it), which resolves when Redis has answered.
    */
-  async function handleAll(raws: Buffer[], stats: ConsumeStats): Promise<void> {
-    const outcomes = await Promise.all(
-      raws.map(async (raw) => {
-        const outcome = await handle(raw);
-        crashPoint('consumer.after-apply', () => `crash point consumer.after-apply: dying after a message was handled (${outcome})`);
-        return outcome;
-      }),
-    );
-    stats.received += raws.length;
-    for (const outcome of outcomes) stats[STAT_OF[outcome]] += 1;
+  async function sendRound(entries: Buffer[], stats: ConsumeStats): Promise<{ answered: Promise<void> }> {
+    const rejects: [string | Buffer, string][] = [];
+    const batch: EventToApply[] = [];
+    for (const entry of entries) {
+      const raw = decodeEntry(entry);
+      if (raw === null) {
+        rejects.push([entry, 'not UTF-8 text']);
+        continue;
+      }
+      let event;
+      try {
+        event = parseMessage(raw);
+      } catch (error) {
+        if (!(error instanceof MalformedMessageError)) throw error;
+        rejects.push([raw, error.message]);
+        continue;
+      }
+      const prepared = await toApply(raw, event);
+      if (typeof prepared === 'string') rejects.push([raw, prepared]);
+      else batch.push(prepared);
+    }
+    // Everything below is sent synchronously, so rounds cannot interleave.
+    const sent: Promise<Outcome[]>[] = rejects.map(([raw, reason]) => reject(raw, reason).then((outcome) => [outcome]));
+    for (let i = 0; i < batch.length; i += APPLY_CHUNK) sent.push(applyEvents(redis, processingList, batch.slice(i, i + APPLY_CHUNK), dedupeTtlSeconds));
+    const answered = Promise.all(sent).then((results) => {
+      const outcomes = results.flat();
+      if (outcomes.length > 0) crashPoint('consumer.after-apply', () => `crash point consumer.after-apply: dying after ${outcomes.length} messages were handled`);
+      stats.received += entries.length;
+      for (const outcome of outcomes) stats[STAT_OF[outcome]] += 1;
+    });
+    return { answered };
+  }
+
+  async function handleAll(entries: Buffer[], stats: ConsumeStats): Promise<void> {
+    await (await sendRound(entries, stats)).answered;
   }
 
   /** Handles whatever a previous run of this consumer left in its processing list. */
@@ -126,28 +157,40 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
     return stats;
   }
 
-  /** Moves up to `batchSize` messages into the processing list; resolves what was moved. */
-  async function take(): Promise<Buffer[]> {
-    const pipeline = redis.pipeline();
-    for (let i = 0; i < batchSize; i += 1) pipeline.lmoveBuffer(keys.events, processingList, 'LEFT', 'RIGHT');
-    const replies = (await pipeline.exec()) ?? [];
-    const raws: Buffer[] = [];
-    for (const [error, raw] of replies) {
-      if (error) throw error;
-      if (raw) raws.push(raw as Buffer);
-    }
-    return raws;
+  /** Moves up to `batchSize` messages into the processing list (LMOVE each, in one script); resolves what was moved. */
+  function take(connection: Redis): Promise<Buffer[]> {
+    return takeMessages(connection, processingList, batchSize);
   }
 
-  /** Recovers, then consumes until `outbox.events` is empty. */
+  /**
+   * Recovers, then consumes until `outbox.events` is empty. Rounds overlap: the next round is
+   * taken (on a second connection) and parsed while Redis runs the previous round's scripts; the
+   * scripts all go over one connection, in order, so list order is kept.
+   */
   async function drain(onRound?: (stats: ConsumeStats) => void): Promise<ConsumeStats> {
     const stats = await recover();
-    for (;;) {
-      const raws = await take();
-      if (raws.length === 0) return stats;
-      crashPoint('consumer.after-lmove', () => `crash point consumer.after-lmove: dying with ${raws.length} messages in ${processingList}`);
-      await handleAll(raws, stats);
-      onRound?.(stats);
+    const taker = redis.duplicate();
+    taker.on('error', () => {});
+    defineScripts(taker);
+    if (taker.status === 'wait') await taker.connect();
+    let previous: Promise<void> = Promise.resolve();
+    try {
+      for (;;) {
+        const raws = await take(taker);
+        if (raws.length === 0) {
+          // The previous round may have re-queued parked events: only an empty queue after it ends.
+          await previous;
+          if ((await redis.llen(keys.events)) === 0) return stats;
+          continue;
+        }
+        crashPoint('consumer.after-lmove', () => `crash point consumer.after-lmove: dying with ${raws.length} messages in ${processingList}`);
+        const { answered } = await sendRound(raws, stats);
+        await previous;
+        previous = answered.then(() => onRound?.(stats));
+      }
+    } finally {
+      await previous.catch(() => {});
+      taker.disconnect();
     }
   }
 

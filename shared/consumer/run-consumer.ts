@@ -51,6 +51,9 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
     } else if (outcome === 'dead') {
       stats.dead += 1;
       log.warn('dead-lettered', { message: raw.toString().slice(0, 200) });
+    } else if (outcome === 'invalid') {
+      stats.invalid += 1;
+      log.error('event refused: Redis holds a non-number for its aggregate or SKU; left in the processing list', { eventId: event?.eventId });
     } else stats.stale += 1;
   }
 

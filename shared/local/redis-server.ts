@@ -1,6 +1,6 @@
 import { Redis } from 'ioredis';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { createConnection, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -56,9 +56,23 @@ export class RedisServer {
 
   /** Starts the server again on the same port (and, with appendonly, the same data). */
   async resume(): Promise<void> {
+    mkdirSync(this.dataDir, { recursive: true });
     const args = ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', this.dataDir];
-    this.process = spawn('redis-server', [...args, ...this.extraArgs], { stdio: 'ignore' });
-    await waitFor(() => ping(this.port), { message: `redis-server on port ${this.port} did not start` });
+    const child = spawn('redis-server', [...args, ...this.extraArgs], { stdio: ['ignore', 'pipe', 'pipe'] });
+    this.process = child;
+    let output = '';
+    child.stdout!.on('data', (chunk) => (output = (output + chunk).slice(-2000)));
+    child.stderr!.on('data', (chunk) => (output = (output + chunk).slice(-2000)));
+    let failure: Error | undefined;
+    child.once('error', (error) => (failure = error));
+    child.once('exit', (code) => (failure ??= new Error(`redis-server exited with ${code} while starting: ${output.trim().split('\n').pop()}`)));
+    await waitFor(
+      () => {
+        if (failure) throw failure;
+        return ping(this.port);
+      },
+      { message: `redis-server on port ${this.port} did not start` },
+    );
   }
 
   async stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {

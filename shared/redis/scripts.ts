@@ -4,17 +4,18 @@ import { keys } from './keys.js';
 
 /** The Lua scripts in ./lua, named `<name>-<numberOfKeys>.lua`. */
 const SCRIPT_FILES = {
-  applyEvent: 'apply-event-8.lua',
+  applyEvents: 'apply-events-7.lua',
   deadLetter: 'dead-letter-3.lua',
   requeueDeadLetter: 'requeue-dead-letter-2.lua',
   requeueParked: 'requeue-parked-2.lua',
+  take: 'take-2.lua',
 } as const;
 
 type ScriptName = keyof typeof SCRIPT_FILES;
 type Args = (string | number | Buffer)[];
 
 /** The commands `defineScripts` adds; reached only through the typed wrappers below. */
-type ScriptClient = Record<ScriptName, (...args: Args) => Promise<unknown>>;
+type ScriptClient = Record<ScriptName, (...args: Args) => Promise<unknown>> & { takeBuffer: (...args: Args) => Promise<unknown> };
 
 let sources: Record<ScriptName, { lua: string; numberOfKeys: number }> | undefined;
 
@@ -42,43 +43,34 @@ function client(redis: Redis): ScriptClient {
   return redis as unknown as ScriptClient;
 }
 
-export type ApplyOutcome = 'applied' | 'duplicate' | 'parked' | 'stale';
+export type ApplyOutcome = 'applied' | 'duplicate' | 'parked' | 'stale' | 'invalid';
 
-export interface ApplyEventArgs {
-  processingList: string;
+export interface EventToApply {
+  /** The message exactly as it sits in the processing list. */
   raw: string;
   eventId: string;
   aggregateId: number;
   seq: number;
   sku: string;
   delta: number;
-  /** JSON stored in the processed hash. */
+  /** JSON object stored in the processed hash (the script adds applyOrder and appliedAt). */
   result: string;
-  /** Dedupe marker TTL in seconds, 0 for none. */
-  dedupeTtlSeconds: number;
 }
 
-/** See lua/apply-event-8.lua. */
-export function applyEvent(redis: Redis, args: ApplyEventArgs): Promise<ApplyOutcome> {
-  return client(redis).applyEvent(
-    args.processingList,
-    keys.seen(args.eventId),
+/** See lua/apply-events-7.lua: applies `events` in order, resolving one outcome per event. */
+export async function applyEvents(redis: Redis, processingList: string, events: EventToApply[], dedupeTtlSeconds: number): Promise<ApplyOutcome[]> {
+  const args: (string | number)[] = [keys.seen(''), dedupeTtlSeconds, Date.now()];
+  for (const e of events) args.push(e.raw, e.eventId, e.aggregateId, e.seq, e.sku, e.delta, e.result);
+  return (await client(redis).applyEvents(
+    processingList,
     keys.processed,
     keys.appliedSeq,
     keys.inventory,
     keys.parked,
     keys.stats,
     keys.events,
-    args.raw,
-    args.eventId,
-    args.aggregateId,
-    args.seq,
-    args.sku,
-    args.delta,
-    args.result,
-    args.dedupeTtlSeconds,
-    Date.now(),
-  ) as Promise<ApplyOutcome>;
+    ...args,
+  )) as ApplyOutcome[];
 }
 
 /** See lua/dead-letter-3.lua. Resolves true when this call moved the message. */
@@ -95,4 +87,9 @@ export async function requeueDeadLetter(redis: Redis, entry: string): Promise<bo
 /** See lua/requeue-parked-2.lua. Resolves true when this call moved the event. */
 export async function requeueParked(redis: Redis, field: string): Promise<boolean> {
   return (await client(redis).requeueParked(keys.parked, keys.events, field)) === 1;
+}
+
+/** See lua/take-2.lua: moves up to `count` messages to `processingList`, as bytes. */
+export async function take(redis: Redis, processingList: string, count: number): Promise<Buffer[]> {
+  return (await client(redis).takeBuffer(keys.events, processingList, count)) as Buffer[];
 }

@@ -13,8 +13,9 @@ export interface RelayWorkerOptions {
   /** The scheduler makes a relay job this often (ms). Default 1000. */
   everyMs?: number;
   /**
-   * How long one job keeps relaying (ms). Default 1000: with `everyMs` 1000, relaying is
-   * continuous and latency is bound by `pollMs`, not by the scheduler.
+   * How long one job keeps relaying (ms). Default 1500: longer than `everyMs`, so the next job is
+   * already waiting when one ends and relaying is continuous; latency is bound by `pollMs`, not by
+   * the scheduler.
    */
   sliceMs?: number;
   /** Pause when no row is PENDING, within a slice (ms). Default 5. */
@@ -35,7 +36,7 @@ export interface RelayJobResult {
 function withDefaults(options: RelayWorkerOptions): Required<RelayWorkerOptions> {
   return {
     everyMs: options.everyMs ?? 1000,
-    sliceMs: options.sliceMs ?? 1000,
+    sliceMs: options.sliceMs ?? 1500,
     pollMs: options.pollMs ?? 5,
     batchSize: options.batchSize ?? DEFAULT_RELAY_BATCH_SIZE,
     lockDurationMs: options.lockDurationMs ?? 4000,
@@ -75,14 +76,12 @@ export async function startRelayWorker(db: Db, redis: Redis, url: string, log: L
     let events = 0;
     let batches = 0;
     while (Date.now() < deadline && !closing.signal.aborted) {
-      const batch = await relay.relayBatch();
-      if (!batch) {
-        await sleep(config.pollMs, closing.signal);
-        continue;
-      }
-      events += batch.count;
-      batches += 1;
-      log.info('batch relayed', { count: batch.count, firstId: batch.firstId, lastId: batch.lastId, durationMs: Number(batch.durationMs.toFixed(2)) });
+      const pass = await relay.relayAll((batch) => {
+        log.info('batch relayed', { count: batch.count, firstId: batch.firstId, lastId: batch.lastId, durationMs: Number(batch.durationMs.toFixed(2)) });
+      }, deadline);
+      events += pass.events;
+      batches += pass.batches;
+      if (pass.events === 0) await sleep(config.pollMs, closing.signal);
     }
     const durationMs = Date.now() - started;
     await redis.hset(keys.relayLastRun, { at: Date.now(), jobId: job.id ?? '', events, batches, durationMs });

@@ -31,60 +31,85 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
     throw new OutboxError(`relay batch size must be a positive integer, got ${batchSize}`, 2);
   }
   // The partial index holds (status, rowid): WHERE status='PENDING' ORDER BY id reads it in order, no sort.
-  const selectPending = db.prepare<[number], OutboxRow>(
-    "SELECT id, event_id, aggregate_id, seq, event_type, payload FROM outbox WHERE status = 'PENDING' ORDER BY id LIMIT ?",
+  const selectPending = db.prepare<[number, number], OutboxRow>(
+    "SELECT id, event_id, aggregate_id, seq, event_type, payload FROM outbox WHERE status = 'PENDING' AND id > ? ORDER BY id LIMIT ?",
   );
-  const markOne = db.prepare<[number, number]>(
-    "UPDATE outbox SET status = 'PUBLISHED', published_at = ? WHERE id = ? AND status = 'PENDING'",
+  // Exactly the rows of the batch, in one statement. (A range UPDATE could also mark a row that a
+  // concurrent replay set back to PENDING after the SELECT, without pushing it again.)
+  const markRows = db.prepare<[number, string]>(
+    "UPDATE outbox SET status = 'PUBLISHED', published_at = ? WHERE id IN (SELECT value FROM json_each(?)) AND status = 'PENDING'",
   );
   const markPublished = db.transaction((rows: OutboxRow[], now: number) => {
     const half = rows.length >> 1;
-    rows.forEach((row, index) => {
-      markOne.run(now, row.id);
-      if (index === half) crashPoint('relay.mid-batch', () => `crash point relay.mid-batch: dying with rows ${rows[0].id}-${row.id} marked, uncommitted`);
-    });
+    markRows.run(now, JSON.stringify(rows.slice(0, half).map((row) => row.id)));
+    crashPoint('relay.mid-batch', () => `crash point relay.mid-batch: dying with rows ${rows[0].id}-${rows[half - 1]?.id ?? rows[0].id} marked, uncommitted`);
+    markRows.run(now, JSON.stringify(rows.slice(half).map((row) => row.id)));
   });
 
   async function push(rows: OutboxRow[]): Promise<void> {
-    const replies = await redis
-      .multi()
-      .rpush(keys.events, ...rows.map(toMessage))
-      .incrby(keys.enqueued, rows.length)
-      .exec();
-    if (!replies) throw new Error('MULTI was aborted');
-    for (const [error] of replies) if (error) throw error;
+    try {
+      const replies = await redis
+        .multi()
+        .rpush(keys.events, ...rows.map(toMessage))
+        .incrby(keys.enqueued, rows.length)
+        .exec();
+      if (!replies) throw new Error('MULTI was aborted');
+      for (const [error] of replies) if (error) throw error;
+    } catch (error) {
+      const reason = error instanceof Error ? error.message : String(error);
+      throw new OutboxError(`cannot relay outbox rows ${rows[0].id}-${rows[rows.length - 1].id}: ${reason}`, 5);
+    }
+    crashPoint('relay.after-push', () => `crash point relay.after-push: pushed rows ${rows[0].id}-${rows[rows.length - 1].id}, dying before marking them PUBLISHED`);
+  }
+
+  function summary(rows: OutboxRow[], started: number): RelayBatch {
+    return { count: rows.length, firstId: rows[0].id, lastId: rows[rows.length - 1].id, durationMs: performance.now() - started };
   }
 
   /** Relays one batch; resolves null when no row is PENDING. */
   async function relayBatch(): Promise<RelayBatch | null> {
     const started = performance.now();
-    const rows = selectPending.all(batchSize);
+    const rows = selectPending.all(0, batchSize);
     if (rows.length === 0) return null;
-    const firstId = rows[0].id;
-    const lastId = rows[rows.length - 1].id;
-    try {
-      await push(rows);
-    } catch (error) {
-      const reason = error instanceof Error ? error.message : String(error);
-      throw new OutboxError(`cannot relay outbox rows ${firstId}-${lastId}: ${reason}`, 5);
-    }
-    crashPoint('relay.after-push', () => `crash point relay.after-push: pushed rows ${firstId}-${lastId}, dying before marking them PUBLISHED`);
+    await push(rows);
     markPublished.immediate(rows, Date.now());
-    return { count: rows.length, firstId, lastId, durationMs: performance.now() - started };
+    return summary(rows, started);
   }
 
-  /** Relays until no PENDING row is left (or `maxBatches` batches). */
-  async function relayAll(onBatch?: (batch: RelayBatch) => void, maxBatches = Infinity) {
-    let events = 0;
+  /**
+   * Relays until no row is PENDING. Pipelined: once batch N's push is acknowledged, batch N+1 is
+   * read and its push sent, and batch N is marked while that push is in flight. Still, a row is
+   * marked only after its own push was acknowledged, and pushes go out in id order. After
+   * `deadline` (ms since epoch) no new batch is started.
+   */
+  async function relayAll(onBatch?: (batch: RelayBatch) => void, deadline = Infinity): Promise<{ batches: number; events: number }> {
     let batches = 0;
-    while (batches < maxBatches) {
-      const batch = await relayBatch();
-      if (!batch) break;
+    let events = 0;
+    let started = performance.now();
+    let rows = selectPending.all(0, batchSize);
+    if (rows.length === 0) return { batches, events };
+    let pushing: Promise<void> = push(rows);
+    for (;;) {
+      await pushing;
+      const next = Date.now() < deadline ? selectPending.all(rows[rows.length - 1].id, batchSize) : [];
+      const nextStarted = performance.now();
+      if (next.length > 0) {
+        pushing = push(next);
+        // Let ioredis write the next push to the socket before the synchronous UPDATE below.
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      try {
+        markPublished.immediate(rows, Date.now());
+      } finally {
+        if (next.length > 0) pushing.catch(() => {});
+      }
       batches += 1;
-      events += batch.count;
-      onBatch?.(batch);
+      events += rows.length;
+      onBatch?.(summary(rows, started));
+      if (next.length === 0) return { batches, events };
+      rows = next;
+      started = nextStarted;
     }
-    return { batches, events };
   }
 
   return { relayBatch, relayAll };

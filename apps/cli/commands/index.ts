@@ -1,4 +1,5 @@
 import type { CommandModule } from 'yargs';
+import * as bench from './bench.js';
 import * as cancelOrder from './cancel-order.js';
 import * as chaos from './chaos.js';
 import * as changeQty from './change-qty.js';
@@ -39,5 +40,6 @@ export const commands = [
   parked,
   prune,
   chaos,
+  bench,
   lab,
 ] as unknown as CommandModule[];

@@ -1,0 +1,35 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { ArgumentsCamelCase, Argv } from 'yargs';
+import { formatBench } from '../../../shared/bench/format-bench.js';
+import { BENCH_STAGES, FULL, QUICK, runBench, type BenchStage } from '../../../shared/bench/run-bench.js';
+import { InvalidInputError } from '../../../shared/errors/invalid-input-error.js';
+import { REPO_ROOT } from '../../../shared/local/pm2.js';
+import type { GlobalArgs } from '../options.js';
+
+interface Args extends GlobalArgs {
+  only: string;
+  quick: boolean;
+  out: string;
+}
+
+export const command = 'bench';
+export const describe = 'measure each stage against the raw limit and a naive implementation, in one run';
+
+export const builder = (yargs: Argv<GlobalArgs>) =>
+  yargs
+    .option('only', { type: 'string', default: BENCH_STAGES.join(','), describe: `stages to run: ${BENCH_STAGES.join(',')}` })
+    .option('quick', { type: 'boolean', default: false, describe: 'small sizes: a smoke run, not a measurement' })
+    .option('out', { type: 'string', default: join(REPO_ROOT, 'bench', 'results'), describe: 'directory for the JSON figures' });
+
+export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
+  const stages = argv.only.split(',').map((s) => s.trim()) as BenchStage[];
+  const unknown = stages.filter((s) => !BENCH_STAGES.includes(s));
+  if (unknown.length > 0) throw new InvalidInputError(`--only takes ${BENCH_STAGES.join(', ')}, got ${JSON.stringify(argv.only)}`);
+  const result = await runBench(stages, argv.quick ? QUICK : FULL);
+  console.log(formatBench(result).join('\n'));
+  mkdirSync(argv.out, { recursive: true });
+  const file = join(argv.out, `bench-${result.at.replace(/[:.]/g, '-')}.json`);
+  writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
+  console.log(`\n(figures written to ${file})`);
+}

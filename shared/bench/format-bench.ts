@@ -1,0 +1,49 @@
+import type { BenchResult } from './run-bench.js';
+
+type Row = [stage: string, measured: string, target: string, comparedWith: string, ratio: string, met: string];
+
+const n = (value: number, digits = 0) => value.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+const perS = (value: number, unit: string) => `${n(value)} ${unit}/s`;
+const met = (ok: boolean) => (ok ? 'yes' : '**no**');
+
+/** The markdown table of targets, measurements and ratios. */
+export function formatBench(r: BenchResult): string[] {
+  const rows: Row[] = [];
+  const { producer, relay, consumer, growth, e2e } = r;
+  if (producer) {
+    const ratio = producer.perTransaction.perSecond / producer.rawPerTransaction.perSecond;
+    rows.push(['producer, 1 order per transaction', perS(producer.perTransaction.perSecond, 'orders'), '≥ 90 % of raw', `raw better-sqlite3, same 2 INSERTs: ${perS(producer.rawPerTransaction.perSecond, 'orders')}`, `${n(ratio * 100, 1)} %`, met(ratio >= 0.9)]);
+    rows.push(['producer, batch API (1000 per tx)', perS(producer.batch.perSecond, 'orders'), '≥ 50,000 orders/s', '', '', met(producer.batch.perSecond >= 50_000)]);
+  }
+  if (relay) {
+    const vsNaive = relay.relay.perSecond / relay.naive.perSecond;
+    rows.push(['relay', perS(relay.relay.perSecond, 'events'), '≥ 60,000 events/s', `raw pipelined RPUSH: ${perS(relay.rawPush.perSecond, 'events')}`, `${n((relay.relay.perSecond / relay.rawPush.perSecond) * 100, 1)} % of raw`, met(relay.relay.perSecond >= 60_000)]);
+    rows.push(['relay vs naive', perS(relay.relay.perSecond, 'events'), '≥ 25× naive', `naive (row by row): ${perS(relay.naive.perSecond, 'events')}`, `${n(vsNaive, 1)}×`, met(vsNaive >= 25)]);
+  }
+  if (consumer) {
+    const vsNaive = consumer.consumer.perSecond / consumer.naive.perSecond;
+    rows.push([`consumer (${consumer.duplicateShare * 100} % duplicates)`, perS(consumer.consumer.perSecond, 'events'), '≥ 50,000 events/s', '', '', met(consumer.consumer.perSecond >= 50_000)]);
+    rows.push(['consumer vs naive', perS(consumer.consumer.perSecond, 'events'), '≥ 25× naive', `naive (LPOP, SET NX, HSET): ${perS(consumer.naive.perSecond, 'events')}`, `${n(vsNaive, 1)}×`, met(vsNaive >= 25)]);
+  }
+  if (e2e) {
+    rows.push([`end to end under pm2, ${n(e2e.rate)} ops/s`, `p50 ${n(e2e.p50Ms)} ms, p95 ${n(e2e.p95Ms)} ms, p99 ${n(e2e.p99Ms)} ms (max ${n(e2e.maxMs)})`, 'p99 ≤ 50 ms', `${n(e2e.events)} events, commit → effect applied`, '', met(e2e.p99Ms <= 50)]);
+  }
+  if (growth) {
+    const ratio = growth.relayEmptyTable.perSecond / growth.relayFullTable.perSecond;
+    rows.push([`relay pass, 0 vs ${n(growth.published)} PUBLISHED rows`, `${perS(growth.relayFullTable.perSecond, 'events')} with them`, 'within 10 %', `${perS(growth.relayEmptyTable.perSecond, 'events')} without`, `${n(ratio, 2)}× the cost`, met(ratio <= 1.1)]);
+    rows.push([`idle relay poll, 0 vs ${n(growth.published)} rows`, `${n(growth.idlePollFullUs, 1)} µs`, 'flat', `${n(growth.idlePollEmptyUs, 1)} µs`, `${n(growth.idlePollFullUs / growth.idlePollEmptyUs, 2)}×`, met(growth.idlePollFullUs <= growth.idlePollEmptyUs * 1.1)]);
+    for (const [name, rss] of [['relay', growth.relayRss], ['consumer', growth.consumerRss]] as const) {
+      const flat = rss.atEndMb <= rss.at10PercentMb * 1.25;
+      rows.push([`${name} RSS over ${n(growth.rssEvents)} events`, `peak ${n(rss.peakMb)} MiB`, 'flat (end ≤ 1.25× at 10 %)', `at 10 %: ${n(rss.at10PercentMb)} MiB, at the end: ${n(rss.atEndMb)} MiB`, `${n(rss.atEndMb / rss.at10PercentMb, 2)}×`, met(flat)]);
+    }
+    rows.push([`prune ${n(growth.prune.deleted)} rows, 1000 per tx`, perS((growth.prune.deleted * 1000) / growth.prune.ms, 'rows'), 'short transactions', `longest write lock: ${n(growth.prune.maxBatchMs, 1)} ms`, '', '']);
+  }
+  const header: Row = ['stage', 'measured', 'target', 'compared with (same run)', 'ratio', 'met'];
+  return [
+    `outbox bench, ${r.at}, ${r.machine.cpus} × ${r.machine.model}, node ${r.machine.node}`,
+    '',
+    `| ${header.join(' | ')} |`,
+    `|${header.map(() => '---').join('|')}|`,
+    ...rows.map((row) => `| ${row.join(' | ')} |`),
+  ];
+}
