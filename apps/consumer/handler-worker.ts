@@ -1,7 +1,7 @@
-import { computeEffect, type Effect } from '../../shared/consumer/effect.js';
+import { computeEffects, type HandlerResult } from '../../shared/consumer/effect.js';
 import type { OutboxEvent } from '../../shared/events.js';
 
-/** Runs in a piscina worker thread: one event's handler. */
-export default function handle({ event, cpuCostMs }: { event: OutboxEvent; cpuCostMs: number }): Effect {
-  return computeEffect(event, cpuCostMs);
+/** Runs in a piscina worker thread: one lane of events (all of a few aggregates), in order. */
+export default function handle({ events, cpuCostMs }: { events: OutboxEvent[]; cpuCostMs: number }): HandlerResult[] {
+  return computeEffects(events, cpuCostMs);
 }

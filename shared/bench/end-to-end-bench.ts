@@ -17,6 +17,9 @@ export interface EndToEndFigures {
   p95Ms: number;
   p99Ms: number;
   maxMs: number;
+  /** Where the time goes: commit -> published (relay) and published -> applied (consumer), p99. */
+  relayP99Ms: number;
+  consumerP99Ms: number;
 }
 
 const WARM_UP_MS = 2000;
@@ -58,18 +61,24 @@ export async function benchEndToEnd(workspace: string, rate: number, durationMs:
         timeoutMs: 60_000,
         message: 'the system did not drain',
       });
-      const rows = db.prepare<[], { event_id: string; created_at: number }>('SELECT event_id, created_at FROM outbox ORDER BY id').all();
+      const rows = db.prepare<[], { event_id: string; created_at: number; published_at: number }>('SELECT event_id, created_at, published_at FROM outbox ORDER BY id').all();
       const firstAt = rows[0]?.created_at ?? 0;
       const measured = rows.filter((row) => row.created_at >= firstAt + WARM_UP_MS);
       const latencies: number[] = [];
+      const relayLags: number[] = [];
+      const consumerLags: number[] = [];
       for (let i = 0; i < measured.length; i += 1000) {
         const chunk = measured.slice(i, i + 1000);
         const values = await client.hmget(keys.processed, ...chunk.map((row) => row.event_id));
         values.forEach((value, j) => {
-          if (value) latencies.push((JSON.parse(value) as { appliedAt: number }).appliedAt - chunk[j].created_at);
+          if (!value) return;
+          const { appliedAt } = JSON.parse(value) as { appliedAt: number };
+          latencies.push(appliedAt - chunk[j].created_at);
+          relayLags.push(chunk[j].published_at - chunk[j].created_at);
+          consumerLags.push(appliedAt - chunk[j].published_at);
         });
       }
-      latencies.sort((a, b) => a - b);
+      for (const list of [latencies, relayLags, consumerLags]) list.sort((a, b) => a - b);
       bar.finish();
       return {
         rate,
@@ -79,6 +88,8 @@ export async function benchEndToEnd(workspace: string, rate: number, durationMs:
         p95Ms: percentile(latencies, 95),
         p99Ms: percentile(latencies, 99),
         maxMs: latencies[latencies.length - 1] ?? NaN,
+        relayP99Ms: percentile(relayLags, 99),
+        consumerP99Ms: percentile(consumerLags, 99),
       };
     } finally {
       db.close();

@@ -5,7 +5,7 @@ import { MalformedMessageError, parseMessage } from '../parse-message.js';
 import { keys } from '../redis/keys.js';
 import { applyEvents, deadLetter, defineScripts, take as takeMessages, type ApplyOutcome, type EventToApply } from '../redis/scripts.js';
 import { decodeEntry } from './decode-entry.js';
-import { computeEffect, type Effect } from './effect.js';
+import { computeEffects, type HandlerResult } from './effect.js';
 
 export interface ConsumerOptions {
   /**
@@ -17,8 +17,16 @@ export interface ConsumerOptions {
   batchSize?: number;
   /** TTL of the per-event dedupe marker, in seconds; 0 keeps it forever. Default 7 days. */
   dedupeTtlSeconds?: number;
-  /** Computes an event's effect (e.g. on a worker pool). Default: `computeEffect` in this thread. */
-  handler?: (event: OutboxEvent) => Effect | Promise<Effect>;
+  /**
+   * Computes the effects of a lane of events, in order (e.g. on a worker pool). Default:
+   * `computeEffects` in this thread.
+   */
+  handler?: (events: OutboxEvent[]) => HandlerResult[] | Promise<HandlerResult[]>;
+  /**
+   * Lanes a round is split into, by aggregate: lanes run in parallel, the events of one aggregate
+   * always in the same lane, in order. Default 1.
+   */
+  lanes?: number;
 }
 
 export type Outcome = ApplyOutcome | 'dead';
@@ -49,6 +57,15 @@ const STAT_OF: Record<Outcome, keyof ConsumeStats> = {
 
 export const DEFAULT_DEDUPE_TTL_SECONDS = 7 * 24 * 3600;
 
+/** One message of a round and what became of it. */
+export interface Handled {
+  raw: string | Buffer;
+  event?: OutboxEvent;
+  /** Why it was dead-lettered. */
+  reason?: string;
+  outcome?: Outcome;
+}
+
 /** Events per apply-events script call: large enough to amortize the round trip, small enough not to stall Redis. */
 const APPLY_CHUNK = 200;
 
@@ -65,7 +82,8 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
   const consumerId = options.consumerId ?? 'cli';
   const batchSize = options.batchSize ?? 500;
   const dedupeTtlSeconds = options.dedupeTtlSeconds ?? DEFAULT_DEDUPE_TTL_SECONDS;
-  const handler = options.handler ?? computeEffect;
+  const handler = options.handler ?? computeEffects;
+  const lanes = Math.max(1, options.lanes ?? 1);
   const processingList = keys.processing(consumerId);
 
   /** Dead-letters a message that sits in the processing list. */
@@ -73,20 +91,34 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
     return (await deadLetter(redis, processingList, raw, reason)) ? 'dead' : 'stale';
   }
 
-  async function toApply(raw: string, event: OutboxEvent): Promise<EventToApply | string> {
-    let effect: Effect;
-    try {
-      effect = await handler(event);
-    } catch (error) {
-      return `handler failed: ${(error as Error).message}`;
-    }
+  function toApply(raw: string, event: OutboxEvent, result: HandlerResult): EventToApply | string {
+    if ('error' in result) return `handler failed: ${result.error}`;
     const { eventId, aggregateId, seq } = event;
-    return { raw, eventId, aggregateId, seq, sku: effect.sku, delta: effect.delta, result: effect.result };
+    return { raw, eventId, aggregateId, seq, sku: result.sku, delta: result.delta, result: result.result };
+  }
+
+  /** Runs the handler over `events` in lanes by aggregate; resolves one result per event, in order. */
+  async function runHandlers(events: OutboxEvent[]): Promise<HandlerResult[]> {
+    const laneOf = (event: OutboxEvent) => event.aggregateId % lanes;
+    const byLane = Array.from({ length: lanes }, () => [] as OutboxEvent[]);
+    for (const event of events) byLane[laneOf(event)].push(event);
+    const results = await Promise.all(
+      byLane.map(async (lane) => {
+        if (lane.length === 0) return [];
+        try {
+          return await handler(lane);
+        } catch (error) {
+          return lane.map(() => ({ error: (error as Error).message }));
+        }
+      }),
+    );
+    const next = results.map(() => 0);
+    return events.map((event) => results[laneOf(event)][next[laneOf(event)]++]);
   }
 
   /** Handles one parsed event whose message sits in the processing list. */
   async function apply(raw: string, event: OutboxEvent): Promise<Outcome> {
-    const prepared = await toApply(raw, event);
+    const prepared = toApply(raw, event, (await runHandlers([event]))[0]);
     if (typeof prepared === 'string') return reject(raw, prepared);
     const [outcome] = await applyEvents(redis, processingList, [prepared], dedupeTtlSeconds);
     return outcome;
@@ -109,38 +141,49 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
   /**
    * Prepares a round of messages and sends, in list order, what it needs: bad ones are
    * dead-lettered one by one, good ones are applied by `applyEvents` in chunks that keep list order
-   * (so an aggregate's events stay in order). Resolves once everything is sent, with `answered`
-   * (wrapped, or await would flatten it), which resolves when Redis has answered.
+   * (so an aggregate's effects are applied in order). Handlers run in lanes: one after another
+   * within an aggregate, in parallel across lanes. Resolves once everything is sent, with
+   * `answered` (wrapped, or await would flatten it): each message's outcome, once Redis answered.
    */
-  async function sendRound(entries: Buffer[], stats: ConsumeStats): Promise<{ answered: Promise<void> }> {
-    const rejects: [string | Buffer, string][] = [];
-    const batch: EventToApply[] = [];
+  async function sendRound(entries: Buffer[], stats: ConsumeStats): Promise<{ answered: Promise<Handled[]> }> {
+    const parsed: Handled[] = [];
     for (const entry of entries) {
       const raw = decodeEntry(entry);
       if (raw === null) {
-        rejects.push([entry, 'not UTF-8 text']);
+        parsed.push({ raw: entry, reason: 'not UTF-8 text' });
         continue;
       }
-      let event;
       try {
-        event = parseMessage(raw);
+        parsed.push({ raw, event: parseMessage(raw) });
       } catch (error) {
         if (!(error instanceof MalformedMessageError)) throw error;
-        rejects.push([raw, error.message]);
-        continue;
+        parsed.push({ raw, reason: error.message });
       }
-      const prepared = await toApply(raw, event);
-      if (typeof prepared === 'string') rejects.push([raw, prepared]);
-      else batch.push(prepared);
     }
+    const valid = parsed.filter((p) => p.event);
+    const results = await runHandlers(valid.map((p) => p.event!));
+    const resultOf = new Map(valid.map((p, i) => [p, results[i]]));
+    const toSend = parsed.map((p) => (p.event ? toApply(p.raw as string, p.event, resultOf.get(p)!) : undefined));
     // Everything below is sent synchronously, so rounds cannot interleave.
-    const sent: Promise<Outcome[]>[] = rejects.map(([raw, reason]) => reject(raw, reason).then((outcome) => [outcome]));
+    const rejected: Handled[] = [];
+    const applied: Handled[] = [];
+    const batch: EventToApply[] = [];
+    parsed.forEach((p, i) => {
+      const prepared = toSend[i];
+      if (prepared === undefined || typeof prepared === 'string') rejected.push({ ...p, reason: p.reason ?? (prepared as string) });
+      else {
+        applied.push(p);
+        batch.push(prepared);
+      }
+    });
+    const sent: Promise<Outcome[]>[] = rejected.map((p) => reject(p.raw, p.reason!).then((outcome) => [outcome]));
     for (let i = 0; i < batch.length; i += APPLY_CHUNK) sent.push(applyEvents(redis, processingList, batch.slice(i, i + APPLY_CHUNK), dedupeTtlSeconds));
     const answered = Promise.all(sent).then((results) => {
       const outcomes = results.flat();
       if (outcomes.length > 0) crashPoint('consumer.after-apply', () => `crash point consumer.after-apply: dying after ${outcomes.length} messages were handled`);
       stats.received += entries.length;
       for (const outcome of outcomes) stats[STAT_OF[outcome]] += 1;
+      return [...rejected, ...applied].map((p, i) => ({ raw: p.raw, event: p.event, reason: p.reason, outcome: outcomes[i] }));
     });
     return { answered };
   }
@@ -185,8 +228,11 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
         }
         crashPoint('consumer.after-lmove', () => `crash point consumer.after-lmove: dying with ${raws.length} messages in ${processingList}`);
         const { answered } = await sendRound(raws, stats);
+        const current = answered.then(() => onRound?.(stats));
+        // Observed below; without this, a failure of both rounds would leave this one unhandled.
+        current.catch(() => {});
         await previous;
-        previous = answered.then(() => onRound?.(stats));
+        previous = current;
       }
     } finally {
       await previous.catch(() => {});
@@ -194,7 +240,7 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
     }
   }
 
-  return { consumerId, processingList, handle, apply, reject, recover, drain };
+  return { consumerId, processingList, handle, apply, reject, recover, drain, sendRound, take };
 }
 
 export type Consumer = ReturnType<typeof createConsumer>;

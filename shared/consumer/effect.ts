@@ -21,3 +21,17 @@ export function computeEffect(event: OutboxEvent, cpuCostMs = 0): Effect {
   const { sku } = event.payload;
   return { sku, delta, result: JSON.stringify({ type: event.type, aggregateId: event.aggregateId, seq: event.seq, sku, delta }) };
 }
+
+/** A handler's answer for one event: its effect, or why it could not be computed. */
+export type HandlerResult = Effect | { error: string };
+
+/** Runs the handler over a lane of events, in order; one failure does not stop the others. */
+export function computeEffects(events: OutboxEvent[], cpuCostMs = 0): HandlerResult[] {
+  return events.map((event) => {
+    try {
+      return computeEffect(event, cpuCostMs);
+    } catch (error) {
+      return { error: (error as Error).message };
+    }
+  });
+}
