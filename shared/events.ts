@@ -61,3 +61,13 @@ export function inventoryDelta(event: OutboxEvent): number {
       return -event.payload.qty;
   }
 }
+
+/** The event_id of a queue entry, read without checking the rest; undefined when there is none. */
+export function eventIdOf(message: string): string | undefined {
+  try {
+    const id = (JSON.parse(message) as { event_id?: unknown }).event_id;
+    return typeof id === 'string' ? id : undefined;
+  } catch {
+    return undefined;
+  }
+}

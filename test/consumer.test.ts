@@ -144,8 +144,9 @@ describe('outbox consume', () => {
     const crashed = await runCli(['consume', '--batch-size', '10'], { ...h.env, env: { OUTBOX_CRASH_POINTS: 'consumer.after-apply' } });
     assert.equal(crashed.signal, 'SIGKILL');
     assert.match(crashed.stderr, /crash point consumer\.after-apply/);
+    // At most two rounds of --batch-size are in flight when the first one's answer arrives.
     const applied = await h.client.hlen('processed');
-    assert.ok(applied >= 1 && applied <= 10, `applied ${applied}`);
+    assert.ok(applied >= 1 && applied <= 20, `applied ${applied}`);
     await h.cli('consume', '--batch-size', '10');
     await assertAppliedExactlyOnce(30);
   });

@@ -52,7 +52,7 @@ export async function benchConsumer(redis: Redis, events: number, naiveEvents: n
   for (let round = 0; round < ROUNDS; round += 1) {
     await clearConsumerState(redis);
     await fill(redis, messages);
-    const consumer = createConsumer(redis, { consumerId: 'bench', batchSize: 500 });
+    const consumer = createConsumer(redis, { consumerId: 'bench', batchSize: 1000 });
     ours.push(await timed(messages.length, () => consumer.drain((stats) => bar.set(round * messages.length + stats.received))));
     const applied = Number(await redis.hget(keys.stats, 'applied'));
     if (applied !== events) throw new Error(`the consumer applied ${applied} of ${events} unique events`);

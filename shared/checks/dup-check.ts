@@ -1,19 +1,11 @@
 import type { Redis } from 'ioredis';
-import { readList } from '../redis/read-list.js';
+import { eventIdOf } from '../events.js';
 import { keys } from '../redis/keys.js';
+import { readList } from '../redis/read-list.js';
 
 export interface Duplicate {
   eventId: string;
   count: number;
-}
-
-function eventIdOf(raw: string): string | undefined {
-  try {
-    const id = (JSON.parse(raw) as { event_id?: unknown }).event_id;
-    return typeof id === 'string' ? id : undefined;
-  } catch {
-    return undefined;
-  }
 }
 
 /** Reads `outbox.events` without consuming it; resolves every event_id present more than once, in queue order. */

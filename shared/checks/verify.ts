@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Db } from '../db/open-database.js';
+import { eventIdOf } from '../events.js';
 import { keys } from '../redis/keys.js';
 import { readList } from '../redis/read-list.js';
 
@@ -31,15 +32,6 @@ async function hashValues(redis: Redis, key: string, fields: string[]): Promise<
   const chunks: Promise<(string | null)[]>[] = [];
   for (let i = 0; i < fields.length; i += CHUNK) chunks.push(redis.hmget(key, ...fields.slice(i, i + CHUNK)));
   return (await Promise.all(chunks)).flat();
-}
-
-function eventIdOf(message: string): string | undefined {
-  try {
-    const id = (JSON.parse(message) as { event_id?: unknown }).event_id;
-    return typeof id === 'string' ? id : undefined;
-  } catch {
-    return undefined;
-  }
 }
 
 /** Event ids still on their way: queued, in a processing list or parked. */

@@ -13,7 +13,7 @@ export interface ConsumerOptions {
    * its predecessor left there. Default 'cli'.
    */
   consumerId?: string;
-  /** Messages moved (LMOVE, pipelined) per round trip. Default 500. */
+  /** Messages taken (LMOVE each, in one script) per round. Default 1000. */
   batchSize?: number;
   /** TTL of the per-event dedupe marker, in seconds; 0 keeps it forever. Default 7 days. */
   dedupeTtlSeconds?: number;
@@ -80,7 +80,7 @@ export function emptyStats(): ConsumeStats {
  */
 export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
   const consumerId = options.consumerId ?? 'cli';
-  const batchSize = options.batchSize ?? 500;
+  const batchSize = options.batchSize ?? 1000;
   const dedupeTtlSeconds = options.dedupeTtlSeconds ?? DEFAULT_DEDUPE_TTL_SECONDS;
   const handler = options.handler ?? computeEffects;
   const lanes = Math.max(1, options.lanes ?? 1);

@@ -21,7 +21,7 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
       default: 'cli',
       describe: 'names the processing list; a rerun with the same id recovers what a crash left there',
     })
-    .option('batch-size', { type: 'string', default: '500', describe: 'messages moved per round trip' });
+    .option('batch-size', { type: 'string', default: '1000', describe: 'messages taken per round' });
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   if (!/^[A-Za-z0-9._-]{1,64}$/.test(argv.consumerId)) {
