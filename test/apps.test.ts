@@ -111,6 +111,29 @@ describe('relay app (BullMQ)', () => {
   });
 });
 
+describe('consumer app', () => {
+  const event = (aggregateId: number) =>
+    JSON.stringify({ event_id: `orphan-${aggregateId}`, aggregate_id: aggregateId, seq: 1, event_type: 'OrderPlaced', payload: { orderId: aggregateId, sku: 'SKU-O', qty: 1 } });
+
+  it('reclaims the processing list of a consumer that is gone, and leaves a live one alone', async () => {
+    await h.client.rpush('outbox.events:processing:ghost', event(1), event(2));
+    await h.client.rpush('outbox.events:processing:alive', event(3));
+    await h.client.set('outbox:consumer-alive:alive', '1', 'PX', 60_000);
+    const consumer = startApp('dist/apps/consumer/main.js');
+    try {
+      await waitFor(async () => (await h.client.hlen('processed')) === 2, { message: 'the orphaned messages were not applied' });
+      assert.deepEqual((await h.client.hkeys('processed')).sort(), ['orphan-1', 'orphan-2']);
+      assert.equal(await h.client.llen('outbox.events:processing:ghost'), 0);
+      assert.deepEqual(await h.client.lrange('outbox.events:processing:alive', 0, -1), [event(3)]);
+      assert.match(consumer.output(), /"msg":"reclaimed the processing list of a consumer that is gone","processingList":"outbox\.events:processing:ghost","count":2/);
+      assert.equal(await h.client.exists('outbox:consumer-alive:consumer-0'), 1, 'the app keeps its own heartbeat');
+    } finally {
+      await stop(consumer);
+    }
+    assert.equal(await h.client.exists('outbox:consumer-alive:consumer-0'), 0, 'a stopped consumer removes its heartbeat');
+  });
+});
+
 describe('shutdown', () => {
   const FIXTURE = 'dist/test/fixtures/app-with-close.js';
 

@@ -5,6 +5,7 @@ import { MalformedMessageError, parseMessage } from '../parse-message.js';
 import { keys } from '../redis/keys.js';
 import { applyEvents, deadLetter, defineScripts, take as takeMessages, type ApplyOutcome, type EventToApply } from '../redis/scripts.js';
 import { decodeEntry } from './decode-entry.js';
+import { startHeartbeat } from './orphans.js';
 import { computeEffects, type HandlerResult } from './effect.js';
 
 export interface ConsumerOptions {
@@ -211,6 +212,16 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
    * scripts all go over one connection, in order, so list order is kept.
    */
   async function drain(onRound?: (stats: ConsumeStats) => void): Promise<ConsumeStats> {
+    // Alive while it drains, so that a consumer app does not reclaim this processing list.
+    const stopHeartbeat = startHeartbeat(redis, consumerId);
+    try {
+      return await drainRounds(onRound);
+    } finally {
+      await stopHeartbeat();
+    }
+  }
+
+  async function drainRounds(onRound?: (stats: ConsumeStats) => void): Promise<ConsumeStats> {
     const stats = await recover();
     const taker = redis.duplicate();
     taker.on('error', () => {});

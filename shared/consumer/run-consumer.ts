@@ -4,6 +4,7 @@ import type { Logger } from '../logger.js';
 import { keys } from '../redis/keys.js';
 import { sleep } from '../sleep.js';
 import { createConsumer, emptyStats, type ConsumerOptions, type Handled } from './consumer.js';
+import { reclaimOrphans, startHeartbeat } from './orphans.js';
 
 export interface RunConsumerOptions extends ConsumerOptions {
   consumerId: string;
@@ -11,6 +12,8 @@ export interface RunConsumerOptions extends ConsumerOptions {
   blockTimeoutSeconds?: number;
   /** Interval of the throughput log line, ms (0 = never). Default 10000. */
   statsIntervalMs?: number;
+  /** How often to look for processing lists of consumers that are gone, ms. Default 10000. */
+  reclaimEveryMs?: number;
 }
 
 /**
@@ -101,6 +104,12 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
       : undefined;
   statsTimer?.unref();
 
+  const stopHeartbeat = startHeartbeat(redis, options.consumerId);
+  const reclaim = () => reclaimOrphans(redis, options.consumerId, log).catch((error: Error) => log.warn('cannot reclaim orphaned processing lists', { error: error.message }));
+  void reclaim();
+  const reclaimTimer = setInterval(() => void reclaim(), options.reclaimEveryMs ?? 10_000);
+  reclaimTimer.unref();
+
   const loop = takeLoop();
 
   return {
@@ -113,11 +122,13 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
     async stop(): Promise<void> {
       stopping = true;
       if (statsTimer) clearInterval(statsTimer);
+      clearInterval(reclaimTimer);
       blocking?.disconnect();
       await loop;
       await previous;
       let handedBack = 0;
       while ((await redis.lmove(processingList, keys.events, 'RIGHT', 'LEFT')) !== null) handedBack += 1;
+      await stopHeartbeat();
       log.info('consumer stopped', { ...stats, handedBack });
     },
   };

@@ -8,6 +8,8 @@ export const keys = {
   enqueued: 'outbox:enqueued',
   /** List: one consumer's in-flight messages; recovered when that consumer starts again. */
   processing: (consumerId: string) => `outbox.events:processing:${consumerId}`,
+  /** String with a TTL: consumer `consumerId` is alive while it exists. */
+  consumerAlive: (consumerId: string) => `outbox:consumer-alive:${consumerId}`,
   /** Pattern matching every consumer's processing list. */
   processingPattern: 'outbox.events:processing:*',
   /** String, SET NX: the dedupe marker of one event. */

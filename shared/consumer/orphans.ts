@@ -1,0 +1,40 @@
+import type { Redis } from 'ioredis';
+import type { Logger } from '../logger.js';
+import { keys } from '../redis/keys.js';
+
+/** How long a consumer counts as alive after its last heartbeat. */
+export const HEARTBEAT_TTL_MS = 15_000;
+export const HEARTBEAT_EVERY_MS = 3_000;
+
+/** Keeps `outbox:consumer-alive:<id>` alive until the returned function is called. */
+export function startHeartbeat(redis: Redis, consumerId: string): () => Promise<void> {
+  const key = keys.consumerAlive(consumerId);
+  const beat = () => redis.set(key, String(Date.now()), 'PX', HEARTBEAT_TTL_MS).catch(() => {});
+  void beat();
+  const timer = setInterval(() => void beat(), HEARTBEAT_EVERY_MS);
+  timer.unref();
+  return async () => {
+    clearInterval(timer);
+    await redis.del(key).catch(() => {});
+  };
+}
+
+/**
+ * Moves every message of a processing list whose consumer shows no heartbeat back to the head of
+ * the queue, in order (a consumer SIGKILLed and never started again under its id). A consumer that
+ * was only slow finds its messages gone when it applies them ('stale'): duplicates, never loss.
+ */
+export async function reclaimOrphans(redis: Redis, ownId: string, log?: Logger): Promise<number> {
+  let reclaimed = 0;
+  for await (const batch of redis.scanStream({ match: keys.processingPattern, count: 1000 })) {
+    for (const list of batch as string[]) {
+      const owner = list.slice(keys.processing('').length);
+      if (owner === ownId || (await redis.exists(keys.consumerAlive(owner))) === 1) continue;
+      let moved = 0;
+      while ((await redis.lmove(list, keys.events, 'RIGHT', 'LEFT')) !== null) moved += 1;
+      if (moved > 0) log?.warn('reclaimed the processing list of a consumer that is gone', { processingList: list, count: moved });
+      reclaimed += moved;
+    }
+  }
+  return reclaimed;
+}
