@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { createConsumer } from '../shared/consumer/consumer.js';
+import { createConsumer, emptyStats } from '../shared/consumer/consumer.js';
 import { openDatabase } from '../shared/db/open-database.js';
 import { createOrderService } from '../shared/orders/order-service.js';
 import { connectRedis } from '../shared/redis/connect.js';
@@ -157,8 +157,9 @@ describe('outbox consume', () => {
       const consumer = createConsumer(connection, { consumerId: 'replay' });
       const raw = message(1, 1);
       await connection.rpush(consumer.processingList, raw);
-      assert.equal(await consumer.handle(raw), 'applied');
-      assert.equal(await consumer.handle(raw), 'stale');
+      const send = async () => (await (await consumer.sendRound([Buffer.from(raw)], emptyStats())).answered)[0].outcome;
+      assert.equal(await send(), 'applied');
+      assert.equal(await send(), 'stale');
       assert.equal(await h.client.hget('inventory:reserved', 'SKU-X'), '1');
       assert.equal(await h.client.hget('outbox:stats', 'applied'), '1');
     } finally {

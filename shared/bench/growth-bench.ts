@@ -58,7 +58,7 @@ async function relayCost(db: Db, redis: Redis, pending: number) {
   }
   const polls = 2000;
   const idle = await timed(polls, async () => {
-    for (let i = 0; i < polls; i += 1) await relay.relayBatch();
+    for (let i = 0; i < polls; i += 1) await relay.relayAll();
   });
   await redis.del(keys.events);
   return { rate: median(rounds), idleUs: (idle.ms * 1000) / polls };

@@ -117,28 +117,6 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
     return events.map((event) => results[laneOf(event)][next[laneOf(event)]++]);
   }
 
-  /** Handles one parsed event whose message sits in the processing list. */
-  async function apply(raw: string, event: OutboxEvent): Promise<Outcome> {
-    const prepared = toApply(raw, event, (await runHandlers([event]))[0]);
-    if (typeof prepared === 'string') return reject(raw, prepared);
-    const [outcome] = await applyEvents(redis, processingList, [prepared], dedupeTtlSeconds);
-    return outcome;
-  }
-
-  /** Handles one message that sits in the processing list. */
-  async function handle(entry: string | Buffer): Promise<Outcome> {
-    const raw = typeof entry === 'string' ? entry : decodeEntry(entry);
-    if (raw === null) return reject(entry, 'not UTF-8 text');
-    let event;
-    try {
-      event = parseMessage(raw);
-    } catch (error) {
-      if (!(error instanceof MalformedMessageError)) throw error;
-      return reject(raw, error.message);
-    }
-    return apply(raw, event);
-  }
-
   /**
    * Prepares a round of messages and sends, in list order, what it needs: bad ones are
    * dead-lettered one by one, good ones are applied by `applyEvents` in chunks that keep list order
@@ -251,7 +229,7 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
     }
   }
 
-  return { consumerId, processingList, handle, apply, reject, recover, drain, sendRound, take };
+  return { consumerId, processingList, recover, drain, sendRound, take };
 }
 
 export type Consumer = ReturnType<typeof createConsumer>;

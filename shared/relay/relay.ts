@@ -66,16 +66,6 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
     return { count: rows.length, firstId: rows[0].id, lastId: rows[rows.length - 1].id, durationMs: performance.now() - started };
   }
 
-  /** Relays one batch; resolves null when no row is PENDING. */
-  async function relayBatch(): Promise<RelayBatch | null> {
-    const started = performance.now();
-    const rows = selectPending.all(0, batchSize);
-    if (rows.length === 0) return null;
-    await push(rows);
-    markPublished.immediate(rows, Date.now());
-    return summary(rows, started);
-  }
-
   /**
    * Relays until no row is PENDING. Pipelined: once batch N's push is acknowledged, batch N+1 is
    * read and its push sent, and batch N is marked while that push is in flight. Still, a row is
@@ -112,7 +102,7 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
     }
   }
 
-  return { relayBatch, relayAll };
+  return { relayAll };
 }
 
 export type Relay = ReturnType<typeof createRelay>;
