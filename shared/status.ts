@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Db } from './db/open-database.js';
 import { keys } from './redis/keys.js';
+import { processingLists } from './redis/processing-lists.js';
 
 export interface SystemStatus {
   pending: number;
@@ -23,11 +24,9 @@ export async function collectStatus(db: Db, redis: Redis, now = Date.now()): Pro
     .prepare<[], { n: number; oldest: number | null }>("SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM outbox WHERE status = 'PENDING'")
     .get()!;
   const processing: Record<string, number> = {};
-  for await (const batch of redis.scanStream({ match: keys.processingPattern, count: 1000 })) {
-    for (const key of batch as string[]) {
-      const length = await redis.llen(key);
-      if (length > 0) processing[key] = length;
-    }
+  for await (const list of processingLists(redis)) {
+    const length = await redis.llen(list);
+    if (length > 0) processing[list] = length;
   }
   const [queued, enqueued, processed, parked, deadLettered, stats, lastRun] = await Promise.all([
     redis.llen(keys.events),

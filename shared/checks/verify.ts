@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import type { Db } from '../db/open-database.js';
 import { eventIdOf } from '../events.js';
 import { keys } from '../redis/keys.js';
+import { processingLists } from '../redis/processing-lists.js';
 import { readList } from '../redis/read-list.js';
 
 export interface InvariantCheck {
@@ -47,12 +48,10 @@ async function inFlight(redis: Redis): Promise<{ ids: Set<string>; queued: numbe
     queued += 1;
     add(message);
   }
-  for await (const batch of redis.scanStream({ match: keys.processingPattern, count: 1000 })) {
-    for (const key of batch as string[]) {
-      for await (const message of readList(redis, key)) {
-        processing += 1;
-        add(message);
-      }
+  for await (const list of processingLists(redis)) {
+    for await (const message of readList(redis, list)) {
+      processing += 1;
+      add(message);
     }
   }
   const parked = await redis.hvals(keys.parked);

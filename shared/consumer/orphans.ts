@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from '../logger.js';
 import { keys } from '../redis/keys.js';
+import { processingLists } from '../redis/processing-lists.js';
 
 /** How long a consumer counts as alive after its last heartbeat. */
 export const HEARTBEAT_TTL_MS = 15_000;
@@ -26,15 +27,13 @@ export function startHeartbeat(redis: Redis, consumerId: string): () => Promise<
  */
 export async function reclaimOrphans(redis: Redis, ownId: string, log?: Logger): Promise<number> {
   let reclaimed = 0;
-  for await (const batch of redis.scanStream({ match: keys.processingPattern, count: 1000 })) {
-    for (const list of batch as string[]) {
-      const owner = list.slice(keys.processing('').length);
-      if (owner === ownId || (await redis.exists(keys.consumerAlive(owner))) === 1) continue;
-      let moved = 0;
-      while ((await redis.lmove(list, keys.events, 'RIGHT', 'LEFT')) !== null) moved += 1;
-      if (moved > 0) log?.warn('reclaimed the processing list of a consumer that is gone', { processingList: list, count: moved });
-      reclaimed += moved;
-    }
+  for await (const list of processingLists(redis)) {
+    const owner = list.slice(keys.processing('').length);
+    if (owner === ownId || (await redis.exists(keys.consumerAlive(owner))) === 1) continue;
+    let moved = 0;
+    while ((await redis.lmove(list, keys.events, 'RIGHT', 'LEFT')) !== null) moved += 1;
+    if (moved > 0) log?.warn('reclaimed the processing list of a consumer that is gone', { processingList: list, count: moved });
+    reclaimed += moved;
   }
   return reclaimed;
 }

@@ -1,8 +1,8 @@
 import { Queue, Worker } from 'bullmq';
-import { Redis } from 'ioredis';
 import type { Db } from '../db/open-database.js';
 import type { Logger } from '../logger.js';
 import { prune } from '../prune.js';
+import { bullConnections } from '../redis/bull-connections.js';
 
 export const PRUNE_QUEUE = 'outbox-prune';
 
@@ -18,12 +18,8 @@ export interface PruneScheduleOptions {
  * up a relay pass. Global concurrency 1: one prune at a time across relay processes.
  */
 export async function startPruneWorker(db: Db, url: string, log: Logger, options: PruneScheduleOptions) {
-  const connections = [0, 1].map(() => {
-    const connection = new Redis(url, { maxRetriesPerRequest: null });
-    connection.on('error', () => {});
-    return connection;
-  });
-  const queue = new Queue(PRUNE_QUEUE, { connection: connections[0] });
+  const bull = bullConnections(url);
+  const queue = new Queue(PRUNE_QUEUE, { connection: bull.connection() });
   await queue.setGlobalConcurrency(1);
   await queue.upsertJobScheduler('prune', { every: options.everyMs }, { name: 'prune', opts: { removeOnComplete: 10, removeOnFail: 10 } });
   const worker = new Worker(
@@ -33,14 +29,14 @@ export async function startPruneWorker(db: Db, url: string, log: Logger, options
       if (result.deleted > 0) log.info('outbox pruned', { deleted: result.deleted, batches: result.batches, maxBatchMs: Number(result.maxBatchMs.toFixed(2)) });
       return result.deleted;
     },
-    { connection: connections[1], concurrency: 1 },
+    { connection: bull.connection(), concurrency: 1 },
   );
   worker.on('failed', (_job, error) => log.warn('prune job failed', { error: error.message }));
   return {
     async close(): Promise<void> {
       await worker.close();
       await queue.close();
-      await Promise.all(connections.map((connection) => connection.quit().catch(() => connection.disconnect())));
+      await bull.closeAll();
     },
   };
 }

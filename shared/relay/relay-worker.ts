@@ -1,7 +1,8 @@
 import { Queue, Worker, type Job } from 'bullmq';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import type { Db } from '../db/open-database.js';
 import type { Logger } from '../logger.js';
+import { bullConnections } from '../redis/bull-connections.js';
 import { keys } from '../redis/keys.js';
 import { sleep } from '../sleep.js';
 import { createRelay, DEFAULT_RELAY_BATCH_SIZE } from './relay.js';
@@ -53,16 +54,9 @@ export async function startRelayWorker(db: Db, redis: Redis, url: string, log: L
   const config = withDefaults(options);
   const relay = createRelay(db, redis, { batchSize: config.batchSize });
   const closing = new AbortController();
-  // BullMQ does not close connections it is given: these are closed in close().
-  const connections: Redis[] = [];
-  const bullConnection = () => {
-    const connection = new Redis(url, { maxRetriesPerRequest: null });
-    connection.on('error', () => {});
-    connections.push(connection);
-    return connection;
-  };
+  const bull = bullConnections(url);
 
-  const queue = new Queue(RELAY_QUEUE, { connection: bullConnection() });
+  const queue = new Queue(RELAY_QUEUE, { connection: bull.connection() });
   await queue.setGlobalConcurrency(1);
   await queue.upsertJobScheduler(
     RELAY_SCHEDULER_ID,
@@ -89,7 +83,7 @@ export async function startRelayWorker(db: Db, redis: Redis, url: string, log: L
   }
 
   const worker = new Worker(RELAY_QUEUE, process, {
-    connection: bullConnection(),
+    connection: bull.connection(),
     concurrency: 1,
     lockDuration: config.lockDurationMs,
     stalledInterval: config.stalledIntervalMs,
@@ -106,7 +100,7 @@ export async function startRelayWorker(db: Db, redis: Redis, url: string, log: L
       closing.abort();
       await worker.close();
       await queue.close();
-      await Promise.all(connections.map((connection) => connection.quit().catch(() => connection.disconnect())));
+      await bull.closeAll();
     },
   };
 }
