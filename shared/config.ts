@@ -8,6 +8,11 @@ export interface OutboxConfig {
   dir: string;
   /** Redis connection URL (`redis://` or `rediss://`). Default: env `REDIS_URL`, else `redis://127.0.0.1:6379`. */
   redisUrl: string;
+  /**
+   * Prefix of every Redis key and of the BullMQ queues (`<namespace>:`), so that several deployments
+   * can share one Redis. Default: env `OUTBOX_NAMESPACE`, else none: the seed's own key names.
+   */
+  namespace: string;
 }
 
 export const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379';
@@ -20,10 +25,18 @@ export function defaultRedisUrl(env: NodeJS.ProcessEnv = process.env): string {
   return env.REDIS_URL || DEFAULT_REDIS_URL;
 }
 
+export function defaultNamespace(env: NodeJS.ProcessEnv = process.env): string {
+  return env.OUTBOX_NAMESPACE ?? '';
+}
+
+/** Letters, digits, ".", "_" and "-": no ":" (the separator) and nothing SCAN would read as a pattern. */
+const NAMESPACE = /^[A-Za-z0-9._-]{1,64}$/;
+
 export function withDefaults(partial: Partial<OutboxConfig>, env: NodeJS.ProcessEnv = process.env): OutboxConfig {
   return {
     dir: resolve(partial.dir || defaultDir(env)),
     redisUrl: partial.redisUrl || defaultRedisUrl(env),
+    namespace: partial.namespace ?? defaultNamespace(env),
   };
 }
 
@@ -38,7 +51,17 @@ export function validate(config: OutboxConfig): OutboxConfig {
   if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
     throw new InvalidInputError(`--redis must start with redis:// or rediss://, got "${redactUrl(config.redisUrl)}"`);
   }
+  if (config.namespace !== '' && !NAMESPACE.test(config.namespace)) {
+    throw new InvalidInputError(
+      `--namespace / OUTBOX_NAMESPACE must be 1-64 letters, digits, ".", "_" or "-", got ${JSON.stringify(config.namespace)}`,
+    );
+  }
   return config;
+}
+
+/** What every Redis key starts with in `namespace`: `<namespace>:`, or nothing. */
+export function keyPrefixOf(namespace: string): string {
+  return namespace === '' ? '' : `${namespace}:`;
 }
 
 export function databasePath(dir: string): string {

@@ -33,6 +33,8 @@ export interface OutboxRow {
 /** A message on `outbox.events`, parsed and checked. */
 export interface OutboxEvent {
   eventId: string;
+  /** The store (app.db) the event comes from; the consumer applies it only where Redis serves that store. */
+  storeId: string;
   aggregateId: number;
   seq: number;
   type: EventType;
@@ -40,13 +42,13 @@ export interface OutboxEvent {
 }
 
 /**
- * The wire form of a row. The stored payload text is embedded as it is (it was written by
- * JSON.stringify), so the relay never parses it.
+ * The wire form of a row of store `storeId`: the seed's fields, then `store_id`. The stored payload
+ * text is embedded as it is (it was written by JSON.stringify), so the relay never parses it.
  */
-export function toMessage(row: OutboxRow): string {
+export function toMessage(row: OutboxRow, storeId: string): string {
   return (
     `{"event_id":${JSON.stringify(row.event_id)},"aggregate_id":${row.aggregate_id},` +
-    `"seq":${row.seq},"event_type":${JSON.stringify(row.event_type)},"payload":${row.payload}}`
+    `"seq":${row.seq},"event_type":${JSON.stringify(row.event_type)},"payload":${row.payload},"store_id":${JSON.stringify(storeId)}}`
   );
 }
 

@@ -6,6 +6,7 @@ import { configure } from './db/open-database.js';
 import { createSchema } from './db/schema.js';
 import { ConflictError } from './errors/conflict-error.js';
 import { projectKeyPatterns } from './redis/keys.js';
+import { keyPrefixOfConnection, scanKeys } from './redis/scan-keys.js';
 
 /** Refuses, before anything is touched, to overwrite an existing database without `force`. */
 export function assertCanInit(dir: string, force: boolean): void {
@@ -47,13 +48,19 @@ export function ensureDatabase(dir: string): void {
   }
 }
 
-/** Deletes every key this project owns (and no other); resolves how many. */
+/** Deletes every key this project owns in the connection's namespace (and no other); resolves how many. */
 export async function clearProjectKeys(redis: Redis): Promise<number> {
   let deleted = 0;
-  for (const pattern of projectKeyPatterns) {
-    for await (const batch of redis.scanStream({ match: pattern, count: 1000 })) {
-      if ((batch as string[]).length > 0) deleted += await redis.unlink(...(batch as string[]));
+  for (const pattern of projectKeyPatterns(keyPrefixOfConnection(redis))) {
+    let batch: string[] = [];
+    for await (const key of scanKeys(redis, pattern)) {
+      batch.push(key);
+      if (batch.length === 1000) {
+        deleted += await redis.unlink(...batch);
+        batch = [];
+      }
     }
+    if (batch.length > 0) deleted += await redis.unlink(...batch);
   }
   return deleted;
 }

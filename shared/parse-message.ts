@@ -33,6 +33,7 @@ export function parseMessage(raw: string): OutboxEvent {
   }
   if (!isObject(message)) throw new MalformedMessageError('not a JSON object');
   const eventId = nonEmptyString(message.event_id, 'event_id', 128);
+  const storeId = nonEmptyString(message.store_id, 'store_id', 64);
   const aggregateId = positiveInt(message.aggregate_id, 'aggregate_id');
   const seq = positiveInt(message.seq, 'seq');
   const type = message.event_type;
@@ -50,11 +51,12 @@ export function parseMessage(raw: string): OutboxEvent {
   if (type === 'OrderQtyChanged') {
     return {
       eventId,
+      storeId,
       aggregateId,
       seq,
       type,
       payload: { ...common, previousQty: positiveInt(payload.previousQty, 'payload.previousQty') },
     };
   }
-  return { eventId, aggregateId, seq, type: type as EventType, payload: common };
+  return { eventId, storeId, aggregateId, seq, type: type as EventType, payload: common };
 }

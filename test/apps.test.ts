@@ -113,7 +113,7 @@ describe('relay app (BullMQ)', () => {
 
 describe('consumer app', () => {
   const event = (aggregateId: number) =>
-    JSON.stringify({ event_id: `orphan-${aggregateId}`, aggregate_id: aggregateId, seq: 1, event_type: 'OrderPlaced', payload: { orderId: aggregateId, sku: 'SKU-O', qty: 1 } });
+    JSON.stringify({ event_id: `orphan-${aggregateId}`, aggregate_id: aggregateId, seq: 1, event_type: 'OrderPlaced', payload: { orderId: aggregateId, sku: 'SKU-O', qty: 1 }, store_id: h.storeId });
 
   it('reclaims the processing list of a consumer that is gone, and leaves a live one alone', async () => {
     await h.client.rpush('outbox.events:processing:ghost', event(1), event(2));

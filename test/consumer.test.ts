@@ -14,7 +14,7 @@ import { waitFor } from '../shared/local/wait-for.js';
 const h = useHarness();
 
 function message(aggregateId: number, seq: number, type = 'OrderPlaced', payload: object = { orderId: aggregateId, sku: 'SKU-X', qty: 1 }) {
-  return JSON.stringify({ event_id: `evt-${aggregateId}-${seq}`, aggregate_id: aggregateId, seq, event_type: type, payload });
+  return JSON.stringify({ event_id: `evt-${aggregateId}-${seq}`, aggregate_id: aggregateId, seq, event_type: type, payload, store_id: h.storeId });
 }
 
 /** Places `orders` orders in batches and relays them, in this process (fast setup for big runs). */

@@ -15,6 +15,7 @@ const valid = (aggregateId: number) => ({
   seq: 1,
   event_type: 'OrderPlaced',
   payload: { orderId: aggregateId, sku: 'SKU-F', qty: 1 },
+  store_id: h.storeId,
 });
 
 /** Seeded malformed queue entries: each one must be dead-lettered, none may crash the consumer. */
@@ -33,12 +34,12 @@ function malformedEntries(seed: number, count: number): (string | Buffer)[] {
     () => `{"event_id":"big","pad":"${'x'.repeat(1 << 20)}"}`,
     () => {
       const event = valid(100_000 + Math.floor(random() * 1000)) as Record<string, unknown>;
-      delete event[pick(['event_id', 'aggregate_id', 'seq', 'event_type', 'payload'])];
+      delete event[pick(['event_id', 'aggregate_id', 'seq', 'event_type', 'payload', 'store_id'])];
       return JSON.stringify(event);
     },
     () => {
       const event = valid(200_000) as Record<string, unknown>;
-      const field = pick(['event_id', 'aggregate_id', 'seq', 'event_type', 'payload']);
+      const field = pick(['event_id', 'aggregate_id', 'seq', 'event_type', 'payload', 'store_id']);
       event[field] = field === 'event_id' ? pick([null, 0, '', 'e'.repeat(129)]) : field === 'event_type' ? pick(badStrings) : pick(badNumbers);
       return JSON.stringify(event);
     },

@@ -7,7 +7,7 @@ import { count } from './helpers/stores.js';
 const h = useHarness();
 
 function message(aggregateId: number, seq: number, type = 'OrderPlaced') {
-  return JSON.stringify({ event_id: `evt-${aggregateId}-${seq}`, aggregate_id: aggregateId, seq, event_type: type, payload: { orderId: aggregateId, sku: 'SKU-X', qty: 1 } });
+  return JSON.stringify({ event_id: `evt-${aggregateId}-${seq}`, aggregate_id: aggregateId, seq, event_type: type, payload: { orderId: aggregateId, sku: 'SKU-X', qty: 1 }, store_id: h.storeId });
 }
 
 async function placeLifecycle(orders: number) {

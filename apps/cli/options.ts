@@ -11,13 +11,18 @@ export const globalOptions = {
     type: 'string',
     describe: `Redis URL [env REDIS_URL, default ${DEFAULT_REDIS_URL}]`,
   },
+  namespace: {
+    type: 'string',
+    describe: 'prefix of every Redis key and BullMQ queue, so deployments can share a Redis [env OUTBOX_NAMESPACE, default none]',
+  },
 } satisfies Record<string, Options>;
 
 export interface GlobalArgs {
   dir?: string;
   redis?: string;
+  namespace?: string;
 }
 
 export function configOf(argv: GlobalArgs): OutboxConfig {
-  return validate(withDefaults({ dir: argv.dir, redisUrl: argv.redis }));
+  return validate(withDefaults({ dir: argv.dir, redisUrl: argv.redis, namespace: argv.namespace }));
 }

@@ -8,7 +8,7 @@ import { REPO_ROOT } from '../local/pm2.js';
 import { prune, type PruneResult } from '../prune.js';
 import { keys } from '../redis/keys.js';
 import { createRelay } from '../relay/relay.js';
-import { median, timed, type Rate } from './measure.js';
+import { median, serveStore, timed, type Rate } from './measure.js';
 import { progress } from './progress.js';
 import { seedPending } from './relay-bench.js';
 
@@ -49,6 +49,7 @@ function insertPublished(db: Db, rows: number): void {
 }
 
 async function relayCost(db: Db, redis: Redis, pending: number) {
+  await serveStore(redis, db);
   const relay = createRelay(db, redis);
   const rounds: Rate[] = [];
   for (let round = 0; round < ROUNDS; round += 1) {
@@ -137,6 +138,7 @@ export async function benchGrowth(workspace: string, redis: Redis, redisUrl: str
   const pendingLeft = rssDb.prepare("SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'").pluck();
   const env = { OUTBOX_DIR: rssDir, REDIS_URL: redisUrl };
   await redis.del(keys.events);
+  await serveStore(redis, rssDb);
   const relayRss = await sampleRss(['relay'], env, async () => 1 - (pendingLeft.get() as number) / rssEvents, 'rss: outbox relay');
   const consumerRss = await sampleRss(['consume', '--consumer-id', 'rss'], env, async () => (await redis.hlen(keys.processed)) / rssEvents, 'rss: outbox consume');
   rssDb.close();

@@ -1,3 +1,8 @@
+import type { Redis } from 'ioredis';
+import type { Db } from '../db/open-database.js';
+import { storeIdOf } from '../db/store-meta.js';
+import { keys } from '../redis/keys.js';
+
 export interface Rate {
   count: number;
   ms: number;
@@ -24,4 +29,12 @@ export function median(rounds: Rate[]): Rate {
 export function percentile(sorted: number[], p: number): number {
   if (sorted.length === 0) return NaN;
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+}
+
+/**
+ * Makes the bench's Redis serve the store of `db`. The stages use several databases against one
+ * Redis; a real deployment pairs one with one (see relay/store-pairing.ts).
+ */
+export async function serveStore(redis: Redis, db: Db): Promise<void> {
+  await redis.hset(keys.meta, 'store', storeIdOf(db));
 }

@@ -1,12 +1,13 @@
 import type { Redis } from 'ioredis';
 import { join } from 'node:path';
 import { openDatabase, type Db } from '../db/open-database.js';
+import { storeIdOf } from '../db/store-meta.js';
 import { toMessage, type OutboxRow } from '../events.js';
 import { createDatabase } from '../init-stores.js';
 import { createOrderService } from '../orders/order-service.js';
 import { keys } from '../redis/keys.js';
 import { createRelay } from '../relay/relay.js';
-import { median, timed, type Rate } from './measure.js';
+import { median, serveStore, timed, type Rate } from './measure.js';
 import { progress } from './progress.js';
 
 export interface RelayFigures {
@@ -38,7 +39,9 @@ export async function benchRelay(workspace: string, redis: Redis, events: number
   const bar = progress('relay: PENDING rows to outbox.events', ROUNDS * 2 * events + naiveEvents);
   try {
     seedPending(db, events);
-    const messages = db.prepare<[], OutboxRow>('SELECT id, event_id, aggregate_id, seq, event_type, payload FROM outbox ORDER BY id').all().map(toMessage);
+    const storeId = storeIdOf(db);
+    const messages = db.prepare<[], OutboxRow>('SELECT id, event_id, aggregate_id, seq, event_type, payload FROM outbox ORDER BY id').all().map((row) => toMessage(row, storeId));
+    await serveStore(redis, db);
     const relay = createRelay(db, redis);
     const ours: Rate[] = [];
     const raw: Rate[] = [];
@@ -62,7 +65,7 @@ export async function benchRelay(workspace: string, redis: Redis, events: number
     const naive = await timed(naiveEvents, async () => {
       for (let i = 0; i < naiveEvents; i += 1) {
         const row = selectOne.get()!;
-        await redis.rpush(keys.events, toMessage(row));
+        await redis.rpush(keys.events, toMessage(row, storeId));
         markOne.run(Date.now(), row.id);
         bar.tick();
       }

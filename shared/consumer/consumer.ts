@@ -54,6 +54,7 @@ const STAT_OF: Record<Outcome, keyof ConsumeStats> = {
   dead: 'dead',
   stale: 'stale',
   invalid: 'invalid',
+  foreign: 'dead',
 };
 
 export const DEFAULT_DEDUPE_TTL_SECONDS = 7 * 24 * 3600;
@@ -94,8 +95,8 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
 
   function toApply(raw: string, event: OutboxEvent, result: HandlerResult): EventToApply | string {
     if ('error' in result) return `handler failed: ${result.error}`;
-    const { eventId, aggregateId, seq } = event;
-    return { raw, eventId, aggregateId, seq, sku: result.sku, delta: result.delta, result: result.result };
+    const { eventId, storeId, aggregateId, seq } = event;
+    return { raw, eventId, storeId, aggregateId, seq, sku: result.sku, delta: result.delta, result: result.result };
   }
 
   /** Runs the handler over `events` in lanes by aggregate; resolves one result per event, in order. */

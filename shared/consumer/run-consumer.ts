@@ -41,6 +41,7 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
       if (outcome === 'duplicate') log.info('duplicate skipped', ids);
       else if (outcome === 'parked') log.warn('gap: event parked until the missing one arrives', ids);
       else if (outcome === 'dead') log.warn('dead-lettered', { reason, message: raw.toString().slice(0, 200) });
+      else if (outcome === 'foreign') log.warn('dead-lettered: the event comes from another store than the one this Redis serves', { ...ids, storeId: event?.storeId });
       else if (outcome === 'invalid') log.error('event refused: Redis holds a non-number for its aggregate or SKU; left in the processing list', ids);
     }
   }

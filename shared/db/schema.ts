@@ -1,7 +1,8 @@
 import type { Database } from 'better-sqlite3';
+import { randomBytes } from 'node:crypto';
 
 /** Bumped whenever the tables change; `openDatabase` refuses a file with another version. */
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 3;
 
 // `orders.version` is the aggregate's last event seq. Keeping it on the aggregate row (not MAX(seq)
 // over outbox) means seq stays monotonic even after old outbox rows are pruned.
@@ -36,6 +37,14 @@ CREATE TABLE outbox_pruned (
   through_seq  INTEGER NOT NULL,
   events       INTEGER NOT NULL
 );
+
+-- store_id: this database's identity, made by init; every message carries it and Redis records the
+-- one it serves. replay_generation: bumped whenever PUBLISHED rows are set back to PENDING (replay,
+-- repair, rebuild), so that a relay that read rows before that does not mark them.
+CREATE TABLE outbox_meta (
+  key   TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+) WITHOUT ROWID;
 `;
 
 /**
@@ -48,6 +57,14 @@ export function createSchema(db: Database): void {
     const empty = db.prepare('SELECT COUNT(*) AS n FROM sqlite_master').get() as { n: number };
     if (db.pragma('user_version', { simple: true }) !== 0 || empty.n > 0) return;
     db.exec(SCHEMA);
+    const meta = db.prepare('INSERT INTO outbox_meta (key, value) VALUES (?, ?)');
+    meta.run('store_id', newStoreId());
+    meta.run('replay_generation', '0');
     db.pragma(`user_version = ${SCHEMA_VERSION}`);
   }).immediate();
+}
+
+/** 16 hex digits: unique enough to tell two databases apart, short enough to ride on every message. */
+export function newStoreId(): string {
+  return randomBytes(8).toString('hex');
 }

@@ -1,5 +1,5 @@
 import { Redis } from 'ioredis';
-import { redactUrl } from '../config.js';
+import { keyPrefixOf, redactUrl } from '../config.js';
 import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
 import type { Logger } from '../logger.js';
 import { sleep } from '../sleep.js';
@@ -20,6 +20,11 @@ export interface RedisConnectOptions {
   connectTimeoutMs?: number;
   /** Where to report a lost connection and the reconnect (apps). Default: not reported. */
   log?: Logger;
+  /**
+   * Every key this connection names gets `<namespace>:` in front (ioredis `keyPrefix`, which also
+   * covers the KEYS of the Lua scripts and MULTI). Default '': the seed's own key names.
+   */
+  namespace?: string;
 }
 
 /** What to do about a failed connection, by its cause. */
@@ -62,6 +67,7 @@ export async function connectRedis(url: string, options: RedisConnectOptions = {
   const redis = new Redis(url, {
     lazyConnect: true,
     connectionName: options.name ?? 'outbox',
+    keyPrefix: keyPrefixOf(options.namespace ?? ''),
     connectTimeout: options.connectTimeoutMs ?? 5000,
     // ioredis waits this long for a 'close' that a refused socket already emitted before exiting.
     disconnectTimeout: 100,

@@ -1,4 +1,8 @@
-/** Every Redis key this project uses. The first two names are the seed's own. */
+/**
+ * Every Redis key this project uses. The first two names are the seed's own. In a namespace
+ * (`--namespace` / `OUTBOX_NAMESPACE`) each gets `<namespace>:` in front, added by the connection
+ * (see connectRedis), so code always names them as below.
+ */
 export const keys = {
   /** List: the event queue. The relay RPUSHes, consumers LMOVE from the left. */
   events: 'outbox.events',
@@ -26,9 +30,25 @@ export const keys = {
   stats: 'outbox:stats',
   /** Hash {at, jobId, events, batches, durationMs}: the relay app's last finished job. */
   relayLastRun: 'outbox:relay:last-run',
+  /**
+   * Hash: which store (app.db's store id) this Redis serves, and what happened to it: {store,
+   * claimedAt, rebuilds, rebuiltAt, rebuiltEvents, unrecoverable}. Gone means Redis lost its state.
+   */
+  meta: 'outbox:meta',
   /** List the `dualwrite` demo publishes to (kept apart from the real queue). */
   dualwriteEvents: 'outbox.dualwrite.events',
 } as const;
 
-/** SCAN patterns covering every key above, for `outbox init --force`. */
-export const projectKeyPatterns = ['outbox.*', 'outbox:*', keys.processed, keys.inventory, 'bull:outbox-relay:*'];
+/** The BullMQ key prefix: `bull`, or `<namespace>:bull`. */
+export function bullPrefixOf(keyPrefix: string): string {
+  return `${keyPrefix}bull`;
+}
+
+/**
+ * SCAN patterns (relative to the namespace) covering every key above and the BullMQ queues, for
+ * `outbox init --force`. In a namespace everything under it is this deployment's.
+ */
+export function projectKeyPatterns(keyPrefix: string): string[] {
+  if (keyPrefix !== '') return ['*'];
+  return ['outbox.*', 'outbox:*', keys.processed, keys.inventory, 'bull:outbox-relay:*', 'bull:outbox-prune:*'];
+}

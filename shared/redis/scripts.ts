@@ -1,10 +1,13 @@
 import type { Redis } from 'ioredis';
 import { readFileSync } from 'node:fs';
 import { keys } from './keys.js';
+import { keyPrefixOfConnection } from './scan-keys.js';
 
 /** The Lua scripts in ./lua, named `<name>-<numberOfKeys>.lua`. */
 const SCRIPT_FILES = {
-  applyEvents: 'apply-events-7.lua',
+  applyEvents: 'apply-events-9.lua',
+  claimStore: 'claim-store-1.lua',
+  pushEvents: 'push-events-3.lua',
   deadLetter: 'dead-letter-3.lua',
   requeueDeadLetter: 'requeue-dead-letter-2.lua',
   requeueParked: 'requeue-parked-2.lua',
@@ -43,12 +46,14 @@ function client(redis: Redis): ScriptClient {
   return redis as unknown as ScriptClient;
 }
 
-export type ApplyOutcome = 'applied' | 'duplicate' | 'parked' | 'stale' | 'invalid';
+export type ApplyOutcome = 'applied' | 'duplicate' | 'parked' | 'stale' | 'invalid' | 'foreign';
 
 export interface EventToApply {
   /** The message exactly as it sits in the processing list. */
   raw: string;
   eventId: string;
+  /** The store the message comes from: applied only where Redis serves that store. */
+  storeId: string;
   aggregateId: number;
   seq: number;
   sku: string;
@@ -57,10 +62,11 @@ export interface EventToApply {
   result: string;
 }
 
-/** See lua/apply-events-7.lua: applies `events` in order, resolving one outcome per event. */
+/** See lua/apply-events-9.lua: applies `events` in order, resolving one outcome per event. */
 export async function applyEvents(redis: Redis, processingList: string, events: EventToApply[], dedupeTtlSeconds: number): Promise<ApplyOutcome[]> {
-  const args: (string | number)[] = [keys.seen(''), dedupeTtlSeconds, Date.now()];
-  for (const e of events) args.push(e.raw, e.eventId, e.aggregateId, e.seq, e.sku, e.delta, e.result);
+  // The markers' keys are derived in the script, so their prefix carries the namespace itself.
+  const args: (string | number)[] = [keyPrefixOfConnection(redis) + keys.seen(''), dedupeTtlSeconds, Date.now()];
+  for (const e of events) args.push(e.raw, e.eventId, e.aggregateId, e.seq, e.sku, e.delta, e.result, e.storeId);
   return (await client(redis).applyEvents(
     processingList,
     keys.processed,
@@ -69,8 +75,38 @@ export async function applyEvents(redis: Redis, processingList: string, events: 
     keys.parked,
     keys.stats,
     keys.events,
+    keys.meta,
+    keys.deadLetter,
     ...args,
   )) as ApplyOutcome[];
+}
+
+export type PushResult = { status: 'ok'; pushed: number } | { status: 'unclaimed' } | { status: 'foreign'; servedStore: string };
+
+/** See lua/push-events-3.lua: pushes `messages` of store `storeId` when this Redis serves that store. */
+export async function pushEvents(redis: Redis, storeId: string, messages: string[]): Promise<PushResult> {
+  const [status, detail] = (await client(redis).pushEvents(keys.events, keys.enqueued, keys.meta, storeId, ...messages)) as [string, string | number];
+  if (status === 'ok') return { status, pushed: Number(detail) };
+  if (status === 'foreign') return { status, servedStore: String(detail) };
+  return { status: 'unclaimed' };
+}
+
+/** What a rebuild set back to PENDING and what it cannot rebuild; absent on first use. */
+export interface RebuildRecord {
+  republished: number;
+  unrecoverable: number;
+}
+
+/** See lua/claim-store-1.lua. Resolves the store this Redis serves afterwards, and whether this call claimed it. */
+export async function claimStore(redis: Redis, storeId: string, rebuild?: RebuildRecord): Promise<{ claimed: boolean; servedStore: string }> {
+  const [status, served] = (await client(redis).claimStore(
+    keys.meta,
+    storeId,
+    Date.now(),
+    rebuild ? rebuild.republished : '',
+    rebuild ? rebuild.unrecoverable : '',
+  )) as [string, string];
+  return { claimed: status === 'claimed', servedStore: served };
 }
 
 /** See lua/dead-letter-3.lua. Resolves true when this call moved the message. */

@@ -3,9 +3,11 @@ import type { Redis } from 'ioredis';
 import type { Db } from '../db/open-database.js';
 import type { Logger } from '../logger.js';
 import { bullConnections } from '../redis/bull-connections.js';
-import { keys } from '../redis/keys.js';
+import { bullPrefixOf, keys } from '../redis/keys.js';
+import { keyPrefixOfConnection } from '../redis/scan-keys.js';
 import { sleep } from '../sleep.js';
 import { createRelay, DEFAULT_RELAY_BATCH_SIZE } from './relay.js';
+import { describePairing } from './store-pairing.js';
 
 export const RELAY_QUEUE = 'outbox-relay';
 export const RELAY_SCHEDULER_ID = 'relay-pass';
@@ -52,11 +54,19 @@ function withDefaults(options: RelayWorkerOptions): Required<RelayWorkerOptions>
  */
 export async function startRelayWorker(db: Db, redis: Redis, url: string, log: Logger, options: RelayWorkerOptions = {}) {
   const config = withDefaults(options);
-  const relay = createRelay(db, redis, { batchSize: config.batchSize });
+  const relay = createRelay(db, redis, {
+    batchSize: config.batchSize,
+    onPairing: (pairing) =>
+      pairing.kind === 'rebuilt'
+        ? log.warn(describePairing(pairing), { republished: pairing.republished, unrecoverable: pairing.unrecoverable })
+        : log.info(describePairing(pairing)),
+  });
   const closing = new AbortController();
   const bull = bullConnections(url);
+  // In a namespace the queue's keys live under it too.
+  const prefix = bullPrefixOf(keyPrefixOfConnection(redis));
 
-  const queue = new Queue(RELAY_QUEUE, { connection: bull.connection() });
+  const queue = new Queue(RELAY_QUEUE, { connection: bull.connection(), prefix });
   await queue.setGlobalConcurrency(1);
   await queue.upsertJobScheduler(
     RELAY_SCHEDULER_ID,
@@ -69,6 +79,8 @@ export async function startRelayWorker(db: Db, redis: Redis, url: string, log: L
     const deadline = started + config.sliceMs;
     let events = 0;
     let batches = 0;
+    // Once a job, even when nothing is PENDING: notices a Redis that lost its state within a slice.
+    await relay.pair();
     while (Date.now() < deadline && !closing.signal.aborted) {
       const pass = await relay.relayAll((batch) => {
         log.info('batch relayed', { count: batch.count, firstId: batch.firstId, lastId: batch.lastId, durationMs: Number(batch.durationMs.toFixed(2)) });
@@ -84,6 +96,7 @@ export async function startRelayWorker(db: Db, redis: Redis, url: string, log: L
 
   const worker = new Worker(RELAY_QUEUE, process, {
     connection: bull.connection(),
+    prefix,
     concurrency: 1,
     lockDuration: config.lockDurationMs,
     stalledInterval: config.stalledIntervalMs,

@@ -1,14 +1,25 @@
 import type { Redis } from 'ioredis';
 import { crashPoint } from '../crash-point.js';
 import type { Db } from '../db/open-database.js';
+import { replayGenerationReader, storeIdOf } from '../db/store-meta.js';
 import { OutboxError } from '../errors/outbox-error.js';
+import { StoreMismatchError } from '../errors/store-mismatch-error.js';
 import { toMessage, type OutboxRow } from '../events.js';
-import { keys } from '../redis/keys.js';
+import { describeRedis } from '../redis/describe.js';
+import { pushEvents } from '../redis/scripts.js';
+import { ensurePaired, type Pairing } from './store-pairing.js';
 
 export interface RelayOptions {
-  /** Rows per batch: one SELECT, one MULTI (variadic RPUSH + INCRBY), one UPDATE transaction. Default 1000. */
+  /** Rows per batch: one SELECT, one push script (RPUSH + INCRBY), one UPDATE transaction. Default 1000. */
   batchSize?: number;
+  /** Told when the relay claimed a Redis for its store or rebuilt one that lost its state. */
+  onPairing?: (pairing: Exclude<Pairing, { kind: 'paired' }>) => void;
+  /** Throws when app.db is no longer the file at its path; checked before claiming a Redis. Default: never. */
+  assertLive?: () => void;
 }
+
+/** Redis lost its state between two pushes: the pass stops and the relay pairs again. */
+class StateLostError extends Error {}
 
 export interface RelayBatch {
   count: number;
@@ -39,26 +50,36 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
   const markRows = db.prepare<[number, string]>(
     "UPDATE outbox SET status = 'PUBLISHED', published_at = ? WHERE id IN (SELECT value FROM json_each(?)) AND status = 'PENDING'",
   );
-  const markPublished = db.transaction((rows: OutboxRow[], now: number) => {
+  const storeId = storeIdOf(db);
+  const replayGeneration = replayGenerationReader(db);
+  /**
+   * Marks the rows, unless a replay, repair or rebuild set rows back to PENDING since the pass read
+   * `generation`: those rows may be among these, and they must be pushed again, not marked (a
+   * relay paused between push and mark would otherwise undo the replay). Resolves false then.
+   */
+  const markPublished = db.transaction((rows: OutboxRow[], now: number, generation: number): boolean => {
+    if (replayGeneration() !== generation) return false;
     const half = rows.length >> 1;
     markRows.run(now, JSON.stringify(rows.slice(0, half).map((row) => row.id)));
     crashPoint('relay.mid-batch', () => `crash point relay.mid-batch: dying with rows ${rows[0].id}-${rows[half - 1]?.id ?? rows[0].id} marked, uncommitted`);
     markRows.run(now, JSON.stringify(rows.slice(half).map((row) => row.id)));
+    return true;
   });
 
   async function push(rows: OutboxRow[]): Promise<void> {
+    let result;
     try {
-      const replies = await redis
-        .multi()
-        .rpush(keys.events, ...rows.map(toMessage))
-        .incrby(keys.enqueued, rows.length)
-        .exec();
-      if (!replies) throw new Error('MULTI was aborted');
-      for (const [error] of replies) if (error) throw error;
+      result = await pushEvents(
+        redis,
+        storeId,
+        rows.map((row) => toMessage(row, storeId)),
+      );
     } catch (error) {
       const reason = error instanceof Error ? error.message : String(error);
       throw new OutboxError(`cannot relay outbox rows ${rows[0].id}-${rows[rows.length - 1].id}: ${reason}`, 5);
     }
+    if (result.status === 'unclaimed') throw new StateLostError();
+    if (result.status === 'foreign') throw new StoreMismatchError(storeId, result.servedStore, { database: db.name, redis: describeRedis(redis) });
     crashPoint('relay.after-push', () => `crash point relay.after-push: pushed rows ${rows[0].id}-${rows[rows.length - 1].id}, dying before marking them PUBLISHED`);
   }
 
@@ -66,18 +87,51 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
     return { count: rows.length, firstId: rows[0].id, lastId: rows[rows.length - 1].id, durationMs: performance.now() - started };
   }
 
+  let paired = false;
+
+  /**
+   * Checks that Redis serves this store (claiming it on first use, rebuilding it when it lost its
+   * state); the relay calls it before its first push and again whenever a push finds no store.
+   */
+  async function pair(): Promise<Pairing> {
+    const pairing = await ensurePaired(db, redis, options.assertLive);
+    paired = true;
+    if (pairing.kind !== 'paired') options.onPairing?.(pairing);
+    return pairing;
+  }
+
   /**
    * Relays until no row is PENDING. Pipelined: once batch N's push is acknowledged, batch N+1 is
    * read and its push sent, and batch N is marked while that push is in flight. Still, a row is
    * marked only after its own push was acknowledged, and pushes go out in id order. After
-   * `deadline` (ms since epoch) no new batch is started.
+   * `deadline` (ms since epoch) no new batch is started. When a push finds that Redis lost its
+   * state, the relay rebuilds it (see `ensurePaired`) and starts over from the lowest PENDING id.
    */
   async function relayAll(onBatch?: (batch: RelayBatch) => void, deadline = Infinity): Promise<{ batches: number; events: number }> {
-    let batches = 0;
-    let events = 0;
+    const total = { batches: 0, events: 0 };
+    for (let attempt = 1; ; attempt += 1) {
+      if (!paired) await pair();
+      try {
+        return await relayPass(total, onBatch, deadline);
+      } catch (error) {
+        if (!(error instanceof StateLostError) || attempt === 3) {
+          if (error instanceof StateLostError) throw new OutboxError('Redis keeps losing its state while the relay rebuilds it: check its persistence and maxmemory-policy', 5);
+          throw error;
+        }
+        paired = false;
+      }
+    }
+  }
+
+  async function relayPass(
+    total: { batches: number; events: number },
+    onBatch: ((batch: RelayBatch) => void) | undefined,
+    deadline: number,
+  ): Promise<{ batches: number; events: number }> {
+    const generation = replayGeneration();
     let started = performance.now();
     let rows = selectPending.all(0, batchSize);
-    if (rows.length === 0) return { batches, events };
+    if (rows.length === 0) return total;
     let pushing: Promise<void> = push(rows);
     for (;;) {
       await pushing;
@@ -88,21 +142,24 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
         // Let ioredis write the next push to the socket before the synchronous UPDATE below.
         await new Promise((resolve) => setImmediate(resolve));
       }
+      let marked: boolean;
       try {
-        markPublished.immediate(rows, Date.now());
+        marked = markPublished.immediate(rows, Date.now(), generation);
       } finally {
         if (next.length > 0) pushing.catch(() => {});
       }
-      batches += 1;
-      events += rows.length;
+      // Rows were set back to PENDING meanwhile: the next pass pushes them (again) and marks them.
+      if (!marked) return total;
+      total.batches += 1;
+      total.events += rows.length;
       onBatch?.(summary(rows, started));
-      if (next.length === 0) return { batches, events };
+      if (next.length === 0) return total;
       rows = next;
       started = nextStarted;
     }
   }
 
-  return { relayAll };
+  return { relayAll, pair };
 }
 
 export type Relay = ReturnType<typeof createRelay>;

@@ -3,7 +3,7 @@ import { after, before, beforeEach } from 'node:test';
 import type { Redis } from 'ioredis';
 import { runCli, type CliEnv, type CliResult } from './cli.js';
 import { RedisServer, testClient } from '../../shared/local/redis-server.js';
-import { tempDir } from './stores.js';
+import { storeIdIn, tempDir } from './stores.js';
 
 export interface Harness {
   redis: RedisServer;
@@ -11,6 +11,8 @@ export interface Harness {
   client: Redis;
   /** A fresh data dir per test, pointed at the private server. */
   env: CliEnv;
+  /** The store id of this test's app.db, which the private Redis serves (empty with `init: false`). */
+  storeId: string;
   /** Runs `outbox <args>` and asserts it exited 0. */
   cli: (...args: string[]) => Promise<CliResult>;
 }
@@ -39,7 +41,13 @@ export function useHarness({ init = true } = {}): Harness {
   beforeEach(async () => {
     harness.env = { dir: tempDir(), redisUrl: harness.redis.url };
     await harness.client.flushall();
-    if (init) await harness.cli('init');
+    harness.storeId = '';
+    if (init) {
+      await harness.cli('init');
+      harness.storeId = storeIdIn(harness.env.dir);
+      // As the first relay would: hand-made messages in tests carry this store id.
+      await harness.client.hset('outbox:meta', 'store', harness.storeId);
+    }
   });
   return harness;
 }

@@ -21,6 +21,16 @@ export function readDb(dir: string): Database.Database {
   return new Database(join(dir, 'app.db'), { readonly: true, fileMustExist: true });
 }
 
+/** The store id `outbox init` gave `<dir>/app.db`. */
+export function storeIdIn(dir: string): string {
+  const db = readDb(dir);
+  try {
+    return db.prepare("SELECT value FROM outbox_meta WHERE key = 'store_id'").pluck().get() as string;
+  } finally {
+    db.close();
+  }
+}
+
 export function count(dir: string, sql: string, ...params: unknown[]): number {
   const db = readDb(dir);
   try {

@@ -12,34 +12,40 @@
     KEYS[5] parked hash ("<aggregate_id>:<seq>" -> JSON envelope)
     KEYS[6] stats hash
     KEYS[7] event queue (an unparked successor is pushed back to its head)
+    KEYS[8] meta hash; its field 'store' names the store this Redis serves
+    KEYS[9] dead-letter list (a message of another store goes there)
 
     ARGV[1] dedupe marker key prefix; the marker of an event is <prefix><event_id>. (Derived, not
             declared: like the rest of this project, the script expects one Redis, not a Cluster.)
     ARGV[2] dedupe marker TTL in seconds (0 = never expires)
     ARGV[3] now, ms since epoch
-    then 7 values per event, from ARGV[4]:
+    then 8 values per event, from ARGV[4]:
       raw message exactly as it sits in the processing list, event_id, aggregate_id, seq, sku,
       inventory delta (integer, may be negative), processed value (a JSON object, to which the
-      script adds "applyOrder", the stats hash's 'applied' counter, and "appliedAt", ARGV[3])
+      script adds "applyOrder", the stats hash's 'applied' counter, and "appliedAt", ARGV[3]),
+      store id of the message
 
   Output: one status per event, in order:
     'invalid'   seq or delta is not a number, or applied-seq / inventory holds a non-number for it:
                 nothing done, the message stays in the processing list
     'stale'     the message was not in the processing list (already acked, e.g. a re-sent call): nothing done
+    'foreign'   the message comes from another store than the one this Redis serves (or Redis serves
+                none: it lost its state): acked and dead-lettered with the reason, no effect
     'duplicate' seen before, or seq <= last applied: acked, no effect
     'parked'    seq > last applied + 1: acked and parked until the gap is filled
     'applied'   effect applied, recorded in processed, acked; a parked successor is re-queued
 ]]
 local rcall = redis.call
 local prefix, ttl, now = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local FIELDS = 7
+local FIELDS = 8
 local count = (#ARGV - 3) / FIELDS
 if not ttl or count ~= math.floor(count) then
-  return redis.error_reply('apply-events: ttl must be a number and each event needs 7 values')
+  return redis.error_reply('apply-events: ttl must be a number and each event needs 8 values')
 end
+local served = rcall('HGET', KEYS[8], 'store')
 
 local applied = tonumber(rcall('HGET', KEYS[6], 'applied') or '0')
-local counts = { duplicates = 0, parked = 0, unparked = 0 }
+local counts = { duplicates = 0, parked = 0, unparked = 0, dead = 0 }
 -- Parked events are rare: while the hash is empty, no event needs its parked entries looked at.
 local anyParked = rcall('EXISTS', KEYS[5]) == 1
 
@@ -59,6 +65,7 @@ local outcomes = {}
 for i = 0, count - 1 do
   local base = 4 + i * FIELDS
   local raw, eventId, aggregate, seq, sku, delta = ARGV[base], ARGV[base + 1], ARGV[base + 2], tonumber(ARGV[base + 3]), ARGV[base + 4], tonumber(ARGV[base + 5])
+  local store = ARGV[base + 7]
   local seenKey = prefix .. eventId
   local parkedField = aggregate .. ':' .. seq
   local last = tonumber(rcall('HGET', KEYS[3], aggregate) or '0')
@@ -66,7 +73,17 @@ for i = 0, count - 1 do
 
   -- Nothing below may fail after the first write of an event, or the event would be half done:
   -- a bad number is refused before, a failed HINCRBY is undone.
-  if not seq or not delta or not last then
+  if store ~= served then
+    if atHead or rcall('LREM', KEYS[1], 1, raw) == 1 then
+      local reason = served and ('from store ' .. store .. ', but this Redis serves store ' .. served)
+        or ('from store ' .. store .. ', but this Redis serves no store (it lost its state; the relay rebuilds it from SQLite)')
+      rcall('RPUSH', KEYS[9], cjson.encode({ reason = reason, message = raw, deadAt = tonumber(now) }))
+      counts.dead = counts.dead + 1
+      outcome = 'foreign'
+    else
+      outcome = 'stale'
+    end
+  elseif not seq or not delta or not last then
     if atHead then rcall('RPUSH', KEYS[1], raw) end
     outcome = 'invalid'
   elseif not atHead and rcall('LREM', KEYS[1], 1, raw) == 0 then

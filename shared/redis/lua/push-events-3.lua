@@ -1,0 +1,34 @@
+--[[
+  The relay's one write to Redis: pushes a batch of messages of one store onto the event queue,
+  only when this Redis serves that store. A Redis that lost its state (no meta hash) or that serves
+  another store gets nothing, so a relay never feeds a consumer state that does not belong to it.
+
+  Input:
+    KEYS[1] event queue
+    KEYS[2] enqueued counter (messages ever pushed, duplicates included)
+    KEYS[3] meta hash; its field 'store' names the store this Redis serves
+
+    ARGV[1] store id of the messages
+    ARGV[2..] the messages, in order
+
+  Output: { status, detail }
+    { 'ok', n }          pushed n messages and raised the counter by n
+    { 'unclaimed', '' }  the meta hash names no store (Redis lost its state, or was never used): nothing done
+    { 'foreign', id }    this Redis serves store id: nothing done
+]]
+local served = redis.call('HGET', KEYS[3], 'store')
+if not served then return { 'unclaimed', '' } end
+if served ~= ARGV[1] then return { 'foreign', served } end
+local n = #ARGV - 1
+if n < 1 then return redis.error_reply('push-events: no message given') end
+-- Checked before the first write: Redis does not roll a script back.
+local enqueued = redis.call('GET', KEYS[2])
+if enqueued and not tonumber(enqueued) then
+  return redis.error_reply('push-events: ' .. KEYS[2] .. ' holds a non-number')
+end
+-- RPUSH takes the messages in slices: Lua's stack limits how many unpack can pass at once.
+for first = 2, #ARGV, 1000 do
+  redis.call('RPUSH', KEYS[1], unpack(ARGV, first, math.min(first + 999, #ARGV)))
+end
+redis.call('INCRBY', KEYS[2], n)
+return { 'ok', n }
