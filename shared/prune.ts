@@ -1,4 +1,6 @@
+import type { Redis } from 'ioredis';
 import type { Db } from './db/open-database.js';
+import { keys } from './redis/keys.js';
 
 export interface PruneOptions {
   /** Rows deleted per transaction: small, so a producer never waits long for the write lock. Default 1000. */
@@ -10,27 +12,44 @@ export interface PruneOptions {
 export interface PruneResult {
   deleted: number;
   batches: number;
+  /**
+   * Old PUBLISHED rows that stay because the consumer has not applied them, or an earlier row, yet:
+   * from the first row not applied up to the first row that stays anyway (PENDING or recent).
+   */
+  keptNotApplied: number;
   /** The longest a batch held the write lock, ms. */
   maxBatchMs: number;
   ms: number;
 }
 
+interface Candidate {
+  id: number;
+  event_id: string;
+  aggregate_id: number;
+  seq: number;
+  status: string;
+  created_at: number;
+}
+
+/** Fields per HMGET: a batch's look-ups go in a few commands, pipelined in one round trip. */
+const LOOKUP_CHUNK = 500;
+
 /**
- * Deletes PUBLISHED rows created before `olderThanMs`, oldest first, in small IMMEDIATE
- * transactions with a yield between them. Only rows below the oldest row that must stay (PENDING
- * or recent) go, so each aggregate loses a prefix of its events; `outbox_pruned` records it, in the
- * same transaction, for verify.
+ * Deletes PUBLISHED rows created before `olderThanMs` whose events the consumer has applied, oldest
+ * first, in small IMMEDIATE transactions with a yield between them. A row is applied when its
+ * event_id is in `processed` and its aggregate's applied seq has reached its seq; until then Redis
+ * may still need it (lost from the queue, `verify --repair` republishes it from this row).
+ *
+ * Only rows below the first row that must stay (PENDING, recent or not applied, in id order) go, so
+ * each aggregate loses a prefix of its events; `outbox_pruned` records it, in the same transaction,
+ * for verify. Candidates are read and looked up in Redis outside any transaction; only the delete
+ * takes the write lock.
  */
-export async function prune(db: Db, olderThanMs: number, options: PruneOptions = {}): Promise<PruneResult> {
+export async function prune(db: Db, redis: Redis, olderThanMs: number, options: PruneOptions = {}): Promise<PruneResult> {
   const batchSize = options.batchSize ?? 1000;
   const cutoff = Date.now() - olderThanMs;
-  // The oldest row that must stay: the first PENDING one (partial index) or the first recent one
-  // (a scan in id order that stops there).
-  const firstPending = db.prepare<[], { id: number }>("SELECT id FROM outbox WHERE status = 'PENDING' ORDER BY id LIMIT 1").get()?.id;
-  const firstRecent = db.prepare<[number], { id: number }>('SELECT id FROM outbox WHERE created_at >= ? ORDER BY id LIMIT 1').get(cutoff)?.id;
-  const boundary = Math.min(firstPending ?? Number.MAX_SAFE_INTEGER, firstRecent ?? Number.MAX_SAFE_INTEGER);
-  const nextBatch = db.prepare<[number, number, number], { last: number | null }>(
-    'SELECT MAX(id) AS last FROM (SELECT id FROM outbox WHERE id > ? AND id < ? ORDER BY id LIMIT ?)',
+  const readBatch = db.prepare<[number, number], Candidate>(
+    'SELECT id, event_id, aggregate_id, seq, status, created_at FROM outbox WHERE id > ? ORDER BY id LIMIT ?',
   );
   const record = db.prepare<[number, number]>(
     `INSERT INTO outbox_pruned (aggregate_id, through_seq, events)
@@ -39,27 +58,62 @@ export async function prune(db: Db, olderThanMs: number, options: PruneOptions =
   );
   // A row a concurrent replay set back to PENDING stays.
   const remove = db.prepare<[number, number]>("DELETE FROM outbox WHERE id > ? AND id <= ? AND status = 'PUBLISHED'");
-  /** Prunes the next batch after `cursor`; resolves its last id and how many rows went, or null when done. */
-  const pruneBatch = db.transaction((cursor: number): { last: number; deleted: number } | null => {
-    const last = nextBatch.get(cursor, boundary, batchSize)!.last;
-    if (last === null) return null;
-    record.run(cursor, last);
-    return { last, deleted: remove.run(cursor, last).changes };
+  const deleteRange = db.transaction((after: number, through: number): number => {
+    record.run(after, through);
+    return remove.run(after, through).changes;
   });
 
   const started = performance.now();
-  const result: PruneResult = { deleted: 0, batches: 0, maxBatchMs: 0, ms: 0 };
+  const result: PruneResult = { deleted: 0, batches: 0, keptNotApplied: 0, maxBatchMs: 0, ms: 0 };
   for (let cursor = 0; ; ) {
-    const batchStarted = performance.now();
-    const batch = pruneBatch.immediate(cursor);
-    if (!batch) break;
-    result.maxBatchMs = Math.max(result.maxBatchMs, performance.now() - batchStarted);
-    result.deleted += batch.deleted;
-    result.batches += 1;
-    cursor = batch.last;
-    options.onBatch?.(result.deleted);
+    const rows = readBatch.all(cursor, batchSize);
+    const old = takeWhile(rows, (row) => row.status === 'PUBLISHED' && row.created_at < cutoff);
+    const applied = old.slice(0, await appliedPrefixLength(redis, old));
+    if (applied.length > 0) {
+      const through = applied[applied.length - 1].id;
+      const batchStarted = performance.now();
+      result.deleted += deleteRange.immediate(cursor, through);
+      result.maxBatchMs = Math.max(result.maxBatchMs, performance.now() - batchStarted);
+      result.batches += 1;
+      cursor = through;
+      options.onBatch?.(result.deleted);
+    }
+    if (applied.length < old.length) result.keptNotApplied = countWaiting(db, old[applied.length].id, cutoff);
+    if (applied.length < rows.length || rows.length === 0) break;
     await new Promise((resolve) => setImmediate(resolve));
   }
   result.ms = performance.now() - started;
   return result;
+}
+
+function takeWhile<T>(items: T[], keep: (item: T) => boolean): T[] {
+  const end = items.findIndex((item) => !keep(item));
+  return end === -1 ? items : items.slice(0, end);
+}
+
+/** How many of `rows`, from the first, the consumer has applied: processed, and applied seq >= seq. */
+async function appliedPrefixLength(redis: Redis, rows: Candidate[]): Promise<number> {
+  const processed: Promise<(string | null)[]>[] = [];
+  const appliedSeq: Promise<(string | null)[]>[] = [];
+  for (let i = 0; i < rows.length; i += LOOKUP_CHUNK) {
+    const chunk = rows.slice(i, i + LOOKUP_CHUNK);
+    processed.push(redis.hmget(keys.processed, ...chunk.map((row) => row.event_id)));
+    appliedSeq.push(redis.hmget(keys.appliedSeq, ...chunk.map((row) => String(row.aggregate_id))));
+  }
+  // All sent before any answer is awaited (the connection auto-pipelines): one round trip.
+  const [processedChunks, seqChunks] = await Promise.all([Promise.all(processed), Promise.all(appliedSeq)]);
+  const isProcessed = processedChunks.flat();
+  const seqOf = seqChunks.flat();
+  const firstNotApplied = rows.findIndex((row, i) => isProcessed[i] === null || !(Number(seqOf[i]) >= row.seq));
+  return firstNotApplied === -1 ? rows.length : firstNotApplied;
+}
+
+/** Old PUBLISHED rows from `fromId` up to the first row that stays anyway (PENDING or recent). */
+function countWaiting(db: Db, fromId: number, cutoff: number): number {
+  return db
+    .prepare<{ fromId: number; cutoff: number; end: number }, { n: number }>(
+      `SELECT COUNT(*) AS n FROM outbox WHERE id >= @fromId AND id < COALESCE(
+         (SELECT id FROM outbox WHERE id >= @fromId AND (status = 'PENDING' OR created_at >= @cutoff) ORDER BY id LIMIT 1), @end)`,
+    )
+    .get({ fromId, cutoff, end: Number.MAX_SAFE_INTEGER })!.n;
 }

@@ -2,17 +2,19 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import Database from 'better-sqlite3';
 import { REPO_ROOT } from '../shared/local/pm2.js';
 import { waitFor } from '../shared/local/wait-for.js';
 import { runCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
-import { count } from './helpers/stores.js';
+import { count, readDb } from './helpers/stores.js';
 
 const h = useHarness();
 
+/** The last line of `outbox prune`: how many old rows wait for the consumer. */
+const kept = (stdout: string) => Number(/^kept \(not applied yet\): (\d+)$/m.exec(stdout)?.[1]);
+
 describe('outbox prune', () => {
-  it('deletes old PUBLISHED rows in batches, and verify still reconciles', async () => {
+  it('deletes old PUBLISHED rows the consumer applied, in batches, and verify still reconciles', async () => {
     await h.cli('place-order', '--sku', 'SKU-A', '--qty', '2', '--count', '25');
     await h.cli('change-qty', '--id', '1', '--qty', '5');
     await h.cli('cancel-order', '--id', '2');
@@ -20,6 +22,7 @@ describe('outbox prune', () => {
     await h.cli('consume');
     const result = await h.cli('prune', '--older-than', '0s', '--batch-size', '10');
     assert.match(result.stdout, /^pruned 27 PUBLISHED row\(s\) in 3 batch\(es\), \d+ ms; the longest batch held the write lock [\d.]+ ms$/m);
+    assert.equal(kept(result.stdout), 0);
     assert.equal(count(h.env.dir, 'SELECT COUNT(*) FROM outbox'), 0);
     assert.equal(count(h.env.dir, 'SELECT SUM(events) FROM outbox_pruned'), 27);
     assert.equal(count(h.env.dir, 'SELECT through_seq FROM outbox_pruned WHERE aggregate_id = 1'), 2);
@@ -35,22 +38,106 @@ describe('outbox prune', () => {
     assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
   });
 
-  it('never deletes a PENDING row, nor anything after the first one, nor recent rows', async () => {
+  it('deletes nothing the consumer has not applied: events lost from Redis afterwards can still be repaired', async () => {
     await h.cli('place-order', '--count', '5');
     await h.cli('relay');
-    await h.cli('place-order', '--count', '2');
+    const early = await h.cli('prune', '--older-than', '0s');
+    assert.match(early.stdout, /^pruned 0 PUBLISHED row/);
+    assert.equal(kept(early.stdout), 5);
+    assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PUBLISHED'"), 5);
+
     await h.client.del('outbox.events');
-    const writable = new Database(join(h.env.dir, 'app.db'));
-    writable.prepare("UPDATE outbox SET status = 'PUBLISHED' WHERE id = 7").run();
-    writable.close();
-    // rows 1-5 PUBLISHED, 6 PENDING, 7 PUBLISHED after it
-    await h.cli('prune', '--older-than', '0s');
-    assert.equal(count(h.env.dir, 'SELECT COUNT(*) FROM outbox WHERE id IN (6, 7)'), 2);
-    assert.equal(count(h.env.dir, 'SELECT COUNT(*) FROM outbox WHERE id <= 5'), 0);
+    const broken = await runCli(['verify'], h.env);
+    assert.equal(broken.code, 1);
+    assert.match(broken.stdout, /events lost \(never applied, not in Redis\) +0 +5 +FAIL/);
+    assert.match((await h.cli('verify', '--repair')).stdout, /repair: republished 5 lost event\(s\)/);
+    await h.cli('consume');
+    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+    assert.equal(await h.client.hget('inventory:reserved', 'SKU-1'), '5');
+
+    // Applied now: they go, and verify stays green.
+    const late = await h.cli('prune', '--older-than', '0s');
+    assert.match(late.stdout, /^pruned 5 PUBLISHED row/);
+    assert.equal(kept(late.stdout), 0);
+    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+  });
+
+  it('after a partial consume deletes only the applied prefix, so an aggregate keeps its unapplied seq and all after it', async () => {
+    // rows 1-3: orders 1-3 seq 1; row 4: order 1 seq 2; row 5: order 2 seq 2; row 6: order 1 seq 3
+    await h.cli('place-order', '--count', '3');
+    await h.cli('change-qty', '--id', '1', '--qty', '4');
+    await h.cli('cancel-order', '--id', '2');
+    await h.cli('change-qty', '--id', '1', '--qty', '6');
+    await h.cli('relay');
+    // Row 4's message is held back: the consumer applies rows 1-3 and 5, and parks row 6 (gap).
+    const held = (await h.client.lindex('outbox.events', 3))!;
+    assert.deepEqual([JSON.parse(held).aggregate_id, JSON.parse(held).seq], [1, 2]);
+    await h.client.lrem('outbox.events', 1, held);
+    assert.match((await h.cli('consume')).stdout, /applied 4, .*parked 1/);
+
+    const partial = await h.cli('prune', '--older-than', '0s', '--batch-size', '2');
+    assert.match(partial.stdout, /^pruned 3 PUBLISHED row/);
+    assert.equal(kept(partial.stdout), 3, 'rows 4-6 wait: 4 and 6 are not applied, 5 comes after 4');
+    assert.deepEqual(readIds(), [4, 5, 6]);
+    const pruned = readDb(h.env.dir);
+    try {
+      assert.deepEqual(pruned.prepare('SELECT aggregate_id, through_seq, events FROM outbox_pruned ORDER BY aggregate_id').all(), [
+        { aggregate_id: 1, through_seq: 1, events: 1 },
+        { aggregate_id: 2, through_seq: 1, events: 1 },
+        { aggregate_id: 3, through_seq: 1, events: 1 },
+      ]);
+    } finally {
+      pruned.close();
+    }
+
+    await h.client.rpush('outbox.events', held);
+    await h.cli('consume');
+    const rest = await h.cli('prune', '--older-than', '0s');
+    assert.match(rest.stdout, /^pruned 3 PUBLISHED row/);
+    assert.equal(count(h.env.dir, 'SELECT through_seq FROM outbox_pruned WHERE aggregate_id = 1'), 3);
+    assert.equal(count(h.env.dir, 'SELECT through_seq FROM outbox_pruned WHERE aggregate_id = 2'), 2);
+    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+  });
+
+  it('an event in processed is not applied for prune while its aggregate\'s applied seq is behind it', async () => {
+    await h.cli('place-order', '--count', '3');
+    await h.cli('relay');
+    await h.cli('consume');
+    await h.client.hdel('outbox:applied-seq', '2');
+    const result = await h.cli('prune', '--older-than', '0s');
+    assert.match(result.stdout, /^pruned 1 PUBLISHED row/);
+    assert.equal(kept(result.stdout), 2);
+    assert.deepEqual(readIds(), [2, 3]);
+  });
+
+  it('never deletes a PENDING row, nor anything after the first one, nor recent rows', async () => {
+    await h.cli('place-order', '--count', '7');
+    await h.cli('relay');
+    await h.cli('consume');
+    await h.cli('replay', '--from', '6', '--to', '6');
+    // rows 1-5 PUBLISHED, 6 PENDING, 7 PUBLISHED after it; all applied
+    const result = await h.cli('prune', '--older-than', '0s');
+    assert.match(result.stdout, /^pruned 5 PUBLISHED row/);
+    assert.equal(kept(result.stdout), 0);
+    assert.deepEqual(readIds(), [6, 7]);
 
     await h.cli('place-order', '--count', '3');
     await h.cli('relay');
-    assert.match((await h.cli('prune', '--older-than', '1h')).stdout, /^pruned 0 PUBLISHED row/);
+    await h.cli('consume');
+    const recent = await h.cli('prune', '--older-than', '1h');
+    assert.match(recent.stdout, /^pruned 0 PUBLISHED row/);
+    assert.equal(kept(recent.stdout), 0);
+  });
+
+  it('fails with one line and exit 5 when Redis is unreachable, deleting nothing', async () => {
+    await h.cli('place-order', '--count', '2');
+    await h.cli('relay');
+    await h.cli('consume');
+    const result = await runCli(['prune', '--older-than', '0s'], { ...h.env, redisUrl: 'redis://127.0.0.1:1' });
+    assert.equal(result.code, 5);
+    assert.match(result.stderr, /^outbox: cannot connect to Redis at redis:\/\/127\.0\.0\.1:1 .*$/m);
+    assert.equal(result.stderr.trim().split('\n').length, 1);
+    assert.equal(count(h.env.dir, 'SELECT COUNT(*) FROM outbox'), 2);
   });
 
   it('rejects a bad window with one line', async () => {
@@ -59,7 +146,7 @@ describe('outbox prune', () => {
     assert.match(result.stderr, /^outbox: --older-than must be a duration like 60s, 500ms or 2m, got "a week"$/m);
   });
 
-  it('the relay app prunes on a schedule when OUTBOX_PRUNE_OLDER_THAN is set', async () => {
+  it('the relay app prunes on a schedule when OUTBOX_PRUNE_OLDER_THAN is set, and waits for the consumer', async () => {
     await h.cli('place-order', '--count', '20');
     const relay = spawn(process.execPath, [join(REPO_ROOT, 'dist/apps/relay/main.js'), '--every', '300', '--slice', '300'], {
       env: { ...process.env, OUTBOX_DIR: h.env.dir, REDIS_URL: h.env.redisUrl, OUTBOX_PRUNE_OLDER_THAN: '0s', OUTBOX_PRUNE_EVERY: '500ms' },
@@ -69,13 +156,28 @@ describe('outbox prune', () => {
     relay.stdout.on('data', (chunk) => (output += chunk));
     const exited = new Promise((resolve) => relay.on('exit', resolve));
     try {
-      await waitFor(() => count(h.env.dir, 'SELECT COUNT(*) FROM outbox') === 0, { timeoutMs: 15_000, message: 'nothing was pruned' });
-      await waitFor(() => /"msg":"outbox pruned","deleted":\d+/.test(output));
+      // Relayed, then a scheduled prune found the 20 rows and kept them: nothing is applied yet.
+      await waitFor(() => /"msg":"outbox pruned","deleted":0,"keptNotApplied":20/.test(output), { timeoutMs: 15_000, message: 'no prune saw the relayed rows' });
+      assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PUBLISHED'"), 20);
+      assert.equal(await h.client.llen('outbox.events'), 20);
+
+      await h.cli('consume');
+      await waitFor(() => count(h.env.dir, 'SELECT COUNT(*) FROM outbox') === 0, { timeoutMs: 15_000, message: 'nothing was pruned after the consumer applied the events' });
+      await waitFor(() => /"msg":"outbox pruned","deleted":[1-9]\d*,"keptNotApplied":0/.test(output));
     } finally {
       relay.kill('SIGTERM');
       await exited;
     }
     assert.equal(count(h.env.dir, 'SELECT SUM(events) FROM outbox_pruned'), 20);
-    assert.equal(await h.client.llen('outbox.events'), 20);
+    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
   });
 });
+
+function readIds(): number[] {
+  const db = readDb(h.env.dir);
+  try {
+    return db.prepare('SELECT id FROM outbox ORDER BY id').pluck().all() as number[];
+  } finally {
+    db.close();
+  }
+}

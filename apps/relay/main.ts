@@ -38,7 +38,7 @@ runApp('outbox-relay', async (log, signal) => {
     pollMs: argv.poll,
     batchSize: argv['batch-size'],
   });
-  const pruner = pruneSchedule ? await startPruneWorker(db, config.redisUrl, log, pruneSchedule) : undefined;
+  const pruner = pruneSchedule ? await startPruneWorker(db, redis, config.redisUrl, log, pruneSchedule) : undefined;
   log.info('relay started', { redis: config.redisUrl, db: `${config.dir}/app.db`, everyMs: argv.every, sliceMs: argv.slice, pruneOlderThan: pruneOlderThan ?? 'off' });
   return async () => {
     await pruner?.close();

@@ -40,12 +40,26 @@ export interface GrowthFigures {
 const ROUNDS = 3;
 const CLI = join(REPO_ROOT, 'dist', 'apps', 'cli', 'main.js');
 
+/** Old PUBLISHED rows: events 1..rows of one aggregate. */
+const PUBLISHED_AGGREGATE = 1_000_000_000;
+
 function insertPublished(db: Db, rows: number): void {
   db.prepare(
     `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
      INSERT INTO outbox (event_id, aggregate_id, seq, event_type, payload, status, created_at, published_at)
-     SELECT 'published-' || i, 1000000000 + i, 1, 'OrderPlaced', '{"orderId":0,"sku":"SKU-0","qty":1}', 'PUBLISHED', 0, 0 FROM n`,
+     SELECT 'published-' || i, ${PUBLISHED_AGGREGATE}, i, 'OrderPlaced', '{"orderId":0,"sku":"SKU-0","qty":1}', 'PUBLISHED', 0, 0 FROM n`,
   ).run(rows);
+}
+
+/** Records the old rows as applied, as the consumer would have, so that prune may delete them. */
+async function markPublishedApplied(redis: Redis, rows: number): Promise<void> {
+  const chunk = 10_000;
+  for (let from = 1; from <= rows; from += chunk) {
+    const fields: string[] = [];
+    for (let i = from; i < Math.min(from + chunk, rows + 1); i += 1) fields.push(`published-${i}`, '{}');
+    await redis.hset(keys.processed, ...fields);
+  }
+  await redis.hset(keys.appliedSeq, String(PUBLISHED_AGGREGATE), rows);
 }
 
 async function relayCost(db: Db, redis: Redis, pending: number) {
@@ -118,9 +132,11 @@ export async function benchGrowth(workspace: string, redis: Redis, redisUrl: str
     relayEmpty = await relayCost(empty, redis, pending);
     relayFull = await relayCost(full, redis, pending);
     bar.finish();
+    await markPublishedApplied(redis, published);
     const pruneBar = progress(`prune: ${published} old rows`, published);
-    pruned = await prune(full, 60_000, { onBatch: (deleted) => pruneBar.set(deleted) });
+    pruned = await prune(full, redis, 60_000, { onBatch: (deleted) => pruneBar.set(deleted) });
     pruneBar.finish();
+    await redis.del(keys.processed, keys.appliedSeq);
   } finally {
     empty.close();
     full.close();

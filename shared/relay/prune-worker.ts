@@ -1,4 +1,5 @@
 import { Queue, Worker } from 'bullmq';
+import type { Redis } from 'ioredis';
 import type { Db } from '../db/open-database.js';
 import type { Logger } from '../logger.js';
 import { prune } from '../prune.js';
@@ -15,9 +16,10 @@ export interface PruneScheduleOptions {
 
 /**
  * The relay app's optional prune schedule, on a queue of its own so that a long prune never holds
- * up a relay pass. Global concurrency 1: one prune at a time across relay processes.
+ * up a relay pass. Global concurrency 1: one prune at a time across relay processes. `redis` is the
+ * app's connection, on which prune asks which events the consumer applied.
  */
-export async function startPruneWorker(db: Db, url: string, log: Logger, options: PruneScheduleOptions) {
+export async function startPruneWorker(db: Db, redis: Redis, url: string, log: Logger, options: PruneScheduleOptions) {
   const bull = bullConnections(url);
   const queue = new Queue(PRUNE_QUEUE, { connection: bull.connection() });
   await queue.setGlobalConcurrency(1);
@@ -25,8 +27,15 @@ export async function startPruneWorker(db: Db, url: string, log: Logger, options
   const worker = new Worker(
     PRUNE_QUEUE,
     async () => {
-      const result = await prune(db, options.olderThanMs);
-      if (result.deleted > 0) log.info('outbox pruned', { deleted: result.deleted, batches: result.batches, maxBatchMs: Number(result.maxBatchMs.toFixed(2)) });
+      const result = await prune(db, redis, options.olderThanMs);
+      if (result.deleted > 0 || result.keptNotApplied > 0) {
+        log.info('outbox pruned', {
+          deleted: result.deleted,
+          keptNotApplied: result.keptNotApplied,
+          batches: result.batches,
+          maxBatchMs: Number(result.maxBatchMs.toFixed(2)),
+        });
+      }
       return result.deleted;
     },
     { connection: bull.connection(), concurrency: 1 },

@@ -3,7 +3,7 @@ import { parseDuration } from '../../../shared/duration.js';
 import { parseCount } from '../../../shared/orders/validate.js';
 import { prune } from '../../../shared/prune.js';
 import { configOf, type GlobalArgs } from '../options.js';
-import { withDb } from '../stores.js';
+import { withStores } from '../stores.js';
 
 interface Args extends GlobalArgs {
   olderThan: string;
@@ -11,7 +11,7 @@ interface Args extends GlobalArgs {
 }
 
 export const command = 'prune';
-export const describe = 'delete PUBLISHED outbox rows older than a window, in small batches';
+export const describe = 'delete PUBLISHED outbox rows older than a window once the consumer applied them, in small batches';
 
 export const builder = (yargs: Argv<GlobalArgs>) =>
   yargs
@@ -21,9 +21,10 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const olderThanMs = parseDuration(argv.olderThan, '--older-than');
   const batchSize = parseCount(argv.batchSize, '--batch-size', 100_000);
-  const result = await withDb(configOf(argv), (db) => prune(db, olderThanMs, { batchSize }));
+  const result = await withStores(configOf(argv), (db, redis) => prune(db, redis, olderThanMs, { batchSize }));
   console.log(
     `pruned ${result.deleted} PUBLISHED row(s) in ${result.batches} batch(es), ${result.ms.toFixed(0)} ms; ` +
       `the longest batch held the write lock ${result.maxBatchMs.toFixed(1)} ms`,
   );
+  console.log(`kept (not applied yet): ${result.keptNotApplied}`);
 }
