@@ -33,9 +33,9 @@ export function parseMessage(raw: string): OutboxEvent {
   }
   if (!isObject(message)) throw new MalformedMessageError('not a JSON object');
   const eventId = nonEmptyString(message.event_id, 'event_id', 128);
-  const storeId = nonEmptyString(message.store_id, 'store_id', 64);
   const aggregateId = positiveInt(message.aggregate_id, 'aggregate_id');
   const seq = positiveInt(message.seq, 'seq');
+  const storeId = nonEmptyString(message.store_id, 'store_id', 64);
   const type = message.event_type;
   if (!EVENT_TYPES.includes(type as EventType)) {
     throw new MalformedMessageError(`unknown event_type ${JSON.stringify(type)}`);

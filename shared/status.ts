@@ -1,9 +1,28 @@
 import type { Redis } from 'ioredis';
 import type { Db } from './db/open-database.js';
+import { hasPublished, storeIdOf } from './db/store-meta.js';
 import { keys } from './redis/keys.js';
+import { keyPrefixOfConnection } from './redis/scan-keys.js';
 import { processingLists } from './redis/processing-lists.js';
 
+export interface StoreStatus {
+  /** app.db's store id. */
+  id: string;
+  /** The Redis namespace ('' = none). */
+  namespace: string;
+  /** What Redis says of it: serves it, serves no store yet, lost its state, or serves another store. */
+  redis: 'serves' | 'unclaimed' | 'lost' | 'foreign';
+  /** The store Redis serves, when it serves one. */
+  servedStore: string | null;
+  /** Times the relay rebuilt Redis from SQLite, and the last time (ms since epoch), from app.db. */
+  rebuilds: number;
+  lastRebuildAt: number | null;
+  /** Events pruned before the last loss: their effects could not be rebuilt. */
+  unrecoverable: number;
+}
+
 export interface SystemStatus {
+  store: StoreStatus;
   pending: number;
   /** Age of the oldest PENDING row in ms, null when none. */
   oldestPendingAgeMs: number | null;
@@ -28,7 +47,8 @@ export async function collectStatus(db: Db, redis: Redis, now = Date.now()): Pro
     const length = await redis.llen(list);
     if (length > 0) processing[list] = length;
   }
-  const [queued, enqueued, processed, parked, deadLettered, stats, lastRun] = await Promise.all([
+  const [meta, queued, enqueued, processed, parked, deadLettered, stats, lastRun] = await Promise.all([
+    redis.hgetall(keys.meta),
     redis.llen(keys.events),
     redis.get(keys.enqueued),
     redis.hlen(keys.processed),
@@ -37,7 +57,20 @@ export async function collectStatus(db: Db, redis: Redis, now = Date.now()): Pro
     redis.hgetall(keys.stats),
     redis.hgetall(keys.relayLastRun),
   ]);
+  const storeId = storeIdOf(db);
+  const metaOf = (key: string) => db.prepare('SELECT value FROM outbox_meta WHERE key = ?').pluck().get(key) as string | undefined;
+  const lastRebuildAt = metaOf('redis_rebuilt_at');
+  const store: StoreStatus = {
+    id: storeId,
+    namespace: keyPrefixOfConnection(redis).slice(0, -1),
+    redis: meta.store === undefined ? (hasPublished(db) ? 'lost' : 'unclaimed') : meta.store === storeId ? 'serves' : 'foreign',
+    servedStore: meta.store ?? null,
+    rebuilds: Number(metaOf('redis_rebuilds') ?? 0),
+    lastRebuildAt: lastRebuildAt === undefined ? null : Number(lastRebuildAt),
+    unrecoverable: Number(meta.unrecoverable ?? 0),
+  };
   return {
+    store,
     pending: pending.n,
     oldestPendingAgeMs: pending.oldest === null ? null : now - pending.oldest,
     queued,
@@ -58,10 +91,27 @@ function age(ms: number | null): string {
   return ms < 1000 ? `${ms} ms` : ms < 120_000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms / 60_000)} min`;
 }
 
-export function formatStatus(s: SystemStatus): string[] {
+function formatStore(store: StoreStatus, now: number): string {
+  const namespace = store.namespace === '' ? '' : ` in namespace ${store.namespace}`;
+  const served = {
+    serves: 'Redis serves it',
+    unclaimed: 'Redis serves no store yet (the first relay pass claims it)',
+    lost: 'WARN Redis lost its state (no outbox:meta): the relay rebuilds it from SQLite on its next pass',
+    foreign: `WARN Redis serves another store, ${store.servedStore}: app.db was recreated, or this is another deployment's Redis`,
+  }[store.redis];
+  const rebuilt =
+    store.rebuilds > 0
+      ? `; rebuilt from SQLite ${store.rebuilds} time(s), last ${age(now - (store.lastRebuildAt ?? now))} ago` +
+        (store.unrecoverable > 0 ? `, WARN ${store.unrecoverable} pruned event(s) could not be rebuilt` : '')
+      : '';
+  return `${store.id}${namespace}: ${served}${rebuilt}`;
+}
+
+export function formatStatus(s: SystemStatus, now = Date.now()): string[] {
   const lists = Object.entries(s.processing);
   const stats = s.consumerStats;
   return [
+    `store       ${formatStore(s.store, now)}`,
     `outbox      pending ${s.pending}, oldest pending ${age(s.oldestPendingAgeMs)}`,
     `relay       ${s.relayLastRun ? `last job ${age(s.relayLastRun.ageMs)} ago: ${s.relayLastRun.events} events in ${s.relayLastRun.batches} batches, ${s.relayLastRun.durationMs} ms` : 'no job has run yet'}`,
     `queue       ${keys.events} ${s.queued}, enqueued in total ${s.enqueued}`,

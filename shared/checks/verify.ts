@@ -4,6 +4,7 @@ import { eventIdOf } from '../events.js';
 import { keys } from '../redis/keys.js';
 import { processingLists } from '../redis/processing-lists.js';
 import { readList } from '../redis/read-list.js';
+import { hasPublished } from '../db/store-meta.js';
 
 export interface InvariantCheck {
   name: string;
@@ -73,6 +74,14 @@ function outOfOrder(events: { aggregate_id: number; seq: number }[], processed: 
   return [...broken].map((id) => `aggregate ${id}`);
 }
 
+/** Which events prune deleted, per aggregate: what a Redis that lost its state cannot get back. */
+function prunedAggregates(db: Db): string[] {
+  return db
+    .prepare<[], { aggregate_id: number; through_seq: number }>(`SELECT aggregate_id, through_seq FROM outbox_pruned ORDER BY aggregate_id LIMIT ${EXAMPLES}`)
+    .all()
+    .map((p) => `order ${p.aggregate_id} seq 1-${p.through_seq}`);
+}
+
 export interface Ledger {
   checks: InvariantCheck[];
   /** Outbox events that were never applied and are nowhere in Redis: what `--repair` republishes. */
@@ -89,6 +98,10 @@ export interface Ledger {
     parked: number;
     deadLettered: number;
     inFlight: number;
+    /** Redis serves no store although this one published: it lost its state and was not rebuilt yet. */
+    redisStateLost: boolean;
+    /** Events pruned from SQLite before Redis lost its state: their effects cannot be rebuilt. */
+    unrecoverable: number;
   };
 }
 
@@ -122,7 +135,8 @@ export async function verifyStores(db: Db, redis: Redis): Promise<Ledger> {
       .map((row) => [row.sku, row.qty]),
   );
 
-  const [processedCount, processed, appliedSeqs, inventory, dead, flight] = await Promise.all([
+  const [meta, processedCount, processed, appliedSeqs, inventory, dead, flight] = await Promise.all([
+    redis.hgetall(keys.meta),
     redis.hlen(keys.processed),
     hashValues(redis, keys.processed, eventIds),
     hashValues(redis, keys.appliedSeq, orders.map((o) => String(o.id))),
@@ -132,6 +146,8 @@ export async function verifyStores(db: Db, redis: Redis): Promise<Ledger> {
   ]);
 
   const lost = eventIds.filter((id, i) => processed[i] === null && !flight.ids.has(id));
+  const redisStateLost = meta.store === undefined && hasPublished(db);
+  const unrecoverable = Number(meta.unrecoverable ?? 0);
   const disordered = outOfOrder(events, processed);
   const seqMismatch = orders.filter((o, i) => Number(appliedSeqs[i] ?? 0) !== o.version).map((o) => `order ${o.id}`);
   const skus = new Set([...reservedBySku.keys(), ...Object.keys(inventory)]);
@@ -140,6 +156,14 @@ export async function verifyStores(db: Db, redis: Redis): Promise<Ledger> {
     .map((sku) => `${sku}: reserved ${inventory[sku] ?? 0}, orders say ${reservedBySku.get(sku) ?? 0}`);
 
   const checks: InvariantCheck[] = [
+    {
+      name: 'Redis serves this store',
+      expected: 'yes',
+      actual: redisStateLost ? 'no: Redis lost its state' : meta.store === undefined ? 'not yet (nothing published)' : 'yes',
+      status: redisStateLost ? 'FAIL' : 'ok',
+      examples: redisStateLost ? ['the relay rebuilds it from SQLite on its next pass; by hand: outbox verify --repair'] : undefined,
+    },
+    check('pruned events Redis lost (effects cannot be rebuilt)', 0, unrecoverable, unrecoverable > 0 ? prunedAggregates(db) : []),
     check('orders with missing events', 0, incomplete.length, incomplete.map((o) => `order ${o.id}`)),
     check('events without an order', 0, orphans.length, orphans.map((e) => e.event_id)),
     check('PENDING outbox rows', 0, pending.length, pending.map((p) => `row ${p.id}`)),
@@ -166,6 +190,8 @@ export async function verifyStores(db: Db, redis: Redis): Promise<Ledger> {
       parked: flight.parked,
       deadLettered: dead,
       inFlight: flight.queued + flight.processing,
+      redisStateLost,
+      unrecoverable,
     },
   };
 }

@@ -4,6 +4,9 @@ import type { Db } from '../db/open-database.js';
 import type { Logger } from '../logger.js';
 import { prune } from '../prune.js';
 import { bullConnections } from '../redis/bull-connections.js';
+import { bullPrefixOf } from '../redis/keys.js';
+import { keyPrefixOfConnection } from '../redis/scan-keys.js';
+import { assertSameStore } from './store-pairing.js';
 
 export const PRUNE_QUEUE = 'outbox-prune';
 
@@ -21,12 +24,15 @@ export interface PruneScheduleOptions {
  */
 export async function startPruneWorker(db: Db, redis: Redis, url: string, log: Logger, options: PruneScheduleOptions) {
   const bull = bullConnections(url);
-  const queue = new Queue(PRUNE_QUEUE, { connection: bull.connection() });
+  const prefix = bullPrefixOf(keyPrefixOfConnection(redis));
+  const queue = new Queue(PRUNE_QUEUE, { connection: bull.connection(), prefix });
   await queue.setGlobalConcurrency(1);
   await queue.upsertJobScheduler('prune', { every: options.everyMs }, { name: 'prune', opts: { removeOnComplete: 10, removeOnFail: 10 } });
   const worker = new Worker(
     PRUNE_QUEUE,
     async () => {
+      // Another store's Redis knows nothing of these events: refuse rather than read it.
+      await assertSameStore(db, redis);
       const result = await prune(db, redis, options.olderThanMs);
       if (result.deleted > 0 || result.keptNotApplied > 0) {
         log.info('outbox pruned', {
@@ -38,7 +44,7 @@ export async function startPruneWorker(db: Db, redis: Redis, url: string, log: L
       }
       return result.deleted;
     },
-    { connection: bull.connection(), concurrency: 1 },
+    { connection: bull.connection(), prefix, concurrency: 1 },
   );
   worker.on('failed', (_job, error) => log.warn('prune job failed', { error: error.message }));
   return {

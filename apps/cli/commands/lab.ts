@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
 import type { ArgumentsCamelCase } from 'yargs';
 import { CheckFailedError } from '../../../shared/errors/check-failed-error.js';
+import type { OutboxConfig } from '../../../shared/config.js';
 import { runLab } from '../../../shared/lab.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { withRedis } from '../stores.js';
@@ -8,11 +9,15 @@ import { withRedis } from '../stores.js';
 export const command = 'lab';
 export const describe = 'run steps 1-8 of the seed on a clean state (init --force first) and show every artifact';
 
-/** relay-crash kills its own process, so it runs as a child of the lab. */
-function runRelayCrash(dir: string, redisUrl: string): Promise<void> {
+/**
+ * relay-crash kills its own process, so it runs as a child of the lab. The settings go through the
+ * environment: a password in the Redis URL must not show on a command line (`ps`).
+ */
+function runRelayCrash(config: OutboxConfig): Promise<void> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [process.argv[1], 'relay-crash', '--dir', dir, '--redis', redisUrl], {
+    const child = spawn(process.execPath, [process.argv[1], 'relay-crash'], {
       stdio: ['ignore', 'inherit', 'inherit'],
+      env: { ...process.env, OUTBOX_DIR: config.dir, REDIS_URL: config.redisUrl, OUTBOX_NAMESPACE: config.namespace },
     });
     child.on('error', reject);
     child.on('exit', (code, signal) => {
@@ -26,7 +31,7 @@ export async function handler(argv: ArgumentsCamelCase<GlobalArgs>): Promise<voi
   const config = configOf(argv);
   console.log(`outbox lab in ${config.dir}`);
   const ok = await withRedis(config, (redis) =>
-    runLab(config, redis, { log: (line) => console.log(line), runRelayCrash: () => runRelayCrash(config.dir, config.redisUrl) }),
+    runLab(config, redis, { log: (line) => console.log(line), runRelayCrash: () => runRelayCrash(config) }),
   );
   if (!ok) throw new CheckFailedError('the lab ended with a failed check (see above)');
   console.log('\nlab done: nothing lost, duplicates absorbed, order kept');

@@ -1,0 +1,214 @@
+import assert from 'node:assert/strict';
+import { rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import Database from 'better-sqlite3';
+import { waitFor } from '../shared/local/wait-for.js';
+import { runCli, startCli } from './helpers/cli.js';
+import { useHarness } from './helpers/harness.js';
+import { count, snapshotStores, storeIdIn } from './helpers/stores.js';
+
+const h = useHarness();
+
+/** Orders with several events each, so that a rebuild has to apply them in seq order again. */
+async function placeLifecycle(): Promise<void> {
+  await h.cli('place-order', '--sku', 'SKU-A', '--qty', '2', '--count', '4');
+  await h.cli('change-qty', '--id', '1', '--qty', '5');
+  await h.cli('change-qty', '--id', '1', '--qty', '3');
+  await h.cli('cancel-order', '--id', '2');
+}
+
+/** SUM(qty) of the live orders per SKU, as the reserved inventory must be. */
+function liveReserved(): Record<string, string> {
+  const db = new Database(join(h.env.dir, 'app.db'), { readonly: true });
+  try {
+    const rows = db.prepare("SELECT sku, SUM(qty) AS qty FROM orders WHERE status = 'PLACED' GROUP BY sku").all() as { sku: string; qty: number }[];
+    return Object.fromEntries(rows.map((r) => [r.sku, String(r.qty)]));
+  } finally {
+    db.close();
+  }
+}
+
+describe('store identity', () => {
+  it('a recreated app.db with the old Redis is refused with both store ids, never silently skipped', async () => {
+    await placeLifecycle();
+    await h.cli('relay');
+    await h.cli('consume');
+    const oldStore = h.storeId;
+
+    for (const suffix of ['', '-wal', '-shm']) rmSync(join(h.env.dir, `app.db${suffix}`), { force: true });
+    await h.cli('init');
+    const newStore = storeIdIn(h.env.dir);
+    assert.notEqual(newStore, oldStore);
+    await h.cli('place-order', '--count', '3');
+
+    const before = await snapshotStores(h.env.dir, h.env.redisUrl);
+    for (const command of ['relay', 'verify', 'report', 'prune']) {
+      const args = command === 'prune' ? [command, '--older-than', '0s'] : [command];
+      const refused = await runCli(args, h.env);
+      assert.equal(refused.code, 5, `${command}: ${refused.stderr}`);
+      assert.equal(refused.stderr.trim().split('\n').length, 1);
+      assert.match(refused.stderr, new RegExp(`is store ${newStore}, but Redis at [^ ]+ serves store ${oldStore} .*outbox init --force`));
+    }
+    assert.equal(await snapshotStores(h.env.dir, h.env.redisUrl), before, 'a refused command changed a store');
+
+    // status shows the mismatch instead of refusing.
+    const status = await h.cli('status');
+    assert.match(status.stdout, new RegExp(`store +${newStore}: WARN Redis serves another store, ${oldStore}`));
+
+    // init --force starts both over: the new store is claimed by the first relay and applied in full.
+    await h.cli('init', '--force');
+    await h.cli('place-order', '--count', '3');
+    await h.cli('relay');
+    assert.match((await h.cli('consume')).stdout, /applied 3, duplicates skipped 0/);
+    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+  });
+
+  it('the consumer dead-letters a message of another store, and one that reaches a Redis serving no store', async () => {
+    const message = (storeId: string, id: number) =>
+      JSON.stringify({ event_id: `evt-${id}`, aggregate_id: id, seq: 1, event_type: 'OrderPlaced', payload: { orderId: id, sku: 'SKU-X', qty: 1 }, store_id: storeId });
+    await h.client.rpush('outbox.events', message('0123456789abcdef', 1), message(h.storeId, 2));
+    assert.match((await h.cli('consume')).stdout, /applied 1, duplicates skipped 0, parked 0, dead-lettered 1/);
+    assert.deepEqual(await h.client.hkeys('processed'), ['evt-2']);
+    const [dead] = (await h.client.lrange('outbox.events:dead', 0, -1)).map((entry) => JSON.parse(entry));
+    assert.equal(dead.reason, `from store 0123456789abcdef, but this Redis serves store ${h.storeId}`);
+
+    await h.client.del('outbox:meta');
+    await h.client.rpush('outbox.events', message(h.storeId, 3));
+    assert.match((await h.cli('consume')).stdout, /applied 0, duplicates skipped 0, parked 0, dead-lettered 1/);
+    assert.match(JSON.parse((await h.client.lindex('outbox.events:dead', 1))!).reason, /serves no store \(it lost its state/);
+    assert.equal(await h.client.hget('inventory:reserved', 'SKU-X'), '1');
+  });
+});
+
+describe('Redis that lost its state', () => {
+  it('the relay notices (no outbox:meta), rebuilds every effect from SQLite, and verify is OK again', async () => {
+    await placeLifecycle();
+    await h.cli('relay');
+    await h.cli('consume');
+    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+
+    await h.client.flushall();
+    const broken = await runCli(['verify'], h.env);
+    assert.equal(broken.code, 1);
+    assert.match(broken.stdout, /Redis serves this store +yes +no: Redis lost its state +FAIL/);
+    assert.match((await h.cli('status')).stdout, /WARN Redis lost its state \(no outbox:meta\)/);
+
+    // Orders keep coming meanwhile: the next relay pass rebuilds, then relays everything in id order.
+    await h.cli('change-qty', '--id', '3', '--qty', '9');
+    await h.cli('place-order', '--sku', 'SKU-B', '--qty', '4');
+    const relayed = await h.cli('relay');
+    assert.match(relayed.stdout, /^Redis lost its state: rebuilding it from SQLite, 7 published event\(s\) set back to PENDING to be applied again$/m);
+    assert.match(relayed.stdout, /relayed 9 events/);
+    assert.match((await h.cli('consume')).stdout, /applied 9, duplicates skipped 0, parked 0/);
+    assert.match((await h.cli('order-check')).stdout, /ORDER OK/);
+    const verify = await h.cli('verify');
+    assert.match(verify.stdout, /VERIFY OK/);
+    assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
+    assert.match((await h.cli('status')).stdout, /Redis serves it; rebuilt from SQLite 1 time\(s\)/);
+  });
+
+  it('verify --repair rebuilds it by hand, and a repeated loss during the rebuild only repeats it', async () => {
+    await placeLifecycle();
+    await h.cli('relay');
+    await h.cli('consume');
+    await h.client.flushall();
+    const repaired = await runCli(['verify', '--repair'], h.env);
+    assert.equal(repaired.code, 0, repaired.stderr);
+    assert.match(repaired.stdout, /repair: Redis lost its state: rebuilding it from SQLite, 7 published event\(s\)/);
+    // Lost again before the consumer ran: the next pass rebuilds again, nothing is missing.
+    await h.client.flushall();
+    await h.cli('relay');
+    await h.cli('consume');
+    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+    assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
+  });
+
+  it('after prune and a loss, verify names the events that cannot be rebuilt, and later events still apply', async () => {
+    await placeLifecycle();
+    await h.cli('relay');
+    await h.cli('consume');
+    assert.match((await h.cli('prune', '--older-than', '0s')).stdout, /^pruned 7 PUBLISHED row/m);
+    await h.client.flushall();
+    await h.cli('change-qty', '--id', '1', '--qty', '6');
+    const relayed = await h.cli('relay');
+    assert.match(relayed.stdout, /7 event\(s\) of 4 aggregate\(s\) were pruned before the loss: their effects cannot be rebuilt/);
+    // Order 1's seq 4 applies after its pruned seq 1-3: not parked for ever.
+    assert.match((await h.cli('consume')).stdout, /applied 1, duplicates skipped 0, parked 0/);
+    const verify = await runCli(['verify'], h.env);
+    assert.equal(verify.code, 1);
+    assert.match(verify.stdout, /pruned events Redis lost \(effects cannot be rebuilt\) +0 +7 +FAIL\n +e\.g\. order 1 seq 1-3, order 2 seq 1-2, order 3 seq 1-1, order 4 seq 1-1/);
+    assert.match(verify.stdout, /aggregates whose applied seq != last seq +0 +0 +ok/);
+    assert.match(verify.stdout, /VERIFY FAILED/);
+  });
+
+  it('a relay paused between push and mark does not mark rows a replay set back to PENDING meanwhile', async () => {
+    await h.cli('place-order', '--count', '3');
+    const db = new Database(join(h.env.dir, 'app.db'));
+    db.pragma('busy_timeout = 5000');
+    // Hold the write lock: the relay pushes, then waits to mark.
+    db.prepare('BEGIN IMMEDIATE').run();
+    const relay = startCli(['relay'], h.env);
+    try {
+      await waitFor(async () => (await h.client.llen('outbox.events')) === 3, { message: 'the relay did not push' });
+      // Meanwhile another relay marked the rows, Redis lost them, and an operator replayed them.
+      db.prepare("UPDATE outbox SET status = 'PUBLISHED', published_at = 1").run();
+      await h.client.del('outbox.events');
+      db.prepare("UPDATE outbox SET status = 'PENDING', published_at = NULL WHERE status = 'PUBLISHED'").run();
+      db.prepare("UPDATE outbox_meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'replay_generation'").run();
+    } finally {
+      db.prepare('COMMIT').run();
+      db.close();
+    }
+    assert.equal((await relay.done).code, 0);
+    assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 3, 'the paused relay marked replayed rows');
+    assert.match((await h.cli('relay')).stdout, /relayed 3 events/);
+    await h.cli('consume');
+    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+  });
+});
+
+describe('namespaces', () => {
+  it('two deployments share one Redis with independent state; no namespace keeps the seed key names', async () => {
+    const a = { ...h.env, env: { OUTBOX_NAMESPACE: 'shop-a' } };
+    const b = { dir: join(h.env.dir, 'b'), redisUrl: h.env.redisUrl, env: { OUTBOX_NAMESPACE: 'shop-b' } };
+    const run = async (env: typeof a, ...args: string[]) => {
+      const result = await runCli(args, env);
+      assert.equal(result.code, 0, `${args.join(' ')}: ${result.stderr}`);
+      return result;
+    };
+    await run(b, 'init');
+    await run(a, 'place-order', '--sku', 'SKU-A', '--qty', '2', '--count', '3');
+    await run(b, 'place-order', '--sku', 'SKU-A', '--qty', '7');
+    await run(a, 'relay');
+    await run(b, 'relay');
+    await run(a, 'consume');
+    await run(b, 'consume');
+    assert.equal(await h.client.hget('shop-a:inventory:reserved', 'SKU-A'), '6');
+    assert.equal(await h.client.hget('shop-b:inventory:reserved', 'SKU-A'), '7');
+    assert.equal(await h.client.hlen('shop-a:processed'), 3);
+    assert.equal(await h.client.hlen('shop-b:processed'), 1);
+    assert.match((await run(a, 'verify')).stdout, /VERIFY OK/);
+    assert.match((await run(b, 'verify')).stdout, /VERIFY OK/);
+
+    // lab and init --force in one namespace leave the other alone.
+    const keysOfA = (await h.client.keys('shop-a:*')).sort();
+    await run(b, 'lab');
+    assert.deepEqual((await h.client.keys('shop-a:*')).sort(), keysOfA);
+    assert.match((await run(a, 'verify')).stdout, /VERIFY OK/);
+
+    // The seed's own names, unprefixed, belong to the deployment without a namespace.
+    assert.equal(await h.client.exists('processed', 'outbox.events', 'inventory:reserved'), 0);
+    await h.cli('place-order');
+    await h.cli('relay');
+    await h.cli('consume');
+    assert.equal(await h.client.hlen('processed'), 1);
+    assert.equal(await h.client.hlen('shop-a:processed'), 3);
+  });
+
+  it('a bad namespace is refused in one line before anything connects', async () => {
+    const result = await runCli(['relay'], { ...h.env, env: { OUTBOX_NAMESPACE: 'a:b*' } });
+    assert.equal(result.code, 2);
+    assert.match(result.stderr, /^outbox: --namespace \/ OUTBOX_NAMESPACE must be 1-64 letters, digits, "\.", "_" or "-", got "a:b\*"\n$/);
+  });
+});
