@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import type { Db } from './db/open-database.js';
 import { keys } from './redis/keys.js';
 import { processingLists } from './redis/processing-lists.js';
+import { evictionProblem, readRedisSettings, type RedisSettings } from './redis/settings.js';
 
 export interface SystemStatus {
   pending: number;
@@ -17,6 +18,20 @@ export interface SystemStatus {
   consumerStats: Record<string, number>;
   /** The relay app's last finished job, null when it never ran. */
   relayLastRun: { ageMs: number; events: number; batches: number; durationMs: number } | null;
+  /** Persistence and eviction: whether outbox's state survives a restart and memory pressure. */
+  redis: RedisSettings;
+  /** Settings under which Redis may lose outbox's state, one sentence each. */
+  warnings: string[];
+}
+
+/** Why these settings may lose outbox's state; empty when they do not (or cannot be read). */
+function settingsWarnings(settings: RedisSettings): string[] {
+  const warnings: string[] = [];
+  if (!settings.aofEnabled && settings.save === '') {
+    warnings.push("Redis keeps nothing on disk: a restart loses the queue and the consumer's state");
+  }
+  if (settings.maxmemoryPolicy !== 'noeviction') warnings.push(`Redis ${evictionProblem(settings.maxmemoryPolicy)}`);
+  return warnings;
 }
 
 export async function collectStatus(db: Db, redis: Redis, now = Date.now()): Promise<SystemStatus> {
@@ -28,7 +43,7 @@ export async function collectStatus(db: Db, redis: Redis, now = Date.now()): Pro
     const length = await redis.llen(list);
     if (length > 0) processing[list] = length;
   }
-  const [queued, enqueued, processed, parked, deadLettered, stats, lastRun] = await Promise.all([
+  const [queued, enqueued, processed, parked, deadLettered, stats, lastRun, settings] = await Promise.all([
     redis.llen(keys.events),
     redis.get(keys.enqueued),
     redis.hlen(keys.processed),
@@ -36,6 +51,7 @@ export async function collectStatus(db: Db, redis: Redis, now = Date.now()): Pro
     redis.llen(keys.deadLetter),
     redis.hgetall(keys.stats),
     redis.hgetall(keys.relayLastRun),
+    readRedisSettings(redis),
   ]);
   return {
     pending: pending.n,
@@ -50,12 +66,20 @@ export async function collectStatus(db: Db, redis: Redis, now = Date.now()): Pro
     relayLastRun: lastRun.at
       ? { ageMs: now - Number(lastRun.at), events: Number(lastRun.events), batches: Number(lastRun.batches), durationMs: Number(lastRun.durationMs) }
       : null,
+    redis: settings,
+    warnings: settingsWarnings(settings),
   };
 }
 
 function age(ms: number | null): string {
   if (ms === null) return '-';
   return ms < 1000 ? `${ms} ms` : ms < 120_000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms / 60_000)} min`;
+}
+
+function persistence(r: RedisSettings): string {
+  const aof = r.aofEnabled ? `AOF on (appendfsync ${r.appendfsync ?? 'unknown'})` : 'AOF off';
+  const rdb = r.save === null ? 'RDB unknown' : r.save === '' ? 'RDB off' : `RDB save points ${r.save}`;
+  return `${aof}, ${rdb}, maxmemory-policy ${r.maxmemoryPolicy}`;
 }
 
 export function formatStatus(s: SystemStatus): string[] {
@@ -67,5 +91,7 @@ export function formatStatus(s: SystemStatus): string[] {
     `queue       ${keys.events} ${s.queued}, enqueued in total ${s.enqueued}`,
     `processing  ${lists.length === 0 ? 'none in flight' : lists.map(([key, n]) => `${key} ${n}`).join(', ')}`,
     `consumer    processed ${s.processed}, duplicates skipped ${stats.duplicates ?? 0}, parked ${s.parked} now (${stats.parked ?? 0} ever), dead-lettered ${s.deadLettered}`,
+    `redis       ${persistence(s.redis)}`,
+    ...s.warnings.map((warning) => `WARN        ${warning}`),
   ];
 }
