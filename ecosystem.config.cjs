@@ -54,6 +54,8 @@ function app(name, script, extra = {}) {
     restart_delay: 200,
     min_uptime: 2000,
     max_restarts: 100,
+    // 78 (EX_CONFIG): the app refused Redis's settings (shared/run-app.ts); a restart would be refused again.
+    stop_exit_codes: [78],
     ...extra.options,
   };
 }

@@ -4,6 +4,7 @@ import { hasPublished, storeIdOf } from './db/store-meta.js';
 import { keys } from './redis/keys.js';
 import { keyPrefixOfConnection } from './redis/scan-keys.js';
 import { processingLists } from './redis/processing-lists.js';
+import { evictionProblem, readRedisSettings, type RedisSettings } from './redis/settings.js';
 
 export interface StoreStatus {
   /** app.db's store id. */
@@ -36,6 +37,20 @@ export interface SystemStatus {
   consumerStats: Record<string, number>;
   /** The relay app's last finished job, null when it never ran. */
   relayLastRun: { ageMs: number; events: number; batches: number; durationMs: number } | null;
+  /** Persistence and eviction: whether outbox's state survives a restart and memory pressure. */
+  redis: RedisSettings;
+  /** Settings under which Redis may lose outbox's state, one sentence each. */
+  warnings: string[];
+}
+
+/** Why these settings may lose outbox's state; empty when they do not (or cannot be read). */
+function settingsWarnings(settings: RedisSettings): string[] {
+  const warnings: string[] = [];
+  if (!settings.aofEnabled && settings.save === '') {
+    warnings.push("Redis keeps nothing on disk: a restart loses the queue and the consumer's state");
+  }
+  if (settings.maxmemoryPolicy !== 'noeviction') warnings.push(`Redis ${evictionProblem(settings.maxmemoryPolicy)}`);
+  return warnings;
 }
 
 export async function collectStatus(db: Db, redis: Redis, now = Date.now()): Promise<SystemStatus> {
@@ -47,7 +62,7 @@ export async function collectStatus(db: Db, redis: Redis, now = Date.now()): Pro
     const length = await redis.llen(list);
     if (length > 0) processing[list] = length;
   }
-  const [meta, queued, enqueued, processed, parked, deadLettered, stats, lastRun] = await Promise.all([
+  const [meta, queued, enqueued, processed, parked, deadLettered, stats, lastRun, settings] = await Promise.all([
     redis.hgetall(keys.meta),
     redis.llen(keys.events),
     redis.get(keys.enqueued),
@@ -56,6 +71,7 @@ export async function collectStatus(db: Db, redis: Redis, now = Date.now()): Pro
     redis.llen(keys.deadLetter),
     redis.hgetall(keys.stats),
     redis.hgetall(keys.relayLastRun),
+    readRedisSettings(redis),
   ]);
   const storeId = storeIdOf(db);
   const metaOf = (key: string) => db.prepare('SELECT value FROM outbox_meta WHERE key = ?').pluck().get(key) as string | undefined;
@@ -83,6 +99,8 @@ export async function collectStatus(db: Db, redis: Redis, now = Date.now()): Pro
     relayLastRun: lastRun.at
       ? { ageMs: now - Number(lastRun.at), events: Number(lastRun.events), batches: Number(lastRun.batches), durationMs: Number(lastRun.durationMs) }
       : null,
+    redis: settings,
+    warnings: settingsWarnings(settings),
   };
 }
 
@@ -107,6 +125,12 @@ function formatStore(store: StoreStatus, now: number): string {
   return `${store.id}${namespace}: ${served}${rebuilt}`;
 }
 
+function persistence(r: RedisSettings): string {
+  const aof = r.aofEnabled ? `AOF on (appendfsync ${r.appendfsync ?? 'unknown'})` : 'AOF off';
+  const rdb = r.save === null ? 'RDB unknown' : r.save === '' ? 'RDB off' : `RDB save points ${r.save}`;
+  return `${aof}, ${rdb}, maxmemory-policy ${r.maxmemoryPolicy}`;
+}
+
 export function formatStatus(s: SystemStatus, now = Date.now()): string[] {
   const lists = Object.entries(s.processing);
   const stats = s.consumerStats;
@@ -117,5 +141,7 @@ export function formatStatus(s: SystemStatus, now = Date.now()): string[] {
     `queue       ${keys.events} ${s.queued}, enqueued in total ${s.enqueued}`,
     `processing  ${lists.length === 0 ? 'none in flight' : lists.map(([key, n]) => `${key} ${n}`).join(', ')}`,
     `consumer    processed ${s.processed}, duplicates skipped ${stats.duplicates ?? 0}, parked ${s.parked} now (${stats.parked ?? 0} ever), dead-lettered ${s.deadLettered}`,
+    `redis       ${persistence(s.redis)}`,
+    ...s.warnings.map((warning) => `WARN        ${warning}`),
   ];
 }

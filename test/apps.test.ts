@@ -5,7 +5,8 @@ import { describe, it } from 'node:test';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { createLogger } from '../shared/logger.js';
-import { RELAY_QUEUE } from '../shared/relay/relay-worker.js';
+import { PRUNE_QUEUE, PRUNE_SCHEDULER_ID } from '../shared/relay/prune-worker.js';
+import { RELAY_QUEUE, RELAY_SCHEDULER_ID } from '../shared/relay/relay-worker.js';
 import { useHarness } from './helpers/harness.js';
 import { REPO_ROOT } from '../shared/local/pm2.js';
 import { count } from './helpers/stores.js';
@@ -100,6 +101,35 @@ describe('relay app (BullMQ)', () => {
       const admin = new Redis(h.env.redisUrl, { password: 's3cret' });
       await admin.config('SET', 'requirepass', '');
       admin.disconnect();
+    }
+  });
+
+  it('re-creates its job schedulers when Redis lost its data and relays again without a restart', async () => {
+    const relay = startApp(RELAY, [...FAST, '--prune-older-than', '7d', '--prune-every', '1s']);
+    const connection = new Redis(h.env.redisUrl, { maxRetriesPerRequest: null });
+    const relayQueue = new Queue(RELAY_QUEUE, { connection });
+    const pruneQueue = new Queue(PRUNE_QUEUE, { connection });
+    try {
+      await waitFor(() => /"msg":"relay started"/.test(relay.output()));
+      await h.client.flushall();
+      const placed = await h.cli('place-order');
+      const eventId = /event ([0-9a-f-]{36})/.exec(placed.stdout)![1];
+      await waitFor(async () => (await h.client.lrange('outbox.events', 0, -1)).some((raw) => JSON.parse(raw).event_id === eventId), {
+        timeoutMs: 10_000,
+        message: 'the order placed after FLUSHALL was not relayed',
+      });
+      await waitFor(() => count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE event_id = ? AND status = 'PUBLISHED'", eventId) === 1);
+      await waitFor(() => /"msg":"prune job scheduler was missing \(Redis lost its data\?\): re-created"/.test(relay.output()));
+      assert.deepEqual([relay.child.exitCode, relay.child.signalCode], [null, null], 'the relay process was not restarted');
+      assert.match(relay.output(), /"msg":"relay job scheduler was missing \(Redis lost its data\?\): re-created"/);
+      assert.ok(await relayQueue.getJobScheduler(RELAY_SCHEDULER_ID));
+      assert.ok(await pruneQueue.getJobScheduler(PRUNE_SCHEDULER_ID));
+      assert.deepEqual([await relayQueue.getGlobalConcurrency(), await pruneQueue.getGlobalConcurrency()], [1, 1]);
+    } finally {
+      await relayQueue.close();
+      await pruneQueue.close();
+      connection.disconnect();
+      await stop(relay);
     }
   });
 

@@ -55,7 +55,7 @@ describe('outbox-redis (the managed Redis app)', () => {
     for (const server of servers) await server.destroy();
   });
 
-  it('starts redis-server with an append-only file in the data dir and stops it on SIGTERM', async () => {
+  it('starts redis-server with an append-only file (fsync every second) in the data dir, never evicting, and stops it on SIGTERM', async () => {
     const dir = tempDir();
     const port = await freePort();
     const wrapper = startWrapper({ OUTBOX_DIR: dir, OUTBOX_REDIS_PORT: String(port) });
@@ -63,6 +63,8 @@ describe('outbox-redis (the managed Redis app)', () => {
     try {
       await waitFor(() => client.ping().then((pong) => pong === 'PONG').catch(() => false));
       assert.deepEqual(await client.config('GET', 'appendonly'), ['appendonly', 'yes']);
+      assert.deepEqual(await client.config('GET', 'appendfsync'), ['appendfsync', 'everysec']);
+      assert.deepEqual(await client.config('GET', 'maxmemory-policy'), ['maxmemory-policy', 'noeviction']);
       assert.deepEqual(await client.config('GET', 'dir'), ['dir', join(dir, 'redis')]);
       assert.match(wrapper.output(), /"msg":"redis-server started"/);
     } finally {

@@ -1,8 +1,11 @@
 import type { Redis } from 'ioredis';
 import type { OutboxConfig } from '../../shared/config.js';
 import { openDatabase, type Db } from '../../shared/db/open-database.js';
-import { closeRedis, connectRedis } from '../../shared/redis/connect.js';
+import { closeRedis, connectRedis, type RedisConnectOptions } from '../../shared/redis/connect.js';
 import { assertSameStore } from '../../shared/relay/store-pairing.js';
+
+/** What a command needs of Redis beyond a working connection. */
+export type RedisNeeds = Pick<RedisConnectOptions, 'requireNoEviction'>;
 
 /** Opens app.db, runs `fn`, closes it. */
 export async function withDb<T>(config: OutboxConfig, fn: (db: Db) => T | Promise<T>): Promise<T> {
@@ -15,8 +18,8 @@ export async function withDb<T>(config: OutboxConfig, fn: (db: Db) => T | Promis
 }
 
 /** Connects to Redis (checked, fail fast), runs `fn`, disconnects. */
-export async function withRedis<T>(config: OutboxConfig, fn: (redis: Redis) => T | Promise<T>): Promise<T> {
-  const redis = await connectRedis(config.redisUrl, { name: 'outbox-cli', namespace: config.namespace });
+export async function withRedis<T>(config: OutboxConfig, fn: (redis: Redis) => T | Promise<T>, needs: RedisNeeds = {}): Promise<T> {
+  const redis = await connectRedis(config.redisUrl, { name: 'outbox-cli', namespace: config.namespace, ...needs });
   try {
     return await fn(redis);
   } finally {
@@ -28,11 +31,15 @@ export async function withRedis<T>(config: OutboxConfig, fn: (redis: Redis) => T
  * Both stores; app.db is checked first because opening it has no side effects. Refuses a pair that
  * does not belong together (Redis serves another store) before `fn` runs.
  */
-export function withStores<T>(config: OutboxConfig, fn: (db: Db, redis: Redis) => T | Promise<T>): Promise<T> {
+export function withStores<T>(config: OutboxConfig, fn: (db: Db, redis: Redis) => T | Promise<T>, needs: RedisNeeds = {}): Promise<T> {
   return withDb(config, (db) =>
-    withRedis(config, async (redis) => {
-      await assertSameStore(db, redis);
-      return fn(db, redis);
-    }),
+    withRedis(
+      config,
+      async (redis) => {
+        await assertSameStore(db, redis);
+        return fn(db, redis);
+      },
+      needs,
+    ),
   );
 }

@@ -36,7 +36,7 @@ runApp('outbox-consumer', async (log, signal) => {
   });
   const cpuCostMs = argv['cpu-cost'];
   const handler = (events: OutboxEvent[]) => pool.run({ events, cpuCostMs }) as Promise<HandlerResult[]>;
-  const redis = await connectUntilReady(config.redisUrl, { name: 'outbox-consumer', log, signal, namespace: config.namespace });
+  const redis = await connectUntilReady(config.redisUrl, { name: 'outbox-consumer', log, signal, namespace: config.namespace, requireNoEviction: true });
   const connectBlocking = () => connectUntilReady(config.redisUrl, { name: 'outbox-consumer-take', log, signal, reconnect: false, namespace: config.namespace });
   const consumer = startConsumer(redis, connectBlocking, log, { consumerId: argv['consumer-id'], handler, lanes: argv.threads, batchSize: argv['batch-size'] });
   log.info('consumer started', { redis: config.redisUrl, consumerId: argv['consumer-id'], threads: argv.threads, cpuCostMs });

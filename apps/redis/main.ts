@@ -7,8 +7,9 @@ import { createLogger } from '../../shared/logger.js';
 
 /**
  * outbox-redis: the Redis that ecosystem.config.cjs runs when REDIS_URL is not set. It starts
- * `redis-server` (append-only file under <data dir>/redis) unless something already listens on
- * the port, in which case the apps use that one and this process only waits for pm2 to stop it.
+ * `redis-server` (append-only file under <data dir>/redis, fsynced every second; never evicting)
+ * unless something already listens on the port, in which case the apps use that one and this
+ * process only waits for pm2 to stop it.
  */
 const log = createLogger('outbox-redis');
 const port = Number(process.env.OUTBOX_REDIS_PORT ?? 6379);
@@ -40,7 +41,9 @@ if (await listening()) {
   idle(`something already listens on 127.0.0.1:${port}: the apps use it, no redis-server started`);
 } else {
   mkdirSync(dataDir, { recursive: true });
-  const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dataDir, '--appendonly', 'yes', '--save', ''];
+  // Stated explicitly rather than left to redis-server's defaults: outbox's state must survive a
+  // restart (AOF, fsynced every second) and must never be evicted.
+  const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dataDir, '--appendonly', 'yes', '--appendfsync', 'everysec', '--maxmemory-policy', 'noeviction', '--save', ''];
   const server = spawn('redis-server', args, { stdio: 'inherit' });
   server.once('error', (error: NodeJS.ErrnoException) => {
     if (error.code === 'ENOENT') {
@@ -50,7 +53,7 @@ if (await listening()) {
       process.exit(1);
     }
   });
-  server.once('spawn', () => log.info('redis-server started', { port, dataDir, appendonly: 'yes' }));
+  server.once('spawn', () => log.info('redis-server started', { port, dataDir, appendonly: 'yes', appendfsync: 'everysec', maxmemoryPolicy: 'noeviction' }));
   server.once('exit', (code, signal) => {
     log.info('redis-server exited', { code, signal });
     process.exit(code ?? 1);

@@ -31,7 +31,7 @@ runApp('outbox-relay', async (log, signal) => {
     : undefined;
   ensureDatabase(config.dir);
   const db = openDatabase(config.dir);
-  const redis = await connectUntilReady(config.redisUrl, { name: 'outbox-relay', log, signal, namespace: config.namespace });
+  const redis = await connectUntilReady(config.redisUrl, { name: 'outbox-relay', log, signal, namespace: config.namespace, requireNoEviction: true });
   const worker = await startRelayWorker(db, redis, config.redisUrl, log, {
     everyMs: argv.every,
     sliceMs: argv.slice,

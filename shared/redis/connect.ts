@@ -1,9 +1,11 @@
 import { Redis } from 'ioredis';
 import { keyPrefixOf, redactUrl } from '../config.js';
+import { RedisSettingsError } from '../errors/redis-settings-error.js';
 import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
 import type { Logger } from '../logger.js';
 import { sleep } from '../sleep.js';
 import { defineScripts } from './scripts.js';
+import { checkRedisSettings } from './settings.js';
 
 /** LMOVE/BLMOVE arrived in Redis 6.2. */
 export const MIN_REDIS_VERSION = [6, 2, 0] as const;
@@ -16,7 +18,7 @@ export interface RedisConnectOptions {
   reconnect?: boolean;
   /** Connection name shown by CLIENT LIST. Default 'outbox'. */
   name?: string;
-  /** Milliseconds allowed for connecting and the version check together. Default 5000. */
+  /** Milliseconds allowed for connecting and the checks together. Default 5000. */
   connectTimeoutMs?: number;
   /** Where to report a lost connection and the reconnect (apps). Default: not reported. */
   log?: Logger;
@@ -25,6 +27,11 @@ export interface RedisConnectOptions {
    * covers the KEYS of the Lua scripts and MULTI). Default '': the seed's own key names.
    */
   namespace?: string;
+  /**
+   * Refuse a Redis whose maxmemory-policy may evict keys (`checkRedisSettings`). For whatever
+   * writes relay or consumer state. Default false: read-only commands and status still work.
+   */
+  requireNoEviction?: boolean;
 }
 
 /** What to do about a failed connection, by its cause. */
@@ -87,7 +94,11 @@ export async function connectRedis(url: string, options: RedisConnectOptions = {
     timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
   });
   try {
-    await Promise.race([redis.connect().then(() => checkRedisVersion(redis, url)), deadline]);
+    const checked = redis.connect().then(async () => {
+      await checkRedisVersion(redis, url);
+      if (options.requireNoEviction) await checkRedisSettings(redis, url);
+    });
+    await Promise.race([checked, deadline]);
   } catch (error) {
     redis.disconnect();
     if (error instanceof StoreUnavailableError) throw error;
@@ -124,7 +135,8 @@ function lastErrorOf(redis: Redis): string | undefined {
 /**
  * For long-running apps: connects like `connectRedis` (with reconnects unless `reconnect` is
  * false), retrying the first connection with a capped backoff until it works or `signal` aborts.
- * A Redis that is too old is not retried.
+ * A Redis that is too old, or that may evict keys when `requireNoEviction` is set, is not retried:
+ * waiting does not change it.
  */
 export async function connectUntilReady(
   url: string,
@@ -134,7 +146,7 @@ export async function connectUntilReady(
     try {
       return await connectRedis(url, { ...options, reconnect: options.reconnect ?? true });
     } catch (error) {
-      if (error instanceof StoreUnavailableError && /version/.test(error.message)) throw error;
+      if (error instanceof RedisSettingsError || (error instanceof StoreUnavailableError && /version/.test(error.message))) throw error;
       if (options.signal?.aborted) throw error;
       const delayMs = Math.min(2000, 100 * 2 ** attempt);
       options.log.warn('redis unavailable, retrying', { url, attempt, delayMs, error: (error as Error).message });

@@ -6,9 +6,11 @@ import { prune } from '../prune.js';
 import { bullConnections } from '../redis/bull-connections.js';
 import { bullPrefixOf } from '../redis/keys.js';
 import { keyPrefixOfConnection } from '../redis/scan-keys.js';
+import { keepJobScheduler } from './keep-job-scheduler.js';
 import { assertSameStore } from './store-pairing.js';
 
 export const PRUNE_QUEUE = 'outbox-prune';
+export const PRUNE_SCHEDULER_ID = 'prune';
 
 export interface PruneScheduleOptions {
   /** Rows older than this (ms) are pruned. */
@@ -20,14 +22,13 @@ export interface PruneScheduleOptions {
 /**
  * The relay app's optional prune schedule, on a queue of its own so that a long prune never holds
  * up a relay pass. Global concurrency 1: one prune at a time across relay processes. `redis` is the
- * app's connection, on which prune asks which events the consumer applied.
+ * app's connection, on which prune asks which events the consumer applied. The scheduler is
+ * re-created when Redis loses it (`keepJobScheduler`).
  */
 export async function startPruneWorker(db: Db, redis: Redis, url: string, log: Logger, options: PruneScheduleOptions) {
   const bull = bullConnections(url);
   const prefix = bullPrefixOf(keyPrefixOfConnection(redis));
   const queue = new Queue(PRUNE_QUEUE, { connection: bull.connection(), prefix });
-  await queue.setGlobalConcurrency(1);
-  await queue.upsertJobScheduler('prune', { every: options.everyMs }, { name: 'prune', opts: { removeOnComplete: 10, removeOnFail: 10 } });
   const worker = new Worker(
     PRUNE_QUEUE,
     async () => {
@@ -47,8 +48,15 @@ export async function startPruneWorker(db: Db, redis: Redis, url: string, log: L
     { connection: bull.connection(), prefix, concurrency: 1 },
   );
   worker.on('failed', (_job, error) => log.warn('prune job failed', { error: error.message }));
+  const scheduler = await keepJobScheduler(
+    queue,
+    worker,
+    { what: 'prune', id: PRUNE_SCHEDULER_ID, everyMs: options.everyMs, template: { name: 'prune', opts: { removeOnComplete: 10, removeOnFail: 10 } } },
+    log,
+  );
   return {
     async close(): Promise<void> {
+      scheduler.stop();
       await worker.close();
       await queue.close();
       await bull.closeAll();

@@ -6,6 +6,7 @@ import { bullConnections } from '../redis/bull-connections.js';
 import { bullPrefixOf, keys } from '../redis/keys.js';
 import { keyPrefixOfConnection } from '../redis/scan-keys.js';
 import { sleep } from '../sleep.js';
+import { keepJobScheduler } from './keep-job-scheduler.js';
 import { createRelay, DEFAULT_RELAY_BATCH_SIZE } from './relay.js';
 import { describePairing } from './store-pairing.js';
 
@@ -49,7 +50,8 @@ function withDefaults(options: RelayWorkerOptions): Required<RelayWorkerOptions>
 
 /**
  * The relay app: a BullMQ Worker on `outbox-relay`, fed by a job scheduler. Global concurrency 1
- * means exactly one relay pass runs at a time however many relay processes there are.
+ * means exactly one relay pass runs at a time however many relay processes there are. The
+ * scheduler is re-created when Redis loses it (`keepJobScheduler`).
  * `redis` carries the pushes; BullMQ gets its own connections to `url`.
  */
 export async function startRelayWorker(db: Db, redis: Redis, url: string, log: Logger, options: RelayWorkerOptions = {}) {
@@ -67,12 +69,6 @@ export async function startRelayWorker(db: Db, redis: Redis, url: string, log: L
   const prefix = bullPrefixOf(keyPrefixOfConnection(redis));
 
   const queue = new Queue(RELAY_QUEUE, { connection: bull.connection(), prefix });
-  await queue.setGlobalConcurrency(1);
-  await queue.upsertJobScheduler(
-    RELAY_SCHEDULER_ID,
-    { every: config.everyMs },
-    { name: 'relay', opts: { removeOnComplete: 100, removeOnFail: 100 } },
-  );
 
   async function process(job: Job): Promise<RelayJobResult> {
     const started = Date.now();
@@ -106,11 +102,18 @@ export async function startRelayWorker(db: Db, redis: Redis, url: string, log: L
   worker.on('failed', (job, error) => log.warn('relay job failed', { jobId: job?.id, error: error.message }));
   worker.on('stalled', (jobId) => log.warn('relay job stalled (its relay died): taken over', { jobId }));
   worker.on('error', (error) => log.warn('relay worker error', { error: error.message }));
+  const scheduler = await keepJobScheduler(
+    queue,
+    worker,
+    { what: 'relay', id: RELAY_SCHEDULER_ID, everyMs: config.everyMs, template: { name: 'relay', opts: { removeOnComplete: 100, removeOnFail: 100 } } },
+    log,
+  );
 
   return {
     /** Finishes the current batch, stops taking jobs, closes the BullMQ connections. */
     async close(): Promise<void> {
       closing.abort();
+      scheduler.stop();
       await worker.close();
       await queue.close();
       await bull.closeAll();

@@ -36,5 +36,5 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
         `duplicates skipped ${s.duplicates}, parked ${s.parked}, dead-lettered ${s.dead}`,
     );
     console.log(`HLEN ${keys.processed} = ${await redis.hlen(keys.processed)}`);
-  });
+  }, { requireNoEviction: true });
 }

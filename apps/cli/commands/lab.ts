@@ -30,8 +30,10 @@ function runRelayCrash(config: OutboxConfig): Promise<void> {
 export async function handler(argv: ArgumentsCamelCase<GlobalArgs>): Promise<void> {
   const config = configOf(argv);
   console.log(`outbox lab in ${config.dir}`);
-  const ok = await withRedis(config, (redis) =>
-    runLab(config, redis, { log: (line) => console.log(line), runRelayCrash: () => runRelayCrash(config) }),
+  const ok = await withRedis(
+    config,
+    (redis) => runLab(config, redis, { log: (line) => console.log(line), runRelayCrash: () => runRelayCrash(config) }),
+    { requireNoEviction: true },
   );
   if (!ok) throw new CheckFailedError('the lab ended with a failed check (see above)');
   console.log('\nlab done: nothing lost, duplicates absorbed, order kept');

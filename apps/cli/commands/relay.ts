@@ -30,5 +30,5 @@ export async function handler(argv: ArgumentsCamelCase<RelayArgs>): Promise<void
     const { events, batches } = await createRelay(db, redis, { batchSize, onPairing }).relayAll();
     const ms = (performance.now() - started).toFixed(1);
     console.log(`relayed ${events} event${events === 1 ? '' : 's'} in ${batches} batch${batches === 1 ? '' : 'es'} (${ms} ms); LLEN ${keys.events} = ${await redis.llen(keys.events)}`);
-  });
+  }, { requireNoEviction: true });
 }

@@ -1,0 +1,117 @@
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { Pm2, REPO_ROOT } from '../shared/local/pm2.js';
+import { RedisServer, testClient } from '../shared/local/redis-server.js';
+import { waitFor } from '../shared/local/wait-for.js';
+import { useHarness } from './helpers/harness.js';
+import { runCli } from './helpers/cli.js';
+import { snapshotStores, tempDir } from './helpers/stores.js';
+
+// The harness's server runs with `--save "" --appendonly no` (shared/local/redis-server.ts): nothing on disk.
+const h = useHarness();
+
+const EVICTS = 'may evict keys \\(maxmemory-policy allkeys-lru\\): outbox needs noeviction: run "redis-cli CONFIG SET maxmemory-policy noeviction" and set it in redis\\.conf';
+
+/** Runs an app as a real process until it exits by itself. */
+function runApp(script: string, env: Record<string, string>): Promise<{ code: number | null; output: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [join(REPO_ROOT, script)], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    child.stdout.on('data', (chunk) => (output += chunk));
+    child.stderr.on('data', (chunk) => (output += chunk));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, output }));
+  });
+}
+
+describe('a Redis that may evict keys (allkeys-lru, CONFIG disabled) is refused', () => {
+  let lru: RedisServer;
+  before(async () => {
+    // CONFIG renamed away: the policy must still be read (from INFO).
+    lru = await RedisServer.start(['--maxmemory-policy', 'allkeys-lru', '--rename-command', 'CONFIG', '']);
+  });
+  after(() => lru.destroy());
+
+  for (const command of ['relay', 'relay-crash', 'consume', 'lab']) {
+    it(`outbox ${command} exits 5 with the one-line fix and changes nothing`, async () => {
+      await h.cli('place-order', '--count', '2');
+      const client = testClient(lru.url);
+      await client.rpush('outbox.events', 'queued before');
+      client.disconnect();
+      const env = { dir: h.env.dir, redisUrl: lru.url };
+      const before = await snapshotStores(env.dir, env.redisUrl);
+      const result = await runCli([command], env);
+      assert.equal(result.code, 5, result.stdout + result.stderr);
+      assert.match(result.stderr, new RegExp(`^outbox: Redis at redis://127\\.0\\.0\\.1:${lru.port} ${EVICTS}\\n$`));
+      assert.equal(await snapshotStores(env.dir, env.redisUrl), before);
+    });
+  }
+
+  for (const [app, script] of [['outbox-relay', 'dist/apps/relay/main.js'], ['outbox-consumer', 'dist/apps/consumer/main.js']]) {
+    it(`the ${app} app logs one JSON line and exits 78`, async () => {
+      const { code, output } = await runApp(script, { OUTBOX_DIR: h.env.dir, REDIS_URL: lru.url });
+      assert.equal(code, 78, output);
+      const lines = output.trim().split('\n');
+      assert.equal(lines.length, 1, output);
+      const entry = JSON.parse(lines[0]);
+      assert.deepEqual([entry.level, entry.app], ['error', app]);
+      assert.match(entry.msg, new RegExp(`^Redis at redis://127\\.0\\.0\\.1:${lru.port} ${EVICTS}$`));
+      assert.equal(entry.stack, undefined);
+    });
+  }
+
+  it('under pm2 (ecosystem.config.cjs) the refused relay app is not restarted', async () => {
+    const pm2 = new Pm2({ OUTBOX_DIR: h.env.dir, REDIS_URL: lru.url, OUTBOX_LOG_DIR: tempDir() });
+    try {
+      const started = await pm2.run('start', 'ecosystem.config.cjs', '--only', 'outbox-relay');
+      assert.equal(started.code, 0, started.stderr);
+      await waitFor(async () => (await pm2.process('outbox-relay')).pm2_env.exit_code === 78, { timeoutMs: 15_000 });
+      // A restart would come restart_delay (200 ms) after the exit: watch for well over that.
+      await new Promise((resolve) => setTimeout(resolve, 1500));
+      const relay = await pm2.process('outbox-relay');
+      assert.deepEqual([relay.pid, relay.pm2_env.restart_time, relay.pm2_env.exit_code], [0, 0, 78]);
+    } finally {
+      await pm2.kill();
+    }
+  });
+
+  it('outbox status still runs, shows the policy and warns; what CONFIG would tell is unknown', async () => {
+    const env = { dir: h.env.dir, redisUrl: lru.url };
+    const text = await runCli(['status'], env);
+    assert.equal(text.code, 0, text.stderr);
+    assert.match(text.stdout, /^redis +AOF off, RDB unknown, maxmemory-policy allkeys-lru$/m);
+    assert.match(text.stdout, new RegExp(`^WARN +Redis ${EVICTS}$`, 'm'));
+    assert.doesNotMatch(text.stdout, /keeps nothing on disk/);
+    const json = JSON.parse((await runCli(['status', '--json'], env)).stdout);
+    assert.deepEqual(json.redis, { maxmemoryPolicy: 'allkeys-lru', aofEnabled: false, appendfsync: null, save: null });
+    assert.equal(json.warnings.length, 1);
+  });
+});
+
+describe('outbox status shows how Redis keeps its data', () => {
+  it('warns when Redis keeps nothing on disk', async () => {
+    const text = await h.cli('status');
+    assert.match(text.stdout, /^redis +AOF off, RDB off, maxmemory-policy noeviction$/m);
+    assert.match(text.stdout, /^WARN +Redis keeps nothing on disk: a restart loses the queue and the consumer's state$/m);
+    const json = JSON.parse((await h.cli('status', '--json')).stdout);
+    assert.deepEqual(json.redis, { maxmemoryPolicy: 'noeviction', aofEnabled: false, appendfsync: 'everysec', save: '' });
+    assert.deepEqual(json.warnings, ["Redis keeps nothing on disk: a restart loses the queue and the consumer's state"]);
+  });
+
+  it('shows AOF with its fsync and the RDB save points, and no warning, when both are on', async () => {
+    const persistent = await RedisServer.start(['--appendonly', 'yes', '--appendfsync', 'always', '--save', '3600 1 300 100']);
+    try {
+      const env = { dir: h.env.dir, redisUrl: persistent.url };
+      const text = await runCli(['status'], env);
+      assert.equal(text.code, 0, text.stderr);
+      assert.match(text.stdout, /^redis +AOF on \(appendfsync always\), RDB save points 3600 1 300 100, maxmemory-policy noeviction$/m);
+      assert.doesNotMatch(text.stdout, /^WARN/m);
+      const json = JSON.parse((await runCli(['status', '--json'], env)).stdout);
+      assert.deepEqual([json.redis.aofEnabled, json.warnings], [true, []]);
+    } finally {
+      await persistent.destroy();
+    }
+  });
+});
