@@ -3,7 +3,12 @@ import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import Database from 'better-sqlite3';
+import { spawn } from 'node:child_process';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { REPO_ROOT } from '../shared/local/pm2.js';
 import { waitFor } from '../shared/local/wait-for.js';
+import { RELAY_QUEUE } from '../shared/relay/relay-worker.js';
 import { runCli, startCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
 import { count, snapshotStores, storeIdIn } from './helpers/stores.js';
@@ -210,5 +215,77 @@ describe('namespaces', () => {
     const result = await runCli(['relay'], { ...h.env, env: { OUTBOX_NAMESPACE: 'a:b*' } });
     assert.equal(result.code, 2);
     assert.match(result.stderr, /^outbox: --namespace \/ OUTBOX_NAMESPACE must be 1-64 letters, digits, "\.", "_" or "-", got "a:b\*"\n$/);
+  });
+});
+
+/** The relay app as a real process in `dir` and `namespace`; resolves its output so far on demand. */
+function startRelayApp(dir: string, namespace: string) {
+  const child = spawn(process.execPath, [join(REPO_ROOT, 'dist/apps/relay/main.js'), '--every', '300', '--slice', '300'], {
+    env: { ...process.env, OUTBOX_DIR: dir, REDIS_URL: h.env.redisUrl, OUTBOX_NAMESPACE: namespace },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout!.on('data', (chunk) => (output += chunk));
+  child.stderr!.on('data', (chunk) => (output += chunk));
+  const exited = new Promise((resolve) => child.on('exit', resolve));
+  return {
+    output: () => output,
+    stop: async () => {
+      child.kill('SIGTERM');
+      await exited;
+    },
+  };
+}
+
+/** Relay jobs finished so far in a namespace's BullMQ queue. */
+async function relayJobsDone(namespace: string): Promise<number> {
+  const connection = new Redis(h.env.redisUrl, { maxRetriesPerRequest: null });
+  const queue = new Queue(RELAY_QUEUE, { connection, prefix: `${namespace}:bull` });
+  try {
+    return (await queue.getJobCounts('completed')).completed;
+  } finally {
+    await queue.close();
+    connection.disconnect();
+  }
+}
+
+describe('relay apps in namespaces', () => {
+  it('two relay apps on one Redis each relay their own store; one whose Redis serves another store says so once and pushes nothing', async () => {
+    const dirB = join(h.env.dir, 'b');
+    assert.equal((await runCli(['init'], { ...h.env, dir: dirB })).code, 0);
+    await h.cli('place-order', '--count', '4');
+    assert.equal((await runCli(['place-order', '--count', '3'], { ...h.env, dir: dirB })).code, 0);
+    const a = startRelayApp(h.env.dir, 'ns-a');
+    const b = startRelayApp(dirB, 'ns-b');
+    try {
+      await waitFor(async () => (await h.client.llen('ns-a:outbox.events')) === 4 && (await h.client.llen('ns-b:outbox.events')) === 3, {
+        message: 'the two relay apps did not relay their own stores',
+      });
+      const storeOf = async (key: string) => new Set((await h.client.lrange(key, 0, -1)).map((raw) => JSON.parse(raw).store_id));
+      assert.deepEqual(await storeOf('ns-a:outbox.events'), new Set([storeIdIn(h.env.dir)]));
+      assert.deepEqual(await storeOf('ns-b:outbox.events'), new Set([storeIdIn(dirB)]));
+      assert.ok((await h.client.keys('ns-a:bull:outbox-relay:*')).length > 0);
+      assert.deepEqual(await h.client.keys('bull:*'), []);
+    } finally {
+      await a.stop();
+      await b.stop();
+    }
+
+    // Store a's app.db recreated: its relay app refuses, in one log line, and relays nothing.
+    for (const suffix of ['', '-wal', '-shm']) rmSync(join(h.env.dir, `app.db${suffix}`), { force: true });
+    await h.cli('init');
+    await h.cli('place-order', '--count', '2');
+    const doneBefore = await relayJobsDone('ns-a');
+    const again = startRelayApp(h.env.dir, 'ns-a');
+    try {
+      await waitFor(async () => (await relayJobsDone('ns-a')) >= doneBefore + 3, { message: 'the relay app ran no job' });
+      const refusals = again.output().split('\n').filter((line) => line.includes('but Redis at') && line.includes('serves store'));
+      assert.equal(refusals.length, 1, again.output());
+      assert.equal(JSON.parse(refusals[0]).level, 'error');
+      assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 2);
+      assert.equal(await h.client.llen('ns-a:outbox.events'), 4);
+    } finally {
+      await again.stop();
+    }
   });
 });

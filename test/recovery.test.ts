@@ -17,7 +17,7 @@ async function placeLifecycle(orders: number) {
 }
 
 describe('verify --repair', () => {
-  it('after Redis restarted without persistence: verify reports the loss, --repair republishes, the consumer restores every invariant', async () => {
+  it('after Redis restarted without persistence: verify reports the loss, --repair rebuilds it from SQLite, the consumer restores every invariant', async () => {
     await placeLifecycle(20);
     await h.cli('relay');
     await h.cli('consume');
@@ -31,10 +31,12 @@ describe('verify --repair', () => {
 
     const broken = await runCli(['verify'], h.env);
     assert.equal(broken.code, 1);
+    assert.match(broken.stdout, /Redis serves this store +yes +no: Redis lost its state +FAIL/);
     assert.match(broken.stdout, /events lost \(never applied, not in Redis\) +0 +32 +FAIL/);
 
     const repair = await runCli(['verify', '--repair'], h.env);
-    assert.match(repair.stdout, /repair: republished 32 lost event\(s\)/);
+    assert.match(repair.stdout, /repair: Redis lost its state: rebuilding it from SQLite, 32 published event\(s\) set back to PENDING/);
+    assert.match(repair.stdout, /repair: relayed 32 event\(s\)/);
     assert.equal(await h.client.llen('outbox.events'), 32);
     await h.cli('consume');
     assert.match((await h.cli('verify')).stdout, /VERIFY OK/);

@@ -9,6 +9,7 @@ import { sleep } from '../sleep.js';
 import { keepJobScheduler } from './keep-job-scheduler.js';
 import { createRelay, DEFAULT_RELAY_BATCH_SIZE } from './relay.js';
 import { describePairing } from './store-pairing.js';
+import { StoreMismatchError } from '../errors/store-mismatch-error.js';
 
 export const RELAY_QUEUE = 'outbox-relay';
 export const RELAY_SCHEDULER_ID = 'relay-pass';
@@ -70,13 +71,26 @@ export async function startRelayWorker(db: Db, redis: Redis, url: string, log: L
 
   const queue = new Queue(RELAY_QUEUE, { connection: bull.connection(), prefix });
 
+  /** Why the relay refuses to push (app.db and Redis belong to different stores), while it does. */
+  let refused: string | undefined;
+
   async function process(job: Job): Promise<RelayJobResult> {
     const started = Date.now();
     const deadline = started + config.sliceMs;
     let events = 0;
     let batches = 0;
     // Once a job, even when nothing is PENDING: notices a Redis that lost its state within a slice.
-    await relay.pair();
+    try {
+      await relay.pair();
+      refused = undefined;
+    } catch (error) {
+      if (!(error instanceof StoreMismatchError)) throw error;
+      // Said once, not every second; relaying resumes by itself once the pair matches again.
+      if (refused !== error.message) log.error(error.message);
+      refused = error.message;
+      await sleep(Math.max(0, deadline - Date.now()), closing.signal);
+      return { events, batches };
+    }
     while (Date.now() < deadline && !closing.signal.aborted) {
       const pass = await relay.relayAll((batch) => {
         log.info('batch relayed', { count: batch.count, firstId: batch.firstId, lastId: batch.lastId, durationMs: Number(batch.durationMs.toFixed(2)) });
