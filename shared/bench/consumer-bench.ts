@@ -16,11 +16,14 @@ export interface ConsumerFigures {
 const ROUNDS = 3;
 const DUPLICATE_SHARE = 0.1;
 
+/** The store the bench's messages come from, which its Redis is made to serve. */
+const BENCH_STORE = 'bench';
+
 /** `events` distinct OrderPlaced messages plus 10 % re-deliveries placed later in the queue. */
 export function benchMessages(events: number): string[] {
   const random = seededRandom(5);
   const originals = Array.from({ length: events }, (_, i) =>
-    JSON.stringify({ event_id: `bench-${i}`, aggregate_id: i + 1, seq: 1, event_type: 'OrderPlaced', payload: { orderId: i + 1, sku: `SKU-${i % 50}`, qty: 1 + (i % 5) } }),
+    JSON.stringify({ event_id: `bench-${i}`, aggregate_id: i + 1, seq: 1, event_type: 'OrderPlaced', payload: { orderId: i + 1, sku: `SKU-${i % 50}`, qty: 1 + (i % 5) }, store_id: BENCH_STORE }),
   );
   // A re-delivery lands somewhere after its original: sort by a key drawn after the original's.
   const keyed = originals.map((message, i) => ({ key: i, message }));
@@ -39,6 +42,7 @@ async function clearConsumerState(redis: Redis): Promise<void> {
     cursor = next;
   } while (cursor !== '0');
   await redis.unlink(keys.events, keys.processed, keys.appliedSeq, keys.inventory, keys.stats, keys.parked, keys.processing('bench'));
+  await redis.hset(keys.meta, 'store', BENCH_STORE);
 }
 
 async function fill(redis: Redis, messages: string[]): Promise<void> {
