@@ -1,3 +1,4 @@
+import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
 import type { Logger } from '../logger.js';
 import type { OrderService } from '../orders/order-service.js';
 import { seededRandom } from '../random.js';
@@ -93,6 +94,8 @@ export function startTraffic(service: OrderService, options: TrafficOptions, log
         operate();
       } catch (error) {
         stats.failed += 1;
+        // No live app.db (or it was replaced): the orders it knew are not in the next one.
+        if (error instanceof StoreUnavailableError) live.length = 0;
         if (Date.now() - lastWarn > 1000) {
           lastWarn = Date.now();
           log.warn('traffic operation failed', { error: (error as Error).message, failed: stats.failed });

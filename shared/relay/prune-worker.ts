@@ -1,5 +1,5 @@
 import { Queue, Worker } from 'bullmq';
-import type { Db } from '../db/open-database.js';
+import type { DatabaseWatch } from '../db/live-database.js';
 import type { Logger } from '../logger.js';
 import { prune } from '../prune.js';
 import { bullConnections } from '../redis/bull-connections.js';
@@ -15,9 +15,10 @@ export interface PruneScheduleOptions {
 
 /**
  * The relay app's optional prune schedule, on a queue of its own so that a long prune never holds
- * up a relay pass. Global concurrency 1: one prune at a time across relay processes.
+ * up a relay pass. Global concurrency 1: one prune at a time across relay processes. It prunes the
+ * file that is app.db when a job starts, none while there is no live one.
  */
-export async function startPruneWorker(db: Db, url: string, log: Logger, options: PruneScheduleOptions) {
+export async function startPruneWorker(database: DatabaseWatch, url: string, log: Logger, options: PruneScheduleOptions) {
   const bull = bullConnections(url);
   const queue = new Queue(PRUNE_QUEUE, { connection: bull.connection() });
   await queue.setGlobalConcurrency(1);
@@ -25,7 +26,15 @@ export async function startPruneWorker(db: Db, url: string, log: Logger, options
   const worker = new Worker(
     PRUNE_QUEUE,
     async () => {
-      const result = await prune(db, options.olderThanMs);
+      if (!database.check()) return 0;
+      const live = database.current();
+      const release = live.hold();
+      let result: Awaited<ReturnType<typeof prune>>;
+      try {
+        result = await prune(live.db, options.olderThanMs);
+      } finally {
+        release();
+      }
       if (result.deleted > 0) log.info('outbox pruned', { deleted: result.deleted, batches: result.batches, maxBatchMs: Number(result.maxBatchMs.toFixed(2)) });
       return result.deleted;
     },

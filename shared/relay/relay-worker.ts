@@ -1,11 +1,11 @@
 import { Queue, Worker, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
-import type { Db } from '../db/open-database.js';
+import type { DatabaseWatch, LiveDatabase } from '../db/live-database.js';
 import type { Logger } from '../logger.js';
 import { bullConnections } from '../redis/bull-connections.js';
 import { keys } from '../redis/keys.js';
 import { sleep } from '../sleep.js';
-import { createRelay, DEFAULT_RELAY_BATCH_SIZE } from './relay.js';
+import { createRelay, DEFAULT_RELAY_BATCH_SIZE, type Relay } from './relay.js';
 
 export const RELAY_QUEUE = 'outbox-relay';
 export const RELAY_SCHEDULER_ID = 'relay-pass';
@@ -48,11 +48,16 @@ function withDefaults(options: RelayWorkerOptions): Required<RelayWorkerOptions>
 /**
  * The relay app: a BullMQ Worker on `outbox-relay`, fed by a job scheduler. Global concurrency 1
  * means exactly one relay pass runs at a time however many relay processes there are.
- * `redis` carries the pushes; BullMQ gets its own connections to `url`.
+ * `redis` carries the pushes; BullMQ gets its own connections to `url`. Each pass relays from the
+ * file that is app.db at its start: none while there is no live one (deleted or replaced).
  */
-export async function startRelayWorker(db: Db, redis: Redis, url: string, log: Logger, options: RelayWorkerOptions = {}) {
+export async function startRelayWorker(database: DatabaseWatch, redis: Redis, url: string, log: Logger, options: RelayWorkerOptions = {}) {
   const config = withDefaults(options);
-  const relay = createRelay(db, redis, { batchSize: config.batchSize });
+  let current: { live: LiveDatabase; relay: Relay } | undefined;
+  const relayOn = (live: LiveDatabase): Relay => {
+    if (current?.live !== live) current = { live, relay: createRelay(live.db, redis, { batchSize: config.batchSize }) };
+    return current.relay;
+  };
   const closing = new AbortController();
   const bull = bullConnections(url);
 
@@ -70,9 +75,17 @@ export async function startRelayWorker(db: Db, redis: Redis, url: string, log: L
     let events = 0;
     let batches = 0;
     while (Date.now() < deadline && !closing.signal.aborted) {
-      const pass = await relay.relayAll((batch) => {
-        log.info('batch relayed', { count: batch.count, firstId: batch.firstId, lastId: batch.lastId, durationMs: Number(batch.durationMs.toFixed(2)) });
-      }, deadline);
+      if (!database.check()) break;
+      const live = database.current();
+      const release = live.hold();
+      let pass: { events: number; batches: number };
+      try {
+        pass = await relayOn(live).relayAll((batch) => {
+          log.info('batch relayed', { count: batch.count, firstId: batch.firstId, lastId: batch.lastId, durationMs: Number(batch.durationMs.toFixed(2)) });
+        }, deadline);
+      } finally {
+        release();
+      }
       events += pass.events;
       batches += pass.batches;
       if (pass.events === 0) await sleep(config.pollMs, closing.signal);
