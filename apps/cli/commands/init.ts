@@ -1,8 +1,7 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { assertCanInit, clearProjectKeys, createDatabase } from '../../../shared/init-stores.js';
 import { assertNoAttachedApps } from '../../../shared/local/attached-apps.js';
-import { ignoreAttachedOption } from '../options.js';
-import { configOf, type GlobalArgs } from '../options.js';
+import { configOf, ignoreAttachedOption, type GlobalArgs } from '../options.js';
 import { withRedis } from '../stores.js';
 
 interface Args extends GlobalArgs {
