@@ -116,6 +116,24 @@ describe('app.db deleted or replaced under the producer app', () => {
   });
 });
 
+describe('the producer\'s traffic generator', () => {
+  it('pauses quietly while app.db is deleted (the loss logged once) and goes on in the new one after outbox init', async () => {
+    const port = await freePort();
+    const app = startApp('dist/apps/producer/main.js', [], { PORT: String(port), OUTBOX_RATE: '200' });
+    try {
+      await waitFor(() => count(h.env.dir, 'SELECT COUNT(*) FROM orders') > 20, { message: 'no traffic' });
+      removeDatabase();
+      await waitFor(() => lines(app, /app\.db was deleted or replaced under the producer/).length === 1);
+      await h.cli('init');
+      await waitFor(() => lines(app, /a valid app.db is back: the producer resumes on it/).length === 1);
+      await waitFor(() => count(h.env.dir, 'SELECT COUNT(*) FROM orders') > 20, { message: 'the traffic did not go on in the new app.db' });
+      assert.equal(lines(app, /traffic operation failed/).length, 0, app.output());
+    } finally {
+      assert.equal(await stop(app), 0);
+    }
+  });
+});
+
 describe('app.db deleted or replaced under the relay app', () => {
   it('stops relaying from the old file, logs it once, and relays from the new file after outbox init', async () => {
     const relay = startApp('dist/apps/relay/main.js', ['--every', '300', '--slice', '300']);

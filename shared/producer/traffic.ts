@@ -94,9 +94,9 @@ export function startTraffic(service: OrderService, options: TrafficOptions, log
         operate();
       } catch (error) {
         stats.failed += 1;
-        // No live app.db (or it was replaced): the orders it knew are not in the next one.
+        // No live app.db (the producer logged why once): the orders it knew are not in the next one.
         if (error instanceof StoreUnavailableError) live.length = 0;
-        if (Date.now() - lastWarn > 1000) {
+        else if (Date.now() - lastWarn > 1000) {
           lastWarn = Date.now();
           log.warn('traffic operation failed', { error: (error as Error).message, failed: stats.failed });
         }
