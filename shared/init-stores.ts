@@ -30,24 +30,6 @@ export function createDatabase(dir: string): string {
   return path;
 }
 
-/**
- * For the long-running apps: creates `<dir>/app.db` with the schema when it is missing or empty
- * (so that `pm2 start` works on a fresh machine); any other file is left for `openDatabase` to
- * report.
- */
-export function ensureDatabase(dir: string): void {
-  mkdirSync(dir, { recursive: true });
-  let db: Database.Database | undefined;
-  try {
-    db = configure(new Database(databasePath(dir)));
-    createSchema(db);
-  } catch {
-    // A corrupt or foreign file: openDatabase says what is wrong with it.
-  } finally {
-    db?.close();
-  }
-}
-
 /** Deletes every key this project owns in the connection's namespace (and no other); resolves how many. */
 export async function clearProjectKeys(redis: Redis): Promise<number> {
   let deleted = 0;

@@ -56,6 +56,9 @@ before(async () => {
   env = { dir: tempDir(), redisUrl: redis.url };
   port = await freePort();
   logDir = tempDir();
+  // The apps never create app.db: `outbox init` first, as the README says.
+  const init = await runCli(['init'], env);
+  assert.equal(init.code, 0, init.stderr);
   pm2 = new Pm2({
     OUTBOX_DIR: env.dir,
     REDIS_URL: redis.url,

@@ -17,6 +17,13 @@ export const globalOptions = {
   },
 } satisfies Record<string, Options>;
 
+/** `init --force` and `lab` refuse while an app has app.db open (see shared/local/attached-apps.ts). */
+export const ignoreAttachedOption = {
+  type: 'boolean',
+  default: false,
+  describe: 'go ahead while apps (producer, relay) have app.db open: they refuse work until they switch to the new app.db',
+} satisfies Options;
+
 export interface GlobalArgs {
   dir?: string;
   redis?: string;

@@ -1,10 +1,10 @@
 import { createServer } from 'node:http';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
-import { openDatabase } from '../../shared/db/open-database.js';
-import { ensureDatabase } from '../../shared/init-stores.js';
-import { createOrderService } from '../../shared/orders/order-service.js';
+import { watchDatabase } from '../../shared/db/live-database.js';
+import { attachApp } from '../../shared/local/attached-apps.js';
 import { createOrderApi } from '../../shared/producer/http-api.js';
+import { createLiveOrderService } from '../../shared/producer/live-order-service.js';
 import { startTraffic } from '../../shared/producer/traffic.js';
 import { runApp } from '../../shared/run-app.js';
 import { configOf, globalOptions } from '../cli/options.js';
@@ -24,10 +24,12 @@ const argv = yargs(hideBin(process.argv))
 
 runApp('outbox-producer', async (log) => {
   const config = configOf(argv);
-  ensureDatabase(config.dir);
-  const db = openDatabase(config.dir);
-  const service = createOrderService(db);
-  const server = createServer(createOrderApi(service, log));
+  const detach = attachApp(config.dir, 'outbox-producer');
+  // Without a valid app.db it still listens, answering 503 until `outbox init` made one.
+  const database = watchDatabase(config.dir, { log, app: 'producer', stopped: 'refusing writes' });
+  const service = createLiveOrderService(database);
+  const unavailable = () => (database.check() ? undefined : database.reason());
+  const server = createServer(createOrderApi(service, log, { unavailable }));
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(argv.port, argv.host, resolve);
@@ -44,6 +46,7 @@ runApp('outbox-producer', async (log) => {
     await traffic?.stop();
     await new Promise<void>((resolve) => server.close(() => resolve()));
     server.closeAllConnections();
-    db.close();
+    database.close();
+    detach();
   };
 });

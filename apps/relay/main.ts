@@ -1,7 +1,7 @@
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
-import { openDatabase } from '../../shared/db/open-database.js';
-import { ensureDatabase } from '../../shared/init-stores.js';
+import { watchDatabase } from '../../shared/db/live-database.js';
+import { attachApp } from '../../shared/local/attached-apps.js';
 import { closeRedis, connectUntilReady } from '../../shared/redis/connect.js';
 import { parseDuration } from '../../shared/duration.js';
 import { startPruneWorker } from '../../shared/relay/prune-worker.js';
@@ -29,21 +29,23 @@ runApp('outbox-relay', async (log, signal) => {
   const pruneSchedule = pruneOlderThan
     ? { olderThanMs: parseDuration(pruneOlderThan, '--prune-older-than'), everyMs: parseDuration(argv['prune-every'], '--prune-every') }
     : undefined;
-  ensureDatabase(config.dir);
-  const db = openDatabase(config.dir);
+  const detach = attachApp(config.dir, 'outbox-relay');
+  // Without a valid app.db it waits (relay passes do nothing) until `outbox init` made one.
+  const database = watchDatabase(config.dir, { log, app: 'relay', stopped: 'not relaying' });
   const redis = await connectUntilReady(config.redisUrl, { name: 'outbox-relay', log, signal, namespace: config.namespace, requireNoEviction: true });
-  const worker = await startRelayWorker(db, redis, config.redisUrl, log, {
+  const worker = await startRelayWorker(database, redis, config.redisUrl, log, {
     everyMs: argv.every,
     sliceMs: argv.slice,
     pollMs: argv.poll,
     batchSize: argv['batch-size'],
   });
-  const pruner = pruneSchedule ? await startPruneWorker(db, redis, config.redisUrl, log, pruneSchedule) : undefined;
+  const pruner = pruneSchedule ? await startPruneWorker(database, redis, config.redisUrl, log, pruneSchedule) : undefined;
   log.info('relay started', { redis: config.redisUrl, db: `${config.dir}/app.db`, everyMs: argv.every, sliceMs: argv.slice, pruneOlderThan: pruneOlderThan ?? 'off' });
   return async () => {
     await pruner?.close();
     await worker.close();
     await closeRedis(redis);
-    db.close();
+    database.close();
+    detach();
   };
 });

@@ -1,5 +1,6 @@
 import { join } from 'node:path';
 import { openDatabase } from '../db/open-database.js';
+import { createDatabase } from '../init-stores.js';
 import { Pm2 } from '../local/pm2.js';
 import { freePort, RedisServer, testClient } from '../local/redis-server.js';
 import { waitFor } from '../local/wait-for.js';
@@ -41,6 +42,8 @@ export async function benchEndToEnd(workspace: string, rate: number, durationMs:
     OUTBOX_RATE: String(rate),
     OUTBOX_DURATION: String(durationMs / 1000),
   });
+  // What `outbox init` does: the apps never create app.db.
+  createDatabase(dataDir);
   const bar = progress(`end to end: ${rate} operations/s under pm2`, durationMs);
   try {
     const started = await pm2.run('start', 'ecosystem.config.cjs');

@@ -5,6 +5,7 @@ import type { Redis } from 'ioredis';
 import { verifyStores, type Ledger } from '../checks/verify.js';
 import { CRASH_POINTS } from '../crash-point.js';
 import { openDatabase, type Db } from '../db/open-database.js';
+import { createDatabase } from '../init-stores.js';
 import { freePort, RedisServer } from '../local/redis-server.js';
 import { Pm2 } from '../local/pm2.js';
 import { waitFor } from '../local/wait-for.js';
@@ -78,6 +79,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   const dataDir = join(workspace, 'data');
   const crashLog = join(workspace, 'crash-points.log');
   mkdirSync(join(workspace, 'redis'), { recursive: true });
+  // What `outbox init` does: the apps never create app.db.
+  createDatabase(dataDir);
   const redis = await RedisServer.start(['--appendonly', 'yes', '--appendfsync', 'always'], join(workspace, 'redis'));
   const port = await freePort();
   const pm2 = new Pm2({
@@ -102,7 +105,6 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       timeoutMs: 20_000,
       message: 'the apps did not come online',
     });
-    await waitFor(() => existsSync(join(dataDir, 'app.db')), { message: 'the producer did not create app.db' });
     db = openDatabase(dataDir);
     client = await connectRedis(redis.url, { reconnect: true, name: 'outbox-chaos' });
 

@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ConflictError } from '../errors/conflict-error.js';
 import { InvalidInputError } from '../errors/invalid-input-error.js';
 import { NotFoundError } from '../errors/not-found-error.js';
+import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
 import type { Logger } from '../logger.js';
 import type { OrderService, OrderWrite } from '../orders/order-service.js';
 import { parseOrderId, parseQty, parseSku } from '../orders/validate.js';
@@ -9,6 +10,8 @@ import { parseOrderId, parseQty, parseSku } from '../orders/validate.js';
 export interface OrderApiOptions {
   /** Largest accepted request body, in bytes. Default 16384. */
   maxBodyBytes?: number;
+  /** Why the service cannot take writes now (GET /healthz answers 503 with it), or undefined. */
+  unavailable?: () => string | undefined;
 }
 
 class HttpError extends Error {
@@ -72,6 +75,7 @@ const STATUS_OF = new Map<Function, number>([
   [InvalidInputError, 400],
   [NotFoundError, 404],
   [ConflictError, 409],
+  [StoreUnavailableError, 503],
 ]);
 
 /**
@@ -82,7 +86,9 @@ const STATUS_OF = new Map<Function, number>([
  *   POST /orders/:id/qty {qty}    -> 200
  *   POST /orders/:id/cancel       -> 200
  *   GET  /orders/:id              -> 200 {id, sku, qty, status, version}
- *   GET  /healthz                 -> 200 {ok: true}
+ *   GET  /healthz                 -> 200 {ok: true}, or 503 {ok: false, reason}
+ *
+ * Without a usable app.db (missing, deleted or replaced under the app) every order call is a 503.
  */
 export function createOrderApi(service: OrderService, log: Logger, options: OrderApiOptions = {}) {
   const maxBodyBytes = options.maxBodyBytes ?? 16_384;
@@ -99,7 +105,8 @@ export function createOrderApi(service: OrderService, log: Logger, options: Orde
 
     if (path === '/healthz') {
       allow('GET');
-      return send(res, 200, { ok: true });
+      const reason = options.unavailable?.();
+      return reason ? send(res, 503, { ok: false, reason }) : send(res, 200, { ok: true });
     }
     if (path === '/orders') {
       allow('POST');

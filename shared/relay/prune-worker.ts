@@ -1,6 +1,6 @@
 import { Queue, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
-import type { Db } from '../db/open-database.js';
+import type { DatabaseWatch } from '../db/live-database.js';
 import type { Logger } from '../logger.js';
 import { prune } from '../prune.js';
 import { bullConnections } from '../redis/bull-connections.js';
@@ -22,19 +22,28 @@ export interface PruneScheduleOptions {
 /**
  * The relay app's optional prune schedule, on a queue of its own so that a long prune never holds
  * up a relay pass. Global concurrency 1: one prune at a time across relay processes. `redis` is the
- * app's connection, on which prune asks which events the consumer applied. The scheduler is
- * re-created when Redis loses it (`keepJobScheduler`).
+ * app's connection, on which prune asks which events the consumer applied. It prunes the file that
+ * is app.db when a job starts, none while there is no live one. The scheduler is re-created when
+ * Redis loses it (`keepJobScheduler`).
  */
-export async function startPruneWorker(db: Db, redis: Redis, url: string, log: Logger, options: PruneScheduleOptions) {
+export async function startPruneWorker(database: DatabaseWatch, redis: Redis, url: string, log: Logger, options: PruneScheduleOptions) {
   const bull = bullConnections(url);
   const prefix = bullPrefixOf(keyPrefixOfConnection(redis));
   const queue = new Queue(PRUNE_QUEUE, { connection: bull.connection(), prefix });
   const worker = new Worker(
     PRUNE_QUEUE,
     async () => {
-      // Another store's Redis knows nothing of these events: refuse rather than read it.
-      await assertSameStore(db, redis);
-      const result = await prune(db, redis, options.olderThanMs);
+      if (!database.check()) return 0;
+      const live = database.current();
+      const release = live.hold();
+      let result: Awaited<ReturnType<typeof prune>>;
+      try {
+        // Another store's Redis knows nothing of these events: refuse rather than read it.
+        await assertSameStore(live.db, redis);
+        result = await prune(live.db, redis, options.olderThanMs);
+      } finally {
+        release();
+      }
       if (result.deleted > 0 || result.keptNotApplied > 0) {
         log.info('outbox pruned', {
           deleted: result.deleted,

@@ -1,15 +1,16 @@
 import { Queue, Worker, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
-import type { Db } from '../db/open-database.js';
+import type { DatabaseWatch, LiveDatabase } from '../db/live-database.js';
 import type { Logger } from '../logger.js';
 import { bullConnections } from '../redis/bull-connections.js';
 import { bullPrefixOf, keys } from '../redis/keys.js';
 import { keyPrefixOfConnection } from '../redis/scan-keys.js';
 import { sleep } from '../sleep.js';
 import { keepJobScheduler } from './keep-job-scheduler.js';
-import { createRelay, DEFAULT_RELAY_BATCH_SIZE } from './relay.js';
+import { createRelay, DEFAULT_RELAY_BATCH_SIZE, type Relay } from './relay.js';
 import { describePairing } from './store-pairing.js';
 import { StoreMismatchError } from '../errors/store-mismatch-error.js';
+import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
 
 export const RELAY_QUEUE = 'outbox-relay';
 export const RELAY_SCHEDULER_ID = 'relay-pass';
@@ -53,17 +54,29 @@ function withDefaults(options: RelayWorkerOptions): Required<RelayWorkerOptions>
  * The relay app: a BullMQ Worker on `outbox-relay`, fed by a job scheduler. Global concurrency 1
  * means exactly one relay pass runs at a time however many relay processes there are. The
  * scheduler is re-created when Redis loses it (`keepJobScheduler`).
- * `redis` carries the pushes; BullMQ gets its own connections to `url`.
+ * `redis` carries the pushes; BullMQ gets its own connections to `url`. Each pass relays from the
+ * file that is app.db at its start: none while there is no live one (deleted or replaced).
  */
-export async function startRelayWorker(db: Db, redis: Redis, url: string, log: Logger, options: RelayWorkerOptions = {}) {
+export async function startRelayWorker(database: DatabaseWatch, redis: Redis, url: string, log: Logger, options: RelayWorkerOptions = {}) {
   const config = withDefaults(options);
-  const relay = createRelay(db, redis, {
-    batchSize: config.batchSize,
-    onPairing: (pairing) =>
-      pairing.kind === 'rebuilt'
-        ? log.warn(describePairing(pairing), { republished: pairing.republished, unrecoverable: pairing.unrecoverable })
-        : log.info(describePairing(pairing)),
-  });
+  let current: { live: LiveDatabase; relay: Relay } | undefined;
+  const relayOn = (live: LiveDatabase): Relay => {
+    if (current?.live !== live) {
+      const relay = createRelay(live.db, redis, {
+        batchSize: config.batchSize,
+        onPairing: (pairing) =>
+          pairing.kind === 'rebuilt'
+            ? log.warn(describePairing(pairing), { republished: pairing.republished, unrecoverable: pairing.unrecoverable })
+            : log.info(describePairing(pairing)),
+        // A relay whose app.db was deleted or replaced must not claim a Redis for the old store.
+        assertLive: () => {
+          if (!live.isLive()) throw new StoreUnavailableError(`${live.path} was deleted or replaced: not claiming Redis for it`);
+        },
+      });
+      current = { live, relay };
+    }
+    return current.relay;
+  };
   const closing = new AbortController();
   const bull = bullConnections(url);
   // In a namespace the queue's keys live under it too.
@@ -80,21 +93,35 @@ export async function startRelayWorker(db: Db, redis: Redis, url: string, log: L
     let events = 0;
     let batches = 0;
     // Once a job, even when nothing is PENDING: notices a Redis that lost its state within a slice.
-    try {
-      await relay.pair();
-      refused = undefined;
-    } catch (error) {
-      if (!(error instanceof StoreMismatchError)) throw error;
-      // Said once, not every second; relaying resumes by itself once the pair matches again.
-      if (refused !== error.message) log.error(error.message);
-      refused = error.message;
-      await sleep(Math.max(0, deadline - Date.now()), closing.signal);
-      return { events, batches };
+    if (database.check()) {
+      const live = database.current();
+      const release = live.hold();
+      try {
+        await relayOn(live).pair();
+        refused = undefined;
+      } catch (error) {
+        if (!(error instanceof StoreMismatchError)) throw error;
+        // Said once, not every second; relaying resumes by itself once the pair matches again.
+        if (refused !== error.message) log.error(error.message);
+        refused = error.message;
+        await sleep(Math.max(0, deadline - Date.now()), closing.signal);
+        return { events, batches };
+      } finally {
+        release();
+      }
     }
     while (Date.now() < deadline && !closing.signal.aborted) {
-      const pass = await relay.relayAll((batch) => {
-        log.info('batch relayed', { count: batch.count, firstId: batch.firstId, lastId: batch.lastId, durationMs: Number(batch.durationMs.toFixed(2)) });
-      }, deadline);
+      if (!database.check()) break;
+      const live = database.current();
+      const release = live.hold();
+      let pass: { events: number; batches: number };
+      try {
+        pass = await relayOn(live).relayAll((batch) => {
+          log.info('batch relayed', { count: batch.count, firstId: batch.firstId, lastId: batch.lastId, durationMs: Number(batch.durationMs.toFixed(2)) });
+        }, deadline);
+      } finally {
+        release();
+      }
       events += pass.events;
       batches += pass.batches;
       if (pass.events === 0) await sleep(config.pollMs, closing.signal);

@@ -1,26 +1,31 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { assertCanInit, clearProjectKeys, createDatabase } from '../../../shared/init-stores.js';
-import { configOf, type GlobalArgs } from '../options.js';
+import { assertNoAttachedApps } from '../../../shared/local/attached-apps.js';
+import { configOf, ignoreAttachedOption, type GlobalArgs } from '../options.js';
 import { withRedis } from '../stores.js';
 
 interface Args extends GlobalArgs {
   force: boolean;
+  ignoreAttached: boolean;
 }
 
 export const command = 'init';
 export const describe = 'create app.db (orders, outbox, partial PENDING index, WAL)';
 
 export const builder = (yargs: Argv<GlobalArgs>) =>
-  yargs.option('force', {
-    type: 'boolean',
-    default: false,
-    describe: "wipe an existing app.db and this project's Redis keys",
-  });
+  yargs
+    .option('force', {
+      type: 'boolean',
+      default: false,
+      describe: "wipe an existing app.db and this project's Redis keys",
+    })
+    .option('ignore-attached', ignoreAttachedOption);
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const config = configOf(argv);
   assertCanInit(config.dir, argv.force);
   if (argv.force) {
+    if (!argv.ignoreAttached) assertNoAttachedApps(config.dir);
     // Redis first: if it is unreachable, the database is left as it was.
     const cleared = await withRedis(config, clearProjectKeys);
     console.log(`cleared ${cleared} Redis keys of this project`);

@@ -1,13 +1,20 @@
 import { spawn } from 'node:child_process';
-import type { ArgumentsCamelCase } from 'yargs';
+import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { CheckFailedError } from '../../../shared/errors/check-failed-error.js';
 import type { OutboxConfig } from '../../../shared/config.js';
 import { runLab } from '../../../shared/lab.js';
-import { configOf, type GlobalArgs } from '../options.js';
+import { assertNoAttachedApps } from '../../../shared/local/attached-apps.js';
+import { configOf, ignoreAttachedOption, type GlobalArgs } from '../options.js';
 import { withRedis } from '../stores.js';
 
 export const command = 'lab';
 export const describe = 'run steps 1-8 of the seed on a clean state (init --force first) and show every artifact';
+
+interface Args extends GlobalArgs {
+  ignoreAttached: boolean;
+}
+
+export const builder = (yargs: Argv<GlobalArgs>) => yargs.option('ignore-attached', ignoreAttachedOption);
 
 /**
  * relay-crash kills its own process, so it runs as a child of the lab. The settings go through the
@@ -27,8 +34,9 @@ function runRelayCrash(config: OutboxConfig): Promise<void> {
   });
 }
 
-export async function handler(argv: ArgumentsCamelCase<GlobalArgs>): Promise<void> {
+export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const config = configOf(argv);
+  if (!argv.ignoreAttached) assertNoAttachedApps(config.dir);
   console.log(`outbox lab in ${config.dir}`);
   const ok = await withRedis(
     config,
