@@ -107,8 +107,9 @@ async function redisCounts(client: Redis): Promise<RedisCounts> {
 }
 
 /**
- * Runs the real apps under pm2 against a private, fully durable Redis, generates traffic, injects
- * seeded faults, then stops traffic, lets the system drain and reconciles the stores.
+ * Runs the real apps under pm2 against a private, fully durable Redis (unless the `redis-wipe`
+ * fault wipes it), generates traffic, injects seeded faults, then stops traffic, lets the system
+ * drain and reconciles the stores.
  */
 export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   const progress = options.progress ?? (() => {});
