@@ -9,7 +9,7 @@ import { tempDir } from './helpers/stores.js';
 const env = { dir: '/nonexistent', redisUrl: 'redis://127.0.0.1:1' };
 
 describe('outbox chaos', () => {
-  it('a short run with every kind of fault ends with every invariant holding', async () => {
+  it('a short run with the default faults (apps killed or crashed, Redis down) ends with every invariant holding', async () => {
     const json = join(tempDir(), 'chaos.json');
     const result = await runCli(['chaos', '--duration', '20s', '--rate', '300', '--kill-every', '1500ms', '--seed', '7', '--json', json], env);
     assert.equal(result.code, 0, result.stdout + result.stderr);
@@ -25,8 +25,28 @@ describe('outbox chaos', () => {
     assert.equal(figures.ok, true);
   });
 
+  it('a short run that wipes Redis and prunes ends with nothing lost, doubled or reordered, and nothing unrecoverable', async () => {
+    const json = join(tempDir(), 'chaos.json');
+    const result = await runCli(
+      ['chaos', '--duration', '20s', '--rate', '300', '--kill-every', '1s', '--seed', '2', '--targets', 'relay,consumer,redis-wipe,prune', '--json', json],
+      env,
+    );
+    assert.equal(result.code, 0, result.stdout + result.stderr);
+    assert.match(result.stdout, /CHAOS OK/);
+    assert.match(result.stdout, /^Redis was wiped \d+ time\(s\): enqueued, duplicates absorbed and applied twice are summed/m);
+    const figures = JSON.parse(readFileSync(json, 'utf8'));
+    assert.ok(figures.faults['redis wiped'] >= 1, `no wipe took effect: ${JSON.stringify(figures.faults)}`);
+    assert.ok(figures.faults.prune >= 1, `no prune ran: ${JSON.stringify(figures.faults)}`);
+    assert.ok(figures.pruned > 0, 'prune deleted nothing');
+    // Every event, pruned or not, was applied once in the last Redis: rebuilt from SQLite after each wipe.
+    assert.equal(figures.processedUnique, figures.outboxRows + figures.pruned);
+    assert.ok(figures.enqueued >= figures.outboxRows + figures.pruned);
+    for (const key of ['lost', 'unrecoverable', 'appliedTwice', 'outOfOrder', 'inventoryMismatches', 'parked']) assert.equal(figures[key], 0, key);
+    assert.equal(figures.ok, true);
+  });
+
   for (const [args, message] of [
-    [['--targets', 'relay,database'], /--targets takes a comma-separated list of relay, consumer, producer, redis/],
+    [['--targets', 'relay,database'], /--targets takes a comma-separated list of relay, consumer, producer, redis, redis-wipe, prune/],
     [['--duration', 'forever'], /--duration must be a duration like 60s/],
     [['--kill-every', '10ms'], /--kill-every must be at least 100ms/],
   ] as const) {

@@ -7,7 +7,8 @@ import { runCli, type CliEnv } from './helpers/cli.js';
 import { runLoad } from './helpers/http-load.js';
 import { Pm2 } from '../shared/local/pm2.js';
 import { freePort, RedisServer, testClient } from '../shared/local/redis-server.js';
-import { tempDir } from './helpers/stores.js';
+import { readDb, tempDir } from './helpers/stores.js';
+import { keys } from '../shared/redis/keys.js';
 import { waitFor } from '../shared/local/wait-for.js';
 
 const APPS = ['outbox-producer', 'outbox-relay', 'outbox-consumer'];
@@ -67,6 +68,8 @@ before(async () => {
     // Some CPU per event, so that the two handler threads really overlap.
     OUTBOX_HANDLER_CPU_MS: '0.2',
   });
+  const init = await runCli(['init'], env);
+  assert.equal(init.code, 0, init.stderr);
   const started = await pm2.run('start', 'ecosystem.config.cjs');
   assert.equal(started.code, 0, started.stderr);
   await waitFor(async () => (await pm2.list()).filter((p) => APPS.includes(p.name) && p.pm2_env.status === 'online').length === 3, {
@@ -123,6 +126,38 @@ describe('the system under pm2', () => {
     assert.ok((await client.hlen('processed')) > processedBefore);
     assert.match(log('outbox-relay'), /"msg":"redis connection lost, reconnecting"/);
     assert.match(log('outbox-relay'), /"msg":"redis reconnected"/);
+  });
+
+  it('rebuilds Redis from SQLite by itself after FLUSHALL: new orders are applied within 10 s, verify passes, the inventory is right', async () => {
+    const load = runLoad(port, { durationMs: 4_000 });
+    await waitFor(async () => (await client.hlen(keys.processed)) > 0);
+    await client.flushall();
+    const placed = await fetch(`http://127.0.0.1:${port}/orders`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ sku: 'SKU-FLUSH', qty: 3 }),
+    });
+    assert.equal(placed.status, 201);
+    const { eventId } = (await placed.json()) as { eventId: string };
+    await waitFor(async () => (await client.hexists(keys.processed, eventId)) === 1, {
+      timeoutMs: 10_000,
+      intervalMs: 100,
+      message: `the order placed after FLUSHALL (event ${eventId}) was not applied within 10 s`,
+    });
+    const { failures } = await load;
+    assert.deepEqual(failures, []);
+    const report = await verified(45_000);
+    assert.match(report, /^SKUs whose reserved qty != live orders +0 +0 +ok$/m);
+    const db = readDb(env.dir);
+    const live = db.prepare("SELECT sku, SUM(qty) AS qty FROM orders WHERE status = 'PLACED' GROUP BY sku").all() as { sku: string; qty: number }[];
+    db.close();
+    const reserved = await client.hgetall(keys.inventory);
+    assert.deepEqual(
+      Object.fromEntries(Object.entries(reserved).filter(([, qty]) => qty !== '0')),
+      Object.fromEntries(live.map(({ sku, qty }) => [sku, String(qty)])),
+    );
+    assert.match(log('outbox-relay'), /"msg":"Redis lost its state: rebuilding it from SQLite, \d+ published event\(s\) set back to PENDING/);
+    assert.match(log('outbox-relay'), /"msg":"relay job scheduler was missing \(Redis lost its data\?\): re-created"/);
   });
 
   it('stops gracefully on SIGINT (pm2 stop) and hands back what it had not handled', async () => {

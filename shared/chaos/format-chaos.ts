@@ -4,15 +4,25 @@ function seconds(ms: number | null): string {
   return ms === null ? 'did not drain' : `${(ms / 1000).toFixed(1)} s`;
 }
 
+type Row = [name: string, value: string | number, mustBe: string];
+
+/** `row` when `shown`: figures of a fault kind appear only in runs that have it. */
+function only(shown: boolean, row: Row): Row[] {
+  return shown ? [row] : [];
+}
+
 /** The table `outbox chaos` prints. */
 export function formatChaos(r: ChaosResult): string[] {
-  const rows: [string, string | number, string][] = [
+  const wipes = r.faults['redis wiped'] ?? 0;
+  const rows: Row[] = [
     ['orders', r.orders, ''],
     ['outbox rows', r.outboxRows, ''],
-    ['enqueued', r.enqueued, `>= ${r.outboxRows}`],
-    ['processed_unique', r.processedUnique, `= ${r.outboxRows}`],
+    ...only(r.faults.prune !== undefined, ['pruned', r.pruned, '']),
+    ['enqueued', r.enqueued, `>= ${r.outboxRows + r.pruned}`],
+    ['processed_unique', r.processedUnique, `= ${r.outboxRows + r.pruned}`],
     ['duplicates absorbed', r.duplicatesAbsorbed, ''],
     ['lost', r.lost, '0'],
+    ...only(wipes > 0, ['unrecoverable', r.unrecoverable, '0']),
     ['applied twice', r.appliedTwice, '0'],
     ['applied out of order', r.outOfOrder, '0'],
     ['inventory mismatches', r.inventoryMismatches, '0'],
@@ -22,6 +32,15 @@ export function formatChaos(r: ChaosResult): string[] {
     ['time to drain', seconds(r.drainMs), ''],
   ];
   const faults = Object.entries(r.faults).sort(([a], [b]) => a.localeCompare(b));
+  const lifetimes =
+    wipes > 0
+      ? [
+          '',
+          `Redis was wiped ${wipes} time(s): enqueued, duplicates absorbed and applied twice are summed over its`,
+          `${wipes + 1} lives (each read just before its wipe); processed_unique is the last life's, rebuilt from SQLite.`,
+          'unrecoverable: pruned events whose effects a later wipe lost for good.',
+        ]
+      : [];
   return [
     `outbox chaos: seed ${r.seed}, ${r.durationMs / 1000} s of traffic at ${r.rate} operations/s`,
     '',
@@ -30,6 +49,7 @@ export function formatChaos(r: ChaosResult): string[] {
     '',
     `${'figure'.padEnd(24)} ${'value'.padStart(12)}  must be`,
     ...rows.map(([name, value, must]) => `${name.padEnd(24)} ${String(value).padStart(12)}  ${must}`),
+    ...lifetimes,
     '',
     r.ok
       ? 'CHAOS OK: nothing lost, nothing applied twice, nothing applied out of order'

@@ -12,11 +12,17 @@ import { waitFor } from '../local/wait-for.js';
 import { seededRandom } from '../random.js';
 import { closeRedis, connectRedis } from '../redis/connect.js';
 import { keys } from '../redis/keys.js';
+import { prune } from '../prune.js';
 import { sleep } from '../sleep.js';
 import { collectStatus } from '../status.js';
 
-export const CHAOS_TARGETS = ['relay', 'consumer', 'producer', 'redis'] as const;
+export const CHAOS_TARGETS = ['relay', 'consumer', 'producer', 'redis', 'redis-wipe', 'prune'] as const;
 export type ChaosTarget = (typeof CHAOS_TARGETS)[number];
+/** What `outbox chaos` hits unless told otherwise: process and broker faults, no data faults. */
+export const DEFAULT_CHAOS_TARGETS: ChaosTarget[] = ['relay', 'consumer', 'producer', 'redis'];
+
+/** The `prune` fault's `--older-than`: everything the consumer applied more than a second ago goes. */
+const PRUNE_AGE_MS = 1000;
 
 export interface ChaosOptions {
   /** How long faults are injected while traffic runs (ms). */
@@ -41,15 +47,24 @@ export interface ChaosResult {
   seed: number;
   durationMs: number;
   rate: number;
-  /** Faults that took effect, by kind: "kill <app>", "crash <point>", "redis down". */
+  /** Faults that took effect, by kind: "kill <app>", "crash <point>", "redis down", "redis wiped", "prune". */
   faults: Record<string, number>;
   orders: number;
   outboxRows: number;
+  /** Outbox rows the `prune` faults deleted. */
+  pruned: number;
+  /** Messages pushed, summed over every Redis the run had (a wiped Redis starts again at 0). */
   enqueued: number;
   processedUnique: number;
+  /** Summed over every Redis the run had, like `enqueued`. */
   duplicatesAbsorbed: number;
-  /** Effects applied beyond one per event: the consumer's `applied` counter minus processed_unique. */
+  /**
+   * Effects applied beyond one per event: per Redis, the consumer's `applied` counter minus
+   * processed_unique (both live in Redis and are rebuilt together after a wipe), summed.
+   */
   appliedTwice: number;
+  /** Pruned events whose effects a later wipe lost for good (0: see `targetsAt`). */
+  unrecoverable: number;
   lost: number;
   outOfOrder: number;
   inventoryMismatches: number;
@@ -62,15 +77,39 @@ export interface ChaosResult {
   ledger: Ledger['checks'];
 }
 
-const APP_OF: Record<Exclude<ChaosTarget, 'redis'>, string> = {
+const APP_OF: Record<Exclude<ChaosTarget, 'redis' | 'redis-wipe' | 'prune'>, string> = {
   relay: 'outbox-relay',
   consumer: 'outbox-consumer',
   producer: 'outbox-producer',
 };
 
 /**
- * Runs the real apps under pm2 against a private, fully durable Redis, generates traffic, injects
- * seeded faults, then stops traffic, lets the system drain and reconciles the stores.
+ * The targets a fault may hit at this point of the run. A wipe after a prune loses the pruned
+ * events' effects for good: that is the documented truth, not a fault of the system, and it would
+ * leave the inventory wrong. So a run with both wipes Redis only in its first half and prunes only
+ * in its second: every wipe is rebuilt from a complete outbox, and every prune is proven.
+ */
+function targetsAt(targets: ChaosTarget[], elapsedFraction: number): ChaosTarget[] {
+  if (!targets.includes('redis-wipe') || !targets.includes('prune')) return targets;
+  return targets.filter((target) => target !== (elapsedFraction < 0.5 ? 'prune' : 'redis-wipe'));
+}
+
+/** The counters a wipe takes with it. */
+interface RedisCounts {
+  enqueued: number;
+  duplicates: number;
+  appliedTwice: number;
+}
+
+async function redisCounts(client: Redis): Promise<RedisCounts> {
+  const [enqueued, stats, processed] = await Promise.all([client.get(keys.enqueued), client.hgetall(keys.stats), client.hlen(keys.processed)]);
+  return { enqueued: Number(enqueued ?? 0), duplicates: Number(stats.duplicates ?? 0), appliedTwice: Number(stats.applied ?? 0) - processed };
+}
+
+/**
+ * Runs the real apps under pm2 against a private, fully durable Redis (unless the `redis-wipe`
+ * fault wipes it), generates traffic, injects seeded faults, then stops traffic, lets the system
+ * drain and reconciles the stores.
  */
 export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   const progress = options.progress ?? (() => {});
@@ -96,9 +135,14 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   });
   const faults: Record<string, number> = {};
   const count = (kind: string) => (faults[kind] = (faults[kind] ?? 0) + 1);
+  // What the wiped Redises counted, each sampled just before its wipe.
+  const wiped: RedisCounts = { enqueued: 0, duplicates: 0, appliedTwice: 0 };
+  let prunedRows = 0;
   let client: Redis | undefined;
   let db: Db | undefined;
   try {
+    // What `outbox init` does: the apps expect app.db to exist.
+    createDatabase(dataDir);
     const started = await pm2.run('start', 'ecosystem.config.cjs');
     if (started.code !== 0) throw new Error(`pm2 start failed: ${started.stderr || started.stdout}`);
     await waitFor(async () => (await pm2.list()).filter((p) => p.pm2_env.status === 'online').length === 3, {
@@ -126,7 +170,24 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       while (Date.now() - startedAt < options.durationMs) {
         await sleep(options.killEveryMs * (0.5 + random()));
         if (Date.now() - startedAt >= options.durationMs) break;
-        const target = options.targets[Math.floor(random() * options.targets.length)];
+        const pool = targetsAt(options.targets, (Date.now() - startedAt) / options.durationMs);
+        const target = pool[Math.floor(random() * pool.length)];
+        if (target === 'redis-wipe') {
+          // Writes wait while the counters are read, so none is missed; the kill ends the pause.
+          await client.call('CLIENT', 'PAUSE', '10000', 'WRITE');
+          const counts = await redisCounts(client);
+          await redis.wipe();
+          wiped.enqueued += counts.enqueued;
+          wiped.duplicates += counts.duplicates;
+          wiped.appliedTwice += counts.appliedTwice;
+          count('redis wiped');
+          continue;
+        }
+        if (target === 'prune') {
+          prunedRows += (await prune(db, client, PRUNE_AGE_MS)).deleted;
+          count('prune');
+          continue;
+        }
         if (target === 'redis') {
           await redis.stop(random() < 0.5 ? 'SIGKILL' : 'SIGTERM');
           count('redis down');
@@ -165,8 +226,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     if (existsSync(crashLog)) {
       for (const point of readFileSync(crashLog, 'utf8').split('\n').filter(Boolean)) count(`crash ${point}`);
     }
-    const stats = await client.hgetall(keys.stats);
-    const enqueued = Number((await client.get(keys.enqueued)) ?? 0);
+    const last = await redisCounts(client);
+    const appliedTwice = wiped.appliedTwice + last.appliedTwice;
     const f = ledger.figures;
     return {
       seed: options.seed,
@@ -175,10 +236,12 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       faults,
       orders: f.orders,
       outboxRows: f.outbox,
-      enqueued,
+      pruned: prunedRows,
+      enqueued: wiped.enqueued + last.enqueued,
       processedUnique: f.processedUnique,
-      duplicatesAbsorbed: Number(stats.duplicates ?? 0),
-      appliedTwice: Number(stats.applied ?? 0) - f.processedUnique,
+      duplicatesAbsorbed: wiped.duplicates + last.duplicates,
+      appliedTwice,
+      unrecoverable: f.unrecoverable,
       lost: f.lost,
       outOfOrder: f.outOfOrder,
       inventoryMismatches: f.inventoryMismatches,
@@ -186,7 +249,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       deadLettered: f.deadLettered,
       maxPendingAgeMs,
       drainMs,
-      ok: drainMs !== null && Number(stats.applied ?? 0) === f.processedUnique,
+      ok: drainMs !== null && appliedTwice === 0,
       workspace,
       ledger: ledger.checks,
     };

@@ -83,6 +83,16 @@ export class RedisServer {
     await exited;
   }
 
+  /**
+   * Redis losing its state: the server is killed, its files (AOF directory, RDB) are deleted and it
+   * starts again on the same port with nothing.
+   */
+  async wipe(): Promise<void> {
+    await this.stop('SIGKILL');
+    rmSync(this.dataDir, { recursive: true, force: true });
+    await this.resume();
+  }
+
   async destroy(): Promise<void> {
     await this.stop('SIGKILL');
     rmSync(this.dataDir, { recursive: true, force: true });

@@ -2,7 +2,7 @@ import { writeFileSync } from 'node:fs';
 import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { parseDuration } from '../../../shared/duration.js';
 import { formatChaos } from '../../../shared/chaos/format-chaos.js';
-import { CHAOS_TARGETS, runChaos, type ChaosTarget } from '../../../shared/chaos/run-chaos.js';
+import { CHAOS_TARGETS, DEFAULT_CHAOS_TARGETS, runChaos, type ChaosTarget } from '../../../shared/chaos/run-chaos.js';
 import { CheckFailedError } from '../../../shared/errors/check-failed-error.js';
 import { InvalidInputError } from '../../../shared/errors/invalid-input-error.js';
 import { parseCount } from '../../../shared/orders/validate.js';
@@ -26,7 +26,11 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
     .option('duration', { type: 'string', default: '60s', describe: 'how long traffic runs and faults are injected' })
     .option('rate', { type: 'string', default: '500', describe: 'order operations per second' })
     .option('kill-every', { type: 'string', default: '2s', describe: 'mean time between faults' })
-    .option('targets', { type: 'string', default: CHAOS_TARGETS.join(','), describe: 'what to hit: relay,consumer,producer,redis' })
+    .option('targets', {
+      type: 'string',
+      default: DEFAULT_CHAOS_TARGETS.join(','),
+      describe: `what to hit, from ${CHAOS_TARGETS.join(',')} (redis-wipe: Redis restarts without its data; prune: prune --older-than 1s)`,
+    })
     .option('seed', { type: 'string', default: '1', describe: 'seed of the fault schedule and the traffic (same seed, same schedule)' })
     .option('json', { type: 'string', describe: 'also write the figures as JSON to this file' })
     .option('keep', { type: 'boolean', default: false, describe: 'keep the workspace (data, logs, Redis files) for a look afterwards' });
