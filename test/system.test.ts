@@ -68,8 +68,6 @@ before(async () => {
     // Some CPU per event, so that the two handler threads really overlap.
     OUTBOX_HANDLER_CPU_MS: '0.2',
   });
-  const init = await runCli(['init'], env);
-  assert.equal(init.code, 0, init.stderr);
   const started = await pm2.run('start', 'ecosystem.config.cjs');
   assert.equal(started.code, 0, started.stderr);
   await waitFor(async () => (await pm2.list()).filter((p) => APPS.includes(p.name) && p.pm2_env.status === 'online').length === 3, {

@@ -141,8 +141,6 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   let client: Redis | undefined;
   let db: Db | undefined;
   try {
-    // What `outbox init` does: the apps expect app.db to exist.
-    createDatabase(dataDir);
     const started = await pm2.run('start', 'ecosystem.config.cjs');
     if (started.code !== 0) throw new Error(`pm2 start failed: ${started.stderr || started.stdout}`);
     await waitFor(async () => (await pm2.list()).filter((p) => p.pm2_env.status === 'online').length === 3, {
