@@ -29,8 +29,9 @@ export async function runLab(config: OutboxConfig, redis: Redis, io: LabIo): Pro
   };
 
   step('1. init --force: fresh app.db, this project\'s Redis keys cleared');
-  const cleared = await clearProjectKeys(redis);
-  io.log(`   created ${createDatabase(dir)}; deleted ${cleared} Redis keys`);
+  // The new database first, then the keys: see `outbox init --force`.
+  const created = createDatabase(dir);
+  io.log(`   created ${created}; deleted ${await clearProjectKeys(redis)} Redis keys`);
 
   step('2. dualwrite: save the order, then publish it as a second write (the bug)');
   writeArtifact(dir, 'dualwrite.out', (await dualWrite(dir, redis, config.redisUrl)).lines);

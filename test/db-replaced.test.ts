@@ -135,7 +135,7 @@ describe('the producer\'s traffic generator', () => {
 });
 
 describe('app.db deleted or replaced under the relay app', () => {
-  it('stops relaying from the old file, logs it once, and relays from the new file after outbox init', async () => {
+  it('stops relaying from the old file, logs it once; a new store with the old Redis is refused, and after init --force it relays from the new file', async () => {
     const relay = startApp('dist/apps/relay/main.js', ['--every', '300', '--slice', '300']);
     try {
       await h.cli('place-order');
@@ -144,10 +144,15 @@ describe('app.db deleted or replaced under the relay app', () => {
       await waitFor(() => lines(relay, /app\.db was deleted or replaced under the relay: not relaying/).length === 1);
       await h.cli('init');
       await h.cli('place-order', '--count', '2');
+      // The new app.db is another store: the old Redis state does not belong to it.
+      await waitFor(() => lines(relay, /serves store/).length === 1, { message: 'the relay did not refuse the old Redis' });
+      assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 2);
+      await h.cli('init', '--force', '--ignore-attached');
+      await h.cli('place-order', '--count', '2');
       await waitFor(() => count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'") === 0, { message: 'the relay did not resume' });
-      assert.equal(await h.client.llen('outbox.events'), 3);
-      assert.equal(lines(relay, /deleted or replaced under the relay/).length, 1);
-      assert.equal(lines(relay, /a valid app.db is back: the relay resumes on it/).length, 1);
+      assert.equal(await h.client.llen('outbox.events'), 2);
+      assert.equal(lines(relay, /deleted or replaced under the relay/).length, 2);
+      assert.equal(lines(relay, /a valid app.db is back: the relay resumes on it/).length, 2);
     } finally {
       assert.equal(await stop(relay), 0);
     }
@@ -156,7 +161,9 @@ describe('app.db deleted or replaced under the relay app', () => {
 
 describe('the apps never create app.db', () => {
   it('with no app.db the producer answers 503 and the relay waits, both saying to run outbox init; after init they work', async () => {
+    // A fresh machine: no app.db and an empty Redis.
     removeDatabase();
+    await h.client.flushall();
     const { app: producer, call } = await startProducer();
     const relay = startApp('dist/apps/relay/main.js', ['--every', '300', '--slice', '300']);
     try {

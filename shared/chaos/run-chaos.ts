@@ -59,8 +59,8 @@ export interface ChaosResult {
   /** Summed over every Redis the run had, like `enqueued`. */
   duplicatesAbsorbed: number;
   /**
-   * Effects applied beyond one per event: per Redis, the consumer's `applied` counter minus
-   * processed_unique (both live in Redis and are rebuilt together after a wipe), summed.
+   * Events whose effect was applied more than once, by the per-event apply counts the apply script
+   * keeps with the effect (`outbox:apply-count`), summed over every Redis the run had.
    */
   appliedTwice: number;
   /** Pruned events whose effects a later wipe lost for good (0: see `targetsAt`). */
@@ -102,8 +102,12 @@ interface RedisCounts {
 }
 
 async function redisCounts(client: Redis): Promise<RedisCounts> {
-  const [enqueued, stats, processed] = await Promise.all([client.get(keys.enqueued), client.hgetall(keys.stats), client.hlen(keys.processed)]);
-  return { enqueued: Number(enqueued ?? 0), duplicates: Number(stats.duplicates ?? 0), appliedTwice: Number(stats.applied ?? 0) - processed };
+  const [enqueued, stats, applyCounts] = await Promise.all([client.get(keys.enqueued), client.hgetall(keys.stats), client.hvals(keys.applyCount)]);
+  return {
+    enqueued: Number(enqueued ?? 0),
+    duplicates: Number(stats.duplicates ?? 0),
+    appliedTwice: applyCounts.filter((n) => Number(n) > 1).length,
+  };
 }
 
 /**

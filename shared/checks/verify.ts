@@ -56,8 +56,37 @@ async function inFlight(redis: Redis): Promise<{ ids: Set<string>; queued: numbe
     }
   }
   const parked = await redis.hvals(keys.parked);
-  for (const envelope of parked) add((JSON.parse(envelope) as { message: string }).message);
+  for (const envelope of parked) {
+    const message = parkedMessage(envelope);
+    if (message !== undefined) add(message);
+  }
   return { ids, queued, processing, parked: parked.length };
+}
+
+/** The message a parked entry holds; undefined when the entry is not what the consumer writes. */
+function parkedMessage(envelope: string): string | undefined {
+  try {
+    const message = (JSON.parse(envelope) as { message?: unknown }).message;
+    return typeof message === 'string' ? message : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+const INTEGER = /^-?\d+$/;
+
+/** Fields where a count belongs but Redis holds something else, and parked entries that are not JSON: what the apply script refuses to build on. */
+async function corruptEntries(redis: Redis): Promise<string[]> {
+  const found: string[] = [];
+  for (const key of [keys.appliedSeq, keys.inventory, keys.stats, keys.applyCount]) {
+    for (const [field, value] of Object.entries(await redis.hgetall(key))) {
+      if (!INTEGER.test(value)) found.push(`${key} ${field} = ${JSON.stringify(value.slice(0, 40))}`);
+    }
+  }
+  for (const [field, value] of Object.entries(await redis.hgetall(keys.parked))) {
+    if (parkedMessage(value) === undefined) found.push(`${keys.parked} ${field} is not a parked entry`);
+  }
+  return found;
 }
 
 /** Aggregates whose events were applied in another order than their seq (by the recorded applyOrder). */
@@ -94,6 +123,8 @@ export interface Ledger {
     processedUnique: number;
     lost: number;
     outOfOrder: number;
+    /** Events whose effect was applied more than once (per-event apply counts). */
+    appliedTwice: number;
     inventoryMismatches: number;
     parked: number;
     deadLettered: number;
@@ -135,17 +166,21 @@ export async function verifyStores(db: Db, redis: Redis): Promise<Ledger> {
       .map((row) => [row.sku, row.qty]),
   );
 
-  const [meta, processedCount, processed, appliedSeqs, inventory, dead, flight] = await Promise.all([
+  const [meta, processedCount, processed, applyCounts, appliedSeqs, inventory, dead, flight, corrupt] = await Promise.all([
     redis.hgetall(keys.meta),
     redis.hlen(keys.processed),
     hashValues(redis, keys.processed, eventIds),
+    hashValues(redis, keys.applyCount, eventIds),
     hashValues(redis, keys.appliedSeq, orders.map((o) => String(o.id))),
     redis.hgetall(keys.inventory),
     redis.llen(keys.deadLetter),
     inFlight(redis),
+    corruptEntries(redis),
   ]);
 
   const lost = eventIds.filter((id, i) => processed[i] === null && !flight.ids.has(id));
+  // The per-event evidence, kept in the same step as the effect: more than 1 is a double effect.
+  const appliedTwice = eventIds.flatMap((id, i) => (Number(applyCounts[i] ?? 0) > 1 ? [`${id} (${applyCounts[i]} times)`] : []));
   const redisStateLost = meta.store === undefined && hasPublished(db);
   const unrecoverable = Number(meta.unrecoverable ?? 0);
   const disordered = outOfOrder(events, processed);
@@ -169,10 +204,12 @@ export async function verifyStores(db: Db, redis: Redis): Promise<Ledger> {
     check('PENDING outbox rows', 0, pending.length, pending.map((p) => `row ${p.id}`)),
     check(pruned > 0 ? 'processed_unique = outbox rows + pruned' : 'processed_unique = outbox rows', eventIds.length + pruned, processedCount),
     check('events lost (never applied, not in Redis)', 0, lost.length, lost),
+    check('events applied more than once', 0, appliedTwice.length, appliedTwice),
     check('aggregates applied out of seq order', 0, disordered.length, disordered),
     check('aggregates whose applied seq != last seq', 0, seqMismatch.length, seqMismatch),
     check('SKUs whose reserved qty != live orders', 0, inventoryMismatch.length, inventoryMismatch),
     check('parked events (waiting for a gap)', 0, flight.parked),
+    check('corrupt entries in Redis (not a number / not JSON)', 0, corrupt.length, corrupt),
     { name: 'dead-lettered entries', expected: '-', actual: String(dead), status: 'info' },
     { name: 'still queued / in processing lists', expected: '-', actual: `${flight.queued} / ${flight.processing}`, status: 'info' },
   ];
@@ -186,6 +223,7 @@ export async function verifyStores(db: Db, redis: Redis): Promise<Ledger> {
       processedUnique: processedCount,
       lost: lost.length,
       outOfOrder: disordered.length,
+      appliedTwice: appliedTwice.length,
       inventoryMismatches: inventoryMismatch.length,
       parked: flight.parked,
       deadLettered: dead,

@@ -24,6 +24,11 @@ export interface ConsumerOptions {
    */
   handler?: (events: OutboxEvent[]) => HandlerResult[] | Promise<HandlerResult[]>;
   /**
+   * Told of bad state the apply script met in Redis (a non-number where a count belongs, a corrupt
+   * parked entry, an event applied twice); the messages concerned are left or kept, never lost.
+   */
+  onProblem?: (problem: string) => void;
+  /**
    * Lanes a round is split into, by aggregate: lanes run in parallel, the events of one aggregate
    * always in the same lane, in order. Default 1.
    */
@@ -157,7 +162,14 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
       }
     });
     const sent: Promise<Outcome[]>[] = rejected.map((p) => reject(p.raw, p.reason!).then((outcome) => [outcome]));
-    for (let i = 0; i < batch.length; i += APPLY_CHUNK) sent.push(applyEvents(redis, processingList, batch.slice(i, i + APPLY_CHUNK), dedupeTtlSeconds));
+    for (let i = 0; i < batch.length; i += APPLY_CHUNK) {
+      sent.push(
+        applyEvents(redis, processingList, batch.slice(i, i + APPLY_CHUNK), dedupeTtlSeconds).then(({ outcomes, problems }) => {
+          for (const problem of problems) options.onProblem?.(problem);
+          return outcomes;
+        }),
+      );
+    }
     const answered = Promise.all(sent).then((results) => {
       const outcomes = results.flat();
       if (outcomes.length > 0) crashPoint('consumer.after-apply', () => `crash point consumer.after-apply: dying after ${outcomes.length} messages were handled`);

@@ -27,7 +27,15 @@ export interface RunConsumerOptions extends ConsumerOptions {
  */
 export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis>, log: Logger, options: RunConsumerOptions) {
   const blockTimeout = options.blockTimeoutSeconds ?? 1;
-  const consumer = createConsumer(redis, options);
+  // Each distinct problem once a minute: a corrupt field meets every round until an operator fixes it.
+  const reported = new Map<string, number>();
+  const onProblem = (problem: string) => {
+    const now = Date.now();
+    if ((reported.get(problem) ?? 0) > now - 60_000) return;
+    reported.set(problem, now);
+    log.error('bad state in Redis: the messages concerned stay in the processing list or go to the dead-letter list', { problem });
+  };
+  const consumer = createConsumer(redis, { ...options, onProblem });
   const { processingList } = consumer;
   const stats = emptyStats();
   let stopping = false;
@@ -42,7 +50,7 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
       else if (outcome === 'parked') log.warn('gap: event parked until the missing one arrives', ids);
       else if (outcome === 'dead') log.warn('dead-lettered', { reason, message: raw.toString().slice(0, 200) });
       else if (outcome === 'foreign') log.warn('dead-lettered: the event comes from another store than the one this Redis serves', { ...ids, storeId: event?.storeId });
-      else if (outcome === 'invalid') log.error('event refused: Redis holds a non-number for its aggregate or SKU; left in the processing list', ids);
+      else if (outcome === 'invalid') log.error('event refused: Redis holds bad state it needs (see "bad state in Redis"); left in the processing list', ids);
     }
   }
 

@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import { InvalidInputError } from '../errors/invalid-input-error.js';
+import { NotFoundError } from '../errors/not-found-error.js';
 import { keys } from '../redis/keys.js';
 import { requeueDeadLetter, requeueParked } from '../redis/scripts.js';
 
@@ -8,27 +9,44 @@ export interface HeldMessage {
   id: string;
   reason: string;
   at: number;
+  /** The message, for display (bytes that are not UTF-8 show as U+FFFD). */
   message: string;
-  /** The stored entry (dead letters) or field (parked), used to move or drop exactly this one. */
-  handle: string;
+  /**
+   * The stored entry as bytes (dead letters: LREM must match it byte for byte, invalid UTF-8
+   * included) or the field (parked), used to move or drop exactly this one.
+   */
+  handle: Buffer | string;
 }
 
 export type HeldKind = 'dead-letter' | 'parked';
 
+interface Envelope {
+  reason: string;
+  message: string;
+  at: number;
+}
+
+/** Reads an envelope the consumer wrote; anything else is shown as it is, for an operator to drop. */
+function envelopeOf(stored: string, atField: 'deadAt' | 'parkedAt'): Envelope {
+  try {
+    const parsed = JSON.parse(stored) as Record<string, unknown>;
+    if (typeof parsed.message === 'string') {
+      return { reason: String(parsed.reason ?? ''), message: parsed.message, at: Number(parsed[atField] ?? 0) };
+    }
+  } catch {
+    // not JSON: below
+  }
+  return { reason: 'not an envelope the consumer writes', message: stored, at: 0 };
+}
+
 export async function listHeld(redis: Redis, kind: HeldKind): Promise<HeldMessage[]> {
   if (kind === 'dead-letter') {
-    const entries = await redis.lrange(keys.deadLetter, 0, -1);
-    return entries.map((entry, index) => {
-      const { reason, message, deadAt } = JSON.parse(entry) as { reason: string; message: string; deadAt: number };
-      return { id: String(index), reason, at: deadAt, message, handle: entry };
-    });
+    const entries = await redis.lrangeBuffer(keys.deadLetter, 0, -1);
+    return entries.map((entry, index) => ({ id: String(index), ...envelopeOf(entry.toString(), 'deadAt'), handle: entry }));
   }
   const fields = await redis.hgetall(keys.parked);
   return Object.entries(fields)
-    .map(([field, envelope]) => {
-      const { reason, message, parkedAt } = JSON.parse(envelope) as { reason: string; message: string; parkedAt: number };
-      return { id: field, reason, at: parkedAt, message, handle: field };
-    })
+    .map(([field, stored]) => ({ id: field, ...envelopeOf(stored, 'parkedAt'), handle: field }))
     .sort((a, b) => a.at - b.at);
 }
 
@@ -43,15 +61,45 @@ export async function selectHeld(redis: Redis, kind: HeldKind, ids: string[], al
   return ids.map((id) => byId.get(id)!);
 }
 
-/** Puts the messages back on the queue: dead letters at the tail, parked events at the head. */
-export async function retryHeld(redis: Redis, kind: HeldKind, held: HeldMessage[]): Promise<number> {
-  let moved = 0;
-  for (const h of held) if (await (kind === 'dead-letter' ? requeueDeadLetter(redis, h.handle) : requeueParked(redis, h.handle))) moved += 1;
-  return moved;
+/** What a retry or drop did to the selected entries. */
+export interface HeldResult {
+  done: number;
+  /** Gone meanwhile (another process moved or dropped them). */
+  gone: number;
+  /** Not an envelope the consumer writes: a retry cannot put them back (drop them). */
+  refused: number;
 }
 
-export async function dropHeld(redis: Redis, kind: HeldKind, held: HeldMessage[]): Promise<number> {
-  let dropped = 0;
-  for (const h of held) dropped += kind === 'dead-letter' ? await redis.lrem(keys.deadLetter, 1, h.handle) : await redis.hdel(keys.parked, h.handle);
-  return dropped;
+/** Puts the messages back on the queue: dead letters at the tail, parked events at the head. */
+export async function retryHeld(redis: Redis, kind: HeldKind, held: HeldMessage[]): Promise<HeldResult> {
+  const result: HeldResult = { done: 0, gone: 0, refused: 0 };
+  for (const h of held) {
+    const outcome = kind === 'dead-letter' ? await requeueDeadLetter(redis, h.handle as Buffer) : await requeueParked(redis, h.handle as string);
+    if (outcome === 'moved') result.done += 1;
+    else if (outcome === 'gone') result.gone += 1;
+    else result.refused += 1;
+  }
+  return result;
+}
+
+export async function dropHeld(redis: Redis, kind: HeldKind, held: HeldMessage[]): Promise<HeldResult> {
+  const result: HeldResult = { done: 0, gone: 0, refused: 0 };
+  for (const h of held) {
+    const dropped = kind === 'dead-letter' ? await redis.lrem(keys.deadLetter, 1, h.handle) : await redis.hdel(keys.parked, h.handle as string);
+    if (dropped > 0) result.done += 1;
+    else result.gone += 1;
+  }
+  return result;
+}
+
+/**
+ * Throws when a retry or drop did not do all it was asked: a `NotFoundError` (exit 3) saying how
+ * many entries were gone or refused, after the line that says what was done.
+ */
+export function assertAllDone(kind: HeldKind, action: 'retry' | 'drop', selected: number, result: HeldResult): void {
+  if (result.done === selected) return;
+  const parts = [];
+  if (result.gone > 0) parts.push(`${result.gone} were no longer there (moved or dropped meanwhile)`);
+  if (result.refused > 0) parts.push(`${result.refused} are not an envelope the consumer writes and cannot be retried (drop them)`);
+  throw new NotFoundError(`${action} did ${result.done} of ${selected} ${kind} entr(ies): ${parts.join('; ')}: run "outbox ${kind} list" again`);
 }

@@ -18,6 +18,11 @@ export const keys = {
   processingPattern: 'outbox.events:processing:*',
   /** String, SET NX: the dedupe marker of one event. */
   seen: (eventId: string) => `outbox:seen:${eventId}`,
+  /**
+   * Hash event_id -> how many times its effect was applied, written in the same step as the effect:
+   * the evidence `verify` and chaos read for "applied twice" (1 everywhere, or something is wrong).
+   */
+  applyCount: 'outbox:apply-count',
   /** Hash aggregate_id -> last applied seq. */
   appliedSeq: 'outbox:applied-seq',
   /** Hash sku -> reserved quantity: the consumer's effect. */

@@ -5,7 +5,7 @@ import { keyPrefixOfConnection } from './scan-keys.js';
 
 /** The Lua scripts in ./lua, named `<name>-<numberOfKeys>.lua`. */
 const SCRIPT_FILES = {
-  applyEvents: 'apply-events-9.lua',
+  applyEvents: 'apply-events-10.lua',
   claimStore: 'claim-store-1.lua',
   pushEvents: 'push-events-3.lua',
   deadLetter: 'dead-letter-3.lua',
@@ -62,12 +62,19 @@ export interface EventToApply {
   result: string;
 }
 
-/** See lua/apply-events-9.lua: applies `events` in order, resolving one outcome per event. */
-export async function applyEvents(redis: Redis, processingList: string, events: EventToApply[], dedupeTtlSeconds: number): Promise<ApplyOutcome[]> {
+export interface ApplyResult {
+  /** One per event, in order. */
+  outcomes: ApplyOutcome[];
+  /** Bad state the script met in Redis (a non-number where a count belongs, a corrupt parked entry). */
+  problems: string[];
+}
+
+/** See lua/apply-events-10.lua: applies `events` in order, resolving one outcome per event. */
+export async function applyEvents(redis: Redis, processingList: string, events: EventToApply[], dedupeTtlSeconds: number): Promise<ApplyResult> {
   // The markers' keys are derived in the script, so their prefix carries the namespace itself.
   const args: (string | number)[] = [keyPrefixOfConnection(redis) + keys.seen(''), dedupeTtlSeconds, Date.now()];
   for (const e of events) args.push(e.raw, e.eventId, e.aggregateId, e.seq, e.sku, e.delta, e.result, e.storeId);
-  return (await client(redis).applyEvents(
+  const [outcomes, problems] = (await client(redis).applyEvents(
     processingList,
     keys.processed,
     keys.appliedSeq,
@@ -77,8 +84,10 @@ export async function applyEvents(redis: Redis, processingList: string, events: 
     keys.events,
     keys.meta,
     keys.deadLetter,
+    keys.applyCount,
     ...args,
-  )) as ApplyOutcome[];
+  )) as [ApplyOutcome[], string[]];
+  return { outcomes, problems };
 }
 
 export type PushResult = { status: 'ok'; pushed: number } | { status: 'unclaimed' } | { status: 'foreign'; servedStore: string };
@@ -115,14 +124,19 @@ export async function deadLetter(redis: Redis, processingList: string, raw: stri
   return moved === 1;
 }
 
-/** See lua/requeue-dead-letter-2.lua. Resolves true when this call moved the entry. */
-export async function requeueDeadLetter(redis: Redis, entry: string): Promise<boolean> {
-  return (await client(redis).requeueDeadLetter(keys.deadLetter, keys.events, entry)) === 1;
+/** What a requeue did: moved, not there (any more), or refused an entry that is not an envelope. */
+export type RequeueResult = 'moved' | 'gone' | 'not an envelope';
+
+const REQUEUE_RESULT: Record<number, RequeueResult> = { 1: 'moved', 0: 'gone', [-1]: 'not an envelope' };
+
+/** See lua/requeue-dead-letter-2.lua. `entry` as stored, bytes included. */
+export async function requeueDeadLetter(redis: Redis, entry: Buffer): Promise<RequeueResult> {
+  return REQUEUE_RESULT[(await client(redis).requeueDeadLetter(keys.deadLetter, keys.events, entry)) as number];
 }
 
-/** See lua/requeue-parked-2.lua. Resolves true when this call moved the event. */
-export async function requeueParked(redis: Redis, field: string): Promise<boolean> {
-  return (await client(redis).requeueParked(keys.parked, keys.events, field)) === 1;
+/** See lua/requeue-parked-2.lua. */
+export async function requeueParked(redis: Redis, field: string): Promise<RequeueResult> {
+  return REQUEUE_RESULT[(await client(redis).requeueParked(keys.parked, keys.events, field)) as number];
 }
 
 /** See lua/take-2.lua: moves up to `count` messages to `processingList`, as bytes. */

@@ -29,11 +29,14 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   }
   const batchSize = parseCount(argv.batchSize, '--batch-size', 100_000);
   await withRedis(configOf(argv), async (redis) => {
-    const consumer = createConsumer(redis, { consumerId: argv.consumerId, batchSize });
+    const problems = new Set<string>();
+    const consumer = createConsumer(redis, { consumerId: argv.consumerId, batchSize, onProblem: (problem) => problems.add(problem) });
     const s = await consumer.drain();
+    for (const problem of problems) console.error(`outbox: bad state in Redis: ${problem}`);
     console.log(
       `received ${s.received} (${s.recovered} recovered from ${consumer.processingList}): applied ${s.applied}, ` +
-        `duplicates skipped ${s.duplicates}, parked ${s.parked}, dead-lettered ${s.dead}`,
+        `duplicates skipped ${s.duplicates}, parked ${s.parked}, dead-lettered ${s.dead}` +
+        (s.invalid > 0 ? `, left in ${consumer.processingList} for bad state in Redis ${s.invalid}` : ''),
     );
     console.log(`HLEN ${keys.processed} = ${await redis.hlen(keys.processed)}`);
   }, { requireNoEviction: true });

@@ -1,5 +1,5 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { dropHeld, listHeld, retryHeld, selectHeld, type HeldKind } from '../../../shared/recovery/held-messages.js';
+import { assertAllDone, dropHeld, listHeld, retryHeld, selectHeld, type HeldKind } from '../../../shared/recovery/held-messages.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { withRedis } from '../stores.js';
 
@@ -31,8 +31,15 @@ export function heldCommand(kind: HeldKind, what: string, idHelp: string, retryH
           return;
         }
         const held = await selectHeld(redis, kind, argv.id, argv.all);
-        if (argv.action === 'retry') console.log(`${await retryHeld(redis, kind, held)} ${kind} entr(ies) put back on outbox.events`);
-        else console.log(`${await dropHeld(redis, kind, held)} ${kind} entr(ies) dropped`);
+        if (argv.action === 'retry') {
+          const result = await retryHeld(redis, kind, held);
+          console.log(`${result.done} ${kind} entr(ies) put back on outbox.events`);
+          assertAllDone(kind, 'retry', held.length, result);
+        } else {
+          const result = await dropHeld(redis, kind, held);
+          console.log(`${result.done} ${kind} entr(ies) dropped`);
+          assertAllDone(kind, 'drop', held.length, result);
+        }
       });
     },
   };

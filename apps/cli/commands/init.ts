@@ -26,9 +26,14 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   assertCanInit(config.dir, argv.force);
   if (argv.force) {
     if (!argv.ignoreAttached) assertNoAttachedApps(config.dir);
-    // Redis first: if it is unreachable, the database is left as it was.
-    const cleared = await withRedis(config, clearProjectKeys);
-    console.log(`cleared ${cleared} Redis keys of this project`);
+    // Connected first: if Redis is unreachable, the database is left as it was. The new database
+    // comes before the keys are cleared, so a relay still holding the old file cannot claim the
+    // emptied Redis for the old store in between (it checks its file is still app.db first).
+    await withRedis(config, async (redis) => {
+      console.log(`created ${createDatabase(config.dir)}`);
+      console.log(`cleared ${await clearProjectKeys(redis)} Redis keys of this project`);
+    });
+    return;
   }
   console.log(`created ${createDatabase(config.dir)}`);
 }

@@ -1,6 +1,7 @@
 --[[
   Moves one parked event back to the head of the event queue, to be tried again at once.
-  Idempotent: a re-sent call finds the field gone and does nothing.
+  Idempotent: a re-sent call finds the field gone and does nothing. The entry is decoded before
+  anything is written: a script error after the HDEL would lose it.
 
   Input:
     KEYS[1] parked hash
@@ -9,12 +10,16 @@
     ARGV[1] the parked field, "<aggregate_id>:<seq>"
 
   Output:
-    1 moved, 0 the field was not there
+    1 moved, 0 the field was not there, -1 its value is not a parked envelope (nothing done)
 ]]
-local envelope = redis.call('HGET', KEYS[1], ARGV[1])
-if not envelope then
+local stored = redis.call('HGET', KEYS[1], ARGV[1])
+if not stored then
   return 0
 end
+local ok, envelope = pcall(cjson.decode, stored)
+if not ok or type(envelope) ~= 'table' or type(envelope.message) ~= 'string' then
+  return -1
+end
 redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('LPUSH', KEYS[2], cjson.decode(envelope).message)
+redis.call('LPUSH', KEYS[2], envelope.message)
 return 1

@@ -1,0 +1,145 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { runCli } from './helpers/cli.js';
+import { useHarness } from './helpers/harness.js';
+
+const h = useHarness();
+
+function message(aggregateId: number, seq: number | string, type = 'OrderPlaced', sku = 'SKU-X') {
+  const payload = type === 'OrderQtyChanged' ? { orderId: aggregateId, sku, qty: 2, previousQty: 1 } : { orderId: aggregateId, sku, qty: 1 };
+  return `{"event_id":"evt-${aggregateId}-${seq}","aggregate_id":${aggregateId},"seq":${seq},"event_type":"${type}","payload":${JSON.stringify(payload)},"store_id":"${h.storeId}"}`;
+}
+
+const PROCESSING = 'outbox.events:processing:cli';
+
+/** `outbox consume`, which must exit 0; resolves stdout and stderr. */
+async function consume(): Promise<{ stdout: string; stderr: string }> {
+  const result = await runCli(['consume'], h.env);
+  assert.equal(result.code, 0, result.stderr);
+  return result;
+}
+
+describe('the apply script under corrupt Redis state', () => {
+  it('a parked entry that is not JSON: the event is applied, the entry kept as a dead letter, nothing lost', async () => {
+    await h.client.hset('outbox.events:parked', '1:2', 'not json {');
+    await h.client.rpush('outbox.events', message(1, 1));
+    const { stdout, stderr } = await consume();
+    assert.match(stdout, /applied 1, duplicates skipped 0, parked 0/);
+    assert.match(stderr, /^outbox: bad state in Redis: outbox\.events:parked field 1:2 was not valid JSON: moved to outbox\.events:dead$/m);
+    assert.equal(await h.client.llen(PROCESSING), 0);
+    assert.equal(await h.client.hlen('outbox.events:parked'), 0);
+    const [dead] = (await h.client.lrange('outbox.events:dead', 0, -1)).map((entry) => JSON.parse(entry));
+    assert.deepEqual([dead.reason, dead.message], ['corrupt parked entry 1:2 (not the JSON the consumer writes)', 'not json {']);
+    assert.equal(await h.client.hget('inventory:reserved', 'SKU-X'), '1');
+  });
+
+  for (const [what, key, field] of [
+    ['a non-numeric applied seq', 'outbox:applied-seq', '1'],
+    ['a non-numeric inventory field', 'inventory:reserved', 'SKU-X'],
+    ['a non-numeric apply count', 'outbox:apply-count', 'evt-1-1'],
+  ] as const) {
+    it(`${what}: that event stays in the processing list, the others are applied, verify names the field`, async () => {
+      await h.client.hset(key, field, 'garbage');
+      await h.client.rpush('outbox.events', message(1, 1), message(2, 1, 'OrderPlaced', 'SKU-Y'));
+      const { stdout, stderr } = await consume();
+      assert.match(stdout, /applied 1, .* left in outbox\.events:processing:cli for bad state in Redis 1/);
+      assert.match(stderr, new RegExp(`bad state in Redis: ${key} field ${field} holds "garbage", not an integer`));
+      assert.deepEqual(await h.client.lrange(PROCESSING, 0, -1), [message(1, 1)]);
+      assert.deepEqual(await h.client.hkeys('processed'), ['evt-2-1']);
+      const verify = await runCli(['verify'], h.env);
+      assert.match(verify.stdout, new RegExp(`corrupt entries in Redis \\(not a number / not JSON\\) +0 +1 +FAIL\\n +e\\.g\\. ${key} ${field} = "garbage"`));
+
+      // Fixed by an operator: the next run applies what was left.
+      await h.client.hdel(key, field);
+      assert.match((await consume()).stdout, /applied 1/);
+      assert.equal(await h.client.llen(PROCESSING), 0);
+      assert.deepEqual((await h.client.hkeys('processed')).sort(), ['evt-1-1', 'evt-2-1']);
+    });
+  }
+
+  it('a non-numeric applied counter in stats: nothing is applied or lost until it is fixed; another bad counter is only reported', async () => {
+    await h.client.hset('outbox:stats', 'applied', 'x');
+    await h.client.rpush('outbox.events', message(1, 1));
+    const first = await consume();
+    assert.match(first.stdout, /applied 0, .* left in outbox\.events:processing:cli for bad state in Redis 1/);
+    assert.match(first.stderr, /outbox:stats field applied holds "x", not an integer/);
+    assert.equal(await h.client.llen(PROCESSING), 1);
+
+    await h.client.hset('outbox:stats', 'applied', '0', 'duplicates', 'y');
+    const second = await consume();
+    assert.match(second.stdout, /applied 1/);
+    assert.match(second.stderr, /outbox:stats field duplicates holds "y", not an integer/);
+    assert.equal(await h.client.hget('outbox:stats', 'duplicates'), 'y');
+    assert.equal(await h.client.llen(PROCESSING), 0);
+  });
+
+  it('seqs are exact integers: a parked field for seq 2^53-1 keeps every digit', async () => {
+    await h.client.hset('outbox:applied-seq', '5', '9007199254740989');
+    await h.client.rpush('outbox.events', message(5, '9007199254740991'));
+    assert.match((await consume()).stdout, /parked 1/);
+    const [field] = await h.client.hkeys('outbox.events:parked');
+    assert.equal(field, '5:9007199254740991');
+    assert.match(JSON.parse((await h.client.hget('outbox.events:parked', field))!).reason, /^gap: expected seq 9007199254740990, got 9007199254740991$/);
+  });
+});
+
+describe('double effects', () => {
+  it('an event already in processed is not applied again, even with its dedupe marker and applied seq gone', async () => {
+    await h.cli('place-order', '--sku', 'SKU-A', '--qty', '2');
+    await h.cli('change-qty', '--id', '1', '--qty', '5');
+    await h.cli('relay');
+    await h.cli('consume');
+    const markers = await h.client.keys('outbox:seen:*');
+    await h.client.del(...markers, 'outbox:applied-seq');
+    await h.cli('replay', '--from', '1');
+    await h.cli('relay');
+    assert.match((await h.cli('consume')).stdout, /applied 0, duplicates skipped 2/);
+    assert.equal(await h.client.hget('inventory:reserved', 'SKU-A'), '5');
+    assert.deepEqual(Object.values(await h.client.hgetall('outbox:apply-count')), ['1', '1']);
+    // The duplicates put the lost seq guard back.
+    assert.equal(await h.client.hget('outbox:applied-seq', '1'), '2');
+    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+  });
+
+  it('verify flags a double effect forced by removing the processed entry too, from the per-event apply count', async () => {
+    await h.cli('place-order', '--sku', 'SKU-A', '--qty', '2');
+    await h.cli('relay');
+    await h.cli('consume');
+    const [eventId] = await h.client.hkeys('processed');
+    await h.client.del(...(await h.client.keys('outbox:seen:*')), 'outbox:applied-seq');
+    await h.client.hdel('processed', eventId);
+    await h.cli('replay', '--from', '1');
+    await h.cli('relay');
+    const consumed = await consume();
+    assert.match(consumed.stdout, /applied 1/);
+    assert.match(consumed.stderr, new RegExp(`event ${eventId} was applied more than once`));
+    assert.equal(await h.client.hget('inventory:reserved', 'SKU-A'), '4');
+    const verify = await runCli(['verify'], h.env);
+    assert.equal(verify.code, 1);
+    assert.match(verify.stdout, new RegExp(`events applied more than once +0 +1 +FAIL\\n +e\\.g\\. ${eventId} \\(2 times\\)`));
+  });
+});
+
+describe('held-message tools are byte-safe and say when they did less than asked', () => {
+  it('a dead letter that is not valid UTF-8 can be retried byte for byte and dropped', async () => {
+    const bytes = Buffer.from([0x7b, 0xff, 0xfe, 0x7d]);
+    await h.client.rpush('outbox.events', bytes);
+    assert.match((await h.cli('consume')).stdout, /dead-lettered 1/);
+    assert.match((await h.cli('dead-letter', 'retry', '--id', '0')).stdout, /^1 dead-letter entr\(ies\) put back on outbox\.events$/m);
+    assert.deepEqual(await h.client.lrangeBuffer('outbox.events', 0, -1), [bytes]);
+    await h.cli('consume');
+    assert.match((await h.cli('dead-letter', 'drop', '--id', '0')).stdout, /^1 dead-letter entr\(ies\) dropped$/m);
+    assert.equal(await h.client.llen('outbox.events:dead'), 0);
+  });
+
+  it('an entry that is not an envelope is not retried (exit 3, one line, kept) and can be dropped', async () => {
+    await h.client.rpush('outbox.events:dead', 'not an envelope');
+    const retry = await runCli(['dead-letter', 'retry', '--all'], h.env);
+    assert.equal(retry.code, 3);
+    assert.match(retry.stderr, /^outbox: retry did 0 of 1 dead-letter entr\(ies\): 1 are not an envelope the consumer writes and cannot be retried \(drop them\): run "outbox dead-letter list" again\n$/);
+    assert.deepEqual(await h.client.lrange('outbox.events:dead', 0, -1), ['not an envelope']);
+    assert.equal(await h.client.llen('outbox.events'), 0);
+    assert.match((await h.cli('dead-letter', 'list')).stdout, /^0 .* not an envelope the consumer writes {2}not an envelope$/m);
+    assert.match((await h.cli('dead-letter', 'drop', '--all')).stdout, /^1 dead-letter entr\(ies\) dropped$/m);
+  });
+});
