@@ -17,8 +17,12 @@ function message(aggregateId: number, seq: number, type = 'OrderPlaced', payload
   return JSON.stringify({ event_id: `evt-${aggregateId}-${seq}`, aggregate_id: aggregateId, seq, event_type: type, payload, store_id: h.storeId });
 }
 
-/** Places `orders` orders in batches and relays them, in this process (fast setup for big runs). */
-async function seedEvents(orders: number, skus = 10): Promise<void> {
+/**
+ * Places `orders` orders in batches, changes the quantity of every third and cancels every fifth
+ * (so that aggregates have several events, far apart in the queue, whose order matters), and
+ * relays them, in this process (fast setup for big runs). Resolves the number of events.
+ */
+async function seedEvents(orders: number, skus = 10): Promise<number> {
   const db = openDatabase(h.env.dir);
   const connection = await connectRedis(h.env.redisUrl);
   try {
@@ -26,7 +30,11 @@ async function seedEvents(orders: number, skus = 10): Promise<void> {
     for (let i = 0; i < orders; i += 1000) {
       service.placeOrders(Array.from({ length: Math.min(1000, orders - i) }, (_, j) => ({ sku: `SKU-${(i + j) % skus}`, qty: 1 + ((i + j) % 3) })));
     }
+    let events = orders;
+    for (let id = 3; id <= orders; id += 3, events += 1) service.changeQty(id, 7);
+    for (let id = 5; id <= orders; id += 5, events += 1) service.cancelOrder(id);
     await createRelay(db, connection).relayAll();
+    return events;
   } finally {
     db.close();
     connection.disconnect();
@@ -49,7 +57,9 @@ async function assertAppliedExactlyOnce(events: number) {
   assert.equal(await h.client.llen('outbox.events'), 0);
   assert.deepEqual(await h.client.keys('outbox.events:processing:*').then((keys) => Promise.all(keys.map((k) => h.client.llen(k)))).then((l) => l.filter(Boolean)), []);
   assert.equal(await h.client.hget('outbox:stats', 'applied'), String(events));
-  assert.deepEqual(await h.client.hgetall('inventory:reserved'), expectedInventory());
+  // A SKU whose orders were all cancelled is at 0 in Redis and absent from the live orders.
+  const reserved = Object.entries(await h.client.hgetall('inventory:reserved')).filter(([, qty]) => qty !== '0');
+  assert.deepEqual(Object.fromEntries(reserved), expectedInventory());
   const seen = await h.client.keys('outbox:seen:*');
   const processed = await h.client.hmget('processed', ...seen.map((key) => key.slice('outbox:seen:'.length)));
   assert.equal(processed.filter((value) => value === null).length, 0, 'a dedupe marker without its processed entry');
@@ -127,7 +137,7 @@ describe('outbox consume', () => {
   });
 
   it('a consumer killed between LMOVE and ack loses nothing: the next run recovers its processing list', async () => {
-    await seedEvents(25);
+    const events = await seedEvents(25);
     const crashed = await runCli(['consume', '--batch-size', '10'], { ...h.env, env: { OUTBOX_CRASH_POINTS: 'consumer.after-lmove' } });
     assert.equal(crashed.signal, 'SIGKILL');
     assert.equal(await h.client.llen('outbox.events:processing:cli'), 10);
@@ -135,12 +145,13 @@ describe('outbox consume', () => {
     assert.deepEqual(await h.client.keys('outbox:seen:*'), []);
 
     const result = await h.cli('consume', '--batch-size', '10');
-    assert.match(result.stdout, /received 25 \(10 recovered from outbox\.events:processing:cli\): applied 25, duplicates skipped 0/);
-    await assertAppliedExactlyOnce(25);
+    assert.match(result.stdout, new RegExp(`received ${events} \\(10 recovered from outbox\\.events:processing:cli\\): applied ${events}, duplicates skipped 0`));
+    await assertAppliedExactlyOnce(events);
+    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
   });
 
   it('a consumer killed right after an apply loses nothing and applies nothing twice', async () => {
-    await seedEvents(30);
+    const events = await seedEvents(30);
     const crashed = await runCli(['consume', '--batch-size', '10'], { ...h.env, env: { OUTBOX_CRASH_POINTS: 'consumer.after-apply' } });
     assert.equal(crashed.signal, 'SIGKILL');
     assert.match(crashed.stderr, /crash point consumer\.after-apply/);
@@ -148,7 +159,8 @@ describe('outbox consume', () => {
     const applied = await h.client.hlen('processed');
     assert.ok(applied >= 1 && applied <= 20, `applied ${applied}`);
     await h.cli('consume', '--batch-size', '10');
-    await assertAppliedExactlyOnce(30);
+    await assertAppliedExactlyOnce(events);
+    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
   });
 
   it('a re-sent apply (reply lost, command replayed) is a no-op', async () => {
@@ -170,8 +182,7 @@ describe('outbox consume', () => {
 
 describe('crashes at any instant (the SET NX crash window)', () => {
   it('SIGKILLing the consumer mid-drain, again and again, never skips or doubles an event', async () => {
-    const events = 30_000;
-    await seedEvents(events);
+    const events = await seedEvents(30_000);
     for (const fraction of [0.1, 0.35, 0.6, 0.85]) {
       const { child, done } = startCli(['consume', '--batch-size', '20'], h.env);
       await waitFor(async () => (await h.client.hlen('processed')) >= events * fraction, { timeoutMs: 30_000, intervalMs: 2 });
@@ -191,8 +202,7 @@ describe('crashes at any instant (the SET NX crash window)', () => {
     h.env = { ...h.env, redisUrl: durable.url };
     h.client = testClient(durable.url);
     try {
-      const events = 5_000;
-      await seedEvents(events);
+      const events = await seedEvents(5_000);
       const { done } = startCli(['consume', '--batch-size', '20'], h.env);
       await waitFor(async () => (await h.client.hlen('processed')) >= events * 0.3, { timeoutMs: 30_000, intervalMs: 2 });
       await durable.stop('SIGKILL');

@@ -2,6 +2,9 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import { openDatabase } from '../shared/db/open-database.js';
+import { createOrderService } from '../shared/orders/order-service.js';
+import { sleep } from '../shared/sleep.js';
 import { runCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
 import { count, readDb } from './helpers/stores.js';
@@ -190,14 +193,34 @@ describe('at-least-once: relay-crash then relay', () => {
 
 describe('relay and producer side by side', () => {
   it('rows committed while a relay runs are all delivered, in per-aggregate order', async () => {
-    const producers = Promise.all([1, 2, 3].map(() => runCli(['place-order', '--count', '300'], h.env)));
+    // Aggregates get several events (seq 1-3) while relays with small batches run, so that an
+    // overlap or a reordering would show in order-check.
+    await h.cli('place-order', '--count', '60');
     const relays: Promise<unknown>[] = [];
-    for (let i = 0; i < 5; i += 1) relays.push(runCli(['relay', '--batch-size', '50'], h.env));
-    for (const r of await producers) assert.equal(r.code, 0, r.stderr);
+    for (let i = 0; i < 5; i += 1) relays.push(runCli(['relay', '--batch-size', '20'], h.env));
+    const writers = [
+      ...[1, 2].map(() => runCli(['place-order', '--count', '200'], h.env)),
+      (async () => {
+        // In this process, spread over the relays' run.
+        const db = openDatabase(h.env.dir);
+        try {
+          const orders = createOrderService(db);
+          for (let id = 1; id <= 60; id += 1) {
+            orders.changeQty(id, 9);
+            if (id % 2 === 0) orders.cancelOrder(id);
+            await sleep(2);
+          }
+        } finally {
+          db.close();
+        }
+        return [];
+      })(),
+    ];
+    for (const r of (await Promise.all(writers)).flat() as { code: number; stderr: string }[]) assert.equal(r.code, 0, r.stderr);
     for (const r of (await Promise.all(relays)) as { code: number; stderr: string }[]) assert.equal(r.code, 0, r.stderr);
     await h.cli('relay');
     const unique = new Set((await queue()).map((raw) => JSON.parse(raw).event_id));
-    assert.equal(unique.size, 900);
+    assert.equal(unique.size, 60 + 400 + 60 + 30);
     await h.cli('order-check');
   });
 });
