@@ -216,6 +216,20 @@ describe('namespaces', () => {
     assert.equal(result.code, 2);
     assert.match(result.stderr, /^outbox: --namespace \/ OUTBOX_NAMESPACE must be 1-64 letters, digits, "\.", "_" or "-", got "a:b\*"\n$/);
   });
+
+  it('a namespace whose keys would overlap the unprefixed deployment is refused, and init --force there deletes nothing', async () => {
+    await h.cli('place-order');
+    await h.cli('relay');
+    await h.cli('consume');
+    const unprefixed = (await h.client.keys('*')).sort();
+    for (const namespace of ['outbox', 'outbox.staging', 'inventory', 'bull']) {
+      const result = await runCli(['init', '--force'], { ...h.env, dir: join(h.env.dir, 'other'), env: { OUTBOX_NAMESPACE: namespace } });
+      assert.equal(result.code, 2, result.stderr);
+      assert.match(result.stderr, /^outbox: --namespace \/ OUTBOX_NAMESPACE ".+" would share keys with the deployment without a namespace \(.+\): choose another name\n$/);
+    }
+    assert.deepEqual((await h.client.keys('*')).sort(), unprefixed);
+    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+  });
 });
 
 /** The relay app as a real process in `dir` and `namespace`; resolves its output so far on demand. */
