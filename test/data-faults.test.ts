@@ -211,6 +211,19 @@ describe('namespaces', () => {
     assert.equal(await h.client.hlen('shop-a:processed'), 3);
   });
 
+  it('a Redis key of the wrong type (outbox:meta made a string) is reported in one line with exit 5, never a stack trace', async () => {
+    await h.cli('place-order');
+    await h.cli('relay');
+    await h.client.del('outbox:meta');
+    await h.client.set('outbox:meta', 'garbage');
+    for (const command of ['relay', 'verify', 'status', 'report']) {
+      const result = await runCli([command], h.env);
+      assert.equal(result.code, 5, `${command}: ${result.stderr}`);
+      assert.match(result.stderr, /^outbox: Redis key outbox:meta holds another type than outbox keeps there \(something else wrote it\): move it away \(RENAME\) and run outbox verify; .+\n$/);
+    }
+    assert.equal(await h.client.get('outbox:meta'), 'garbage');
+  });
+
   it('a bad namespace is refused in one line before anything connects', async () => {
     const result = await runCli(['relay'], { ...h.env, env: { OUTBOX_NAMESPACE: 'a:b*' } });
     assert.equal(result.code, 2);
