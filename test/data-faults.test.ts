@@ -113,6 +113,25 @@ describe('Redis that lost its state', () => {
     assert.match((await h.cli('status')).stdout, /Redis serves it; rebuilt from SQLite 1 time\(s\)/);
   });
 
+  it('a partial loss (the meta hash gone, some consumer state left) is rebuilt from scratch: no effect doubled, none skipped', async () => {
+    await placeLifecycle();
+    await h.cli('relay');
+    await h.cli('consume');
+    // The inventory and processed survive while the applied seqs and dedupe markers go ...
+    const markers = await h.client.keys('outbox:seen:*');
+    await h.client.del('outbox:meta', 'outbox:applied-seq', ...markers);
+    await h.cli('relay');
+    await h.cli('consume');
+    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+    assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
+    // ... or the dedupe markers survive while the effects go.
+    await h.client.del('outbox:meta', 'processed', 'inventory:reserved', 'outbox:applied-seq');
+    await h.cli('relay');
+    assert.match((await h.cli('consume')).stdout, /applied 7, duplicates skipped 0, parked 0/);
+    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+    assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
+  });
+
   it('verify --repair rebuilds it by hand, and a repeated loss during the rebuild only repeats it', async () => {
     await placeLifecycle();
     await h.cli('relay');
