@@ -69,6 +69,21 @@ describe('store identity', () => {
     assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
   });
 
+  it('an app.db that lost its store id is refused in one line (exit 5) and claims no Redis', async () => {
+    await h.cli('place-order');
+    const db = new Database(join(h.env.dir, 'app.db'));
+    db.prepare("DELETE FROM outbox_meta WHERE key = 'store_id'").run();
+    db.close();
+    const before = (await h.client.keys('*')).sort();
+    for (const command of ['relay', 'verify', 'status']) {
+      const result = await runCli([command], h.env);
+      assert.equal(result.code, 5, `${command}: ${result.stderr}`);
+      assert.match(result.stderr, /^outbox: .+app\.db has no store id \(its outbox_meta table lost the store_id row\): restore app\.db from a backup, or start over with "outbox init --force"\n$/);
+    }
+    assert.deepEqual((await h.client.keys('*')).sort(), before);
+    assert.equal(await h.client.llen('outbox.events'), 0);
+  });
+
   it('the consumer dead-letters a message of another store, and one that reaches a Redis serving no store', async () => {
     const message = (storeId: string, id: number) =>
       JSON.stringify({ event_id: `evt-${id}`, aggregate_id: id, seq: 1, event_type: 'OrderPlaced', payload: { orderId: id, sku: 'SKU-X', qty: 1 }, store_id: storeId });
