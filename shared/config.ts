@@ -56,7 +56,24 @@ export function validate(config: OutboxConfig): OutboxConfig {
       `--namespace / OUTBOX_NAMESPACE must be 1-64 letters, digits, ".", "_" or "-", got ${JSON.stringify(config.namespace)}`,
     );
   }
+  const clash = clashWithUnprefixedKeys(config.namespace);
+  if (clash) {
+    throw new InvalidInputError(
+      `--namespace / OUTBOX_NAMESPACE ${JSON.stringify(config.namespace)} would share keys with the deployment without a namespace (${clash}): choose another name`,
+    );
+  }
   return config;
+}
+
+/**
+ * Why a namespace's keys (`<namespace>:*`) would overlap the seed's own, unprefixed names, or null.
+ * Those start with `outbox.`, `outbox:`, `inventory:` and `bull:`, so `outbox`, `inventory`, `bull`
+ * and any `outbox.<x>` would let `init --force` or `lab` of one deployment delete the other's keys.
+ */
+function clashWithUnprefixedKeys(namespace: string): string | null {
+  if (['outbox', 'inventory', 'bull'].includes(namespace)) return `its keys would start with "${namespace}:"`;
+  if (namespace.startsWith('outbox.')) return 'its keys would start with "outbox."';
+  return null;
 }
 
 /** What every Redis key starts with in `namespace`: `<namespace>:`, or nothing. */

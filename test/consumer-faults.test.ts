@@ -36,7 +36,6 @@ describe('the apply script under corrupt Redis state', () => {
   for (const [what, key, field] of [
     ['a non-numeric applied seq', 'outbox:applied-seq', '1'],
     ['a non-numeric inventory field', 'inventory:reserved', 'SKU-X'],
-    ['a non-numeric apply count', 'outbox:apply-count', 'evt-1-1'],
   ] as const) {
     it(`${what}: that event stays in the processing list, the others are applied, verify names the field`, async () => {
       await h.client.hset(key, field, 'garbage');
@@ -71,6 +70,16 @@ describe('the apply script under corrupt Redis state', () => {
     assert.match(second.stderr, /outbox:stats field duplicates holds "y", not an integer/);
     assert.equal(await h.client.hget('outbox:stats', 'duplicates'), 'y');
     assert.equal(await h.client.llen(PROCESSING), 0);
+  });
+
+  it('a non-numeric apply count: the event is applied and the count that could not be kept is reported', async () => {
+    await h.client.hset('outbox:apply-count', 'evt-1-1', 'garbage');
+    await h.client.rpush('outbox.events', message(1, 1));
+    const { stdout, stderr } = await consume();
+    assert.match(stdout, /applied 1/);
+    assert.match(stderr, /bad state in Redis: outbox:apply-count field evt-1-1 holds a non-integer: this application was not counted/);
+    assert.equal(await h.client.llen(PROCESSING), 0);
+    assert.match((await runCli(['verify'], h.env)).stdout, /corrupt entries in Redis \(not a number \/ not JSON\) +0 +1 +FAIL/);
   });
 
   it('seqs are exact integers: a parked field for seq 2^53-1 keeps every digit', async () => {

@@ -69,6 +69,21 @@ describe('store identity', () => {
     assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
   });
 
+  it('an app.db that lost its store id is refused in one line (exit 5) and claims no Redis', async () => {
+    await h.cli('place-order');
+    const db = new Database(join(h.env.dir, 'app.db'));
+    db.prepare("DELETE FROM outbox_meta WHERE key = 'store_id'").run();
+    db.close();
+    const before = (await h.client.keys('*')).sort();
+    for (const command of ['relay', 'verify', 'status']) {
+      const result = await runCli([command], h.env);
+      assert.equal(result.code, 5, `${command}: ${result.stderr}`);
+      assert.match(result.stderr, /^outbox: .+app\.db has no store id \(its outbox_meta table lost the store_id row\): restore app\.db from a backup, or start over with "outbox init --force"\n$/);
+    }
+    assert.deepEqual((await h.client.keys('*')).sort(), before);
+    assert.equal(await h.client.llen('outbox.events'), 0);
+  });
+
   it('the consumer dead-letters a message of another store, and one that reaches a Redis serving no store', async () => {
     const message = (storeId: string, id: number) =>
       JSON.stringify({ event_id: `evt-${id}`, aggregate_id: id, seq: 1, event_type: 'OrderPlaced', payload: { orderId: id, sku: 'SKU-X', qty: 1 }, store_id: storeId });
@@ -111,6 +126,25 @@ describe('Redis that lost its state', () => {
     assert.match(verify.stdout, /VERIFY OK/);
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
     assert.match((await h.cli('status')).stdout, /Redis serves it; rebuilt from SQLite 1 time\(s\)/);
+  });
+
+  it('a partial loss (the meta hash gone, some consumer state left) is rebuilt from scratch: no effect doubled, none skipped', async () => {
+    await placeLifecycle();
+    await h.cli('relay');
+    await h.cli('consume');
+    // The inventory and processed survive while the applied seqs and dedupe markers go ...
+    const markers = await h.client.keys('outbox:seen:*');
+    await h.client.del('outbox:meta', 'outbox:applied-seq', ...markers);
+    await h.cli('relay');
+    await h.cli('consume');
+    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+    assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
+    // ... or the dedupe markers survive while the effects go.
+    await h.client.del('outbox:meta', 'processed', 'inventory:reserved', 'outbox:applied-seq');
+    await h.cli('relay');
+    assert.match((await h.cli('consume')).stdout, /applied 7, duplicates skipped 0, parked 0/);
+    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+    assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
   });
 
   it('verify --repair rebuilds it by hand, and a repeated loss during the rebuild only repeats it', async () => {
@@ -211,10 +245,37 @@ describe('namespaces', () => {
     assert.equal(await h.client.hlen('shop-a:processed'), 3);
   });
 
+  it('a Redis key of the wrong type (outbox:meta made a string) is reported in one line with exit 5, never a stack trace', async () => {
+    await h.cli('place-order');
+    await h.cli('relay');
+    await h.client.del('outbox:meta');
+    await h.client.set('outbox:meta', 'garbage');
+    for (const command of ['relay', 'verify', 'status', 'report']) {
+      const result = await runCli([command], h.env);
+      assert.equal(result.code, 5, `${command}: ${result.stderr}`);
+      assert.match(result.stderr, /^outbox: Redis key outbox:meta holds another type than outbox keeps there \(something else wrote it\): move it away \(RENAME\) and run outbox verify; .+\n$/);
+    }
+    assert.equal(await h.client.get('outbox:meta'), 'garbage');
+  });
+
   it('a bad namespace is refused in one line before anything connects', async () => {
     const result = await runCli(['relay'], { ...h.env, env: { OUTBOX_NAMESPACE: 'a:b*' } });
     assert.equal(result.code, 2);
     assert.match(result.stderr, /^outbox: --namespace \/ OUTBOX_NAMESPACE must be 1-64 letters, digits, "\.", "_" or "-", got "a:b\*"\n$/);
+  });
+
+  it('a namespace whose keys would overlap the unprefixed deployment is refused, and init --force there deletes nothing', async () => {
+    await h.cli('place-order');
+    await h.cli('relay');
+    await h.cli('consume');
+    const unprefixed = (await h.client.keys('*')).sort();
+    for (const namespace of ['outbox', 'outbox.staging', 'inventory', 'bull']) {
+      const result = await runCli(['init', '--force'], { ...h.env, dir: join(h.env.dir, 'other'), env: { OUTBOX_NAMESPACE: namespace } });
+      assert.equal(result.code, 2, result.stderr);
+      assert.match(result.stderr, /^outbox: --namespace \/ OUTBOX_NAMESPACE ".+" would share keys with the deployment without a namespace \(.+\): choose another name\n$/);
+    }
+    assert.deepEqual((await h.client.keys('*')).sort(), unprefixed);
+    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
   });
 });
 

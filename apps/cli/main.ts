@@ -15,6 +15,17 @@ function isConnectionError(error: unknown): boolean {
   );
 }
 
+/**
+ * The key a WRONGTYPE reply is about: something other than outbox wrote one of its keys with another
+ * type (a hash made a string, say). Null for any other error. Keys of a Lua script are not named.
+ */
+function wrongTypeKey(error: unknown): string | null {
+  const { message, command } = (error ?? {}) as { message?: string; command?: { name?: string; args?: unknown[] } };
+  if (!/^WRONGTYPE/.test(message ?? '')) return null;
+  const name = command?.name ?? '';
+  return /^eval/i.test(name) ? 'one of the keys of a Lua script' : `key ${String(command?.args?.[0] ?? '?')}`;
+}
+
 async function main(argv: string[]): Promise<void> {
   const cli = yargs(argv)
     .scriptName('outbox')
@@ -50,6 +61,12 @@ try {
     process.exitCode = error.exitCode;
   } else if (isConnectionError(error)) {
     console.error(`outbox: lost the connection to Redis (${(error as Error).message}): run the command again once Redis is back (every step is safe to repeat)`);
+    process.exitCode = 5;
+  } else if (wrongTypeKey(error) !== null) {
+    console.error(
+      `outbox: Redis ${wrongTypeKey(error)} holds another type than outbox keeps there (something else wrote it): ` +
+        'move it away (RENAME) and run outbox verify; if another program shares this Redis, give outbox its own --namespace',
+    );
     process.exitCode = 5;
   } else {
     console.error(error);

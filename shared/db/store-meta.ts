@@ -1,8 +1,19 @@
+import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
 import type { Db } from './open-database.js';
 
-/** The store id `outbox init` gave this database; every message the relay pushes carries it. */
+/**
+ * The store id `outbox init` gave this database; every message the relay pushes carries it. A
+ * database that lost it is refused: with an empty id it would claim a Redis and push messages that
+ * name no store.
+ */
 export function storeIdOf(db: Db): string {
-  return (db.prepare("SELECT value FROM outbox_meta WHERE key = 'store_id'").pluck().get() as string | undefined) ?? '';
+  const id = db.prepare("SELECT value FROM outbox_meta WHERE key = 'store_id'").pluck().get() as string | undefined;
+  if (!id) {
+    throw new StoreUnavailableError(
+      `${db.name} has no store id (its outbox_meta table lost the store_id row): restore app.db from a backup, or start over with "outbox init --force"`,
+    );
+  }
+  return id;
 }
 
 /** Bumped (inside the caller's transaction) by anything that sets PUBLISHED rows back to PENDING. */

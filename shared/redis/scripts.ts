@@ -6,7 +6,7 @@ import { keyPrefixOfConnection } from './scan-keys.js';
 /** The Lua scripts in ./lua, named `<name>-<numberOfKeys>.lua`. */
 const SCRIPT_FILES = {
   applyEvents: 'apply-events-10.lua',
-  claimStore: 'claim-store-1.lua',
+  claimStore: 'claim-store-7.lua',
   pushEvents: 'push-events-3.lua',
   deadLetter: 'dead-letter-3.lua',
   requeueDeadLetter: 'requeue-dead-letter-2.lua',
@@ -104,16 +104,25 @@ export async function pushEvents(redis: Redis, storeId: string, messages: string
 export interface RebuildRecord {
   republished: number;
   unrecoverable: number;
+  /** Pruned aggregates and the seq they were pruned through: their applied seq after the claim. */
+  pruned: { aggregate_id: number; through_seq: number }[];
 }
 
-/** See lua/claim-store-1.lua. Resolves the store this Redis serves afterwards, and whether this call claimed it. */
+/** See lua/claim-store-7.lua. Resolves the store this Redis serves afterwards, and whether this call claimed it. */
 export async function claimStore(redis: Redis, storeId: string, rebuild?: RebuildRecord): Promise<{ claimed: boolean; servedStore: string }> {
   const [status, served] = (await client(redis).claimStore(
     keys.meta,
+    keys.processed,
+    keys.appliedSeq,
+    keys.inventory,
+    keys.parked,
+    keys.stats,
+    keys.applyCount,
     storeId,
     Date.now(),
     rebuild ? rebuild.republished : '',
     rebuild ? rebuild.unrecoverable : '',
+    ...(rebuild?.pruned ?? []).flatMap((p) => [p.aggregate_id, p.through_seq]),
   )) as [string, string];
   return { claimed: status === 'claimed', servedStore: served };
 }

@@ -4,6 +4,7 @@ import { bumpReplayGeneration, hasPublished, storeIdOf } from '../db/store-meta.
 import { StoreMismatchError } from '../errors/store-mismatch-error.js';
 import { describeRedis } from '../redis/describe.js';
 import { keys } from '../redis/keys.js';
+import { scanKeys } from '../redis/scan-keys.js';
 import { claimStore } from '../redis/scripts.js';
 
 /** What `ensurePaired` found or did. */
@@ -34,6 +35,23 @@ export async function assertSameStore(db: Db, redis: Redis): Promise<string | nu
   return served;
 }
 
+/**
+ * Deletes every dedupe marker before a claim: the claim deletes the rest of the consumer state, and
+ * a marker left without its effect would have the rebuilt event skipped as a duplicate. No consumer
+ * applies (so sets a marker) while this Redis serves no store.
+ */
+async function deleteDedupeMarkers(redis: Redis): Promise<void> {
+  let batch: string[] = [];
+  for await (const key of scanKeys(redis, keys.seen('*'))) {
+    batch.push(key);
+    if (batch.length === 1000) {
+      await redis.unlink(...batch);
+      batch = [];
+    }
+  }
+  if (batch.length > 0) await redis.unlink(...batch);
+}
+
 /** Sets every PUBLISHED row back to PENDING, in chunks by id; resolves how many. */
 function resetPublished(db: Db): number {
   const maxId = (db.prepare('SELECT MAX(id) FROM outbox').pluck().get() as number | null) ?? 0;
@@ -51,15 +69,17 @@ function resetPublished(db: Db): number {
  * Makes sure Redis serves app.db's store before the relay pushes. When Redis serves no store:
  * on first use it claims it; when the store has published before, Redis lost its state, and the
  * relay rebuilds it: every published row goes back to PENDING (committed first, so a crash
- * half-way only repeats the rebuild), pruned aggregates get their applied seq (their later events
- * can be applied; the pruned ones' effects are gone and recorded as unrecoverable), then the store
- * is claimed. `assertLive` is called first: a relay whose app.db was replaced must not claim.
+ * half-way only repeats the rebuild), then the store is claimed, which deletes whatever consumer
+ * state a partial loss left (it would double effects or skip events) and gives pruned aggregates
+ * their applied seq (their later events can be applied; the pruned ones' effects are gone and
+ * recorded as unrecoverable). `assertLive` is called first: a relay whose app.db was replaced must not claim.
  */
 export async function ensurePaired(db: Db, redis: Redis, assertLive: () => void = () => {}): Promise<Pairing> {
   const served = await assertSameStore(db, redis);
   if (served !== null) return { kind: 'paired' };
   assertLive();
   const storeId = storeIdOf(db);
+  await deleteDedupeMarkers(redis);
   if (!hasPublished(db)) {
     const { servedStore: now } = await claimStore(redis, storeId);
     if (now !== storeId) throw new StoreMismatchError(storeId, now, { database: db.name, redis: describeRedis(redis) });
@@ -67,14 +87,8 @@ export async function ensurePaired(db: Db, redis: Redis, assertLive: () => void 
   }
   const republished = resetPublished(db);
   const pruned = db.prepare<[], { aggregate_id: number; through_seq: number; events: number }>('SELECT aggregate_id, through_seq, events FROM outbox_pruned').all();
-  // No message is pushed while no store is claimed, so nothing can be applied for these meanwhile.
-  for (let i = 0; i < pruned.length; i += 1000) {
-    const pipeline = redis.pipeline();
-    for (const p of pruned.slice(i, i + 1000)) pipeline.hsetnx(keys.appliedSeq, String(p.aggregate_id), p.through_seq);
-    await pipeline.exec();
-  }
   const unrecoverable = pruned.reduce((n, p) => n + p.events, 0);
-  const { servedStore: now } = await claimStore(redis, storeId, { republished, unrecoverable });
+  const { servedStore: now } = await claimStore(redis, storeId, { republished, unrecoverable, pruned });
   if (now !== storeId) throw new StoreMismatchError(storeId, now, { database: db.name, redis: describeRedis(redis) });
   db.transaction(() => {
     db.prepare("INSERT INTO outbox_meta (key, value) VALUES ('redis_rebuilds', '1') ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1").run();

@@ -125,12 +125,8 @@ for i = 0, count - 1 do
         problem(KEYS[4] .. ' field ' .. e.sku .. ' holds "' .. value .. '", not an integer')
       end
     end
-    local applyCount = rcall('HGET', KEYS[10], e.eventId)
     if badAggregate[e.aggregate] or badSku[e.sku] then
       e.kind = 'invalid'
-    elseif applyCount and not integer(applyCount) then
-      e.kind = 'invalid'
-      problem(KEYS[10] .. ' field ' .. e.eventId .. ' holds "' .. applyCount .. '", not an integer')
     else
       e.kind = 'candidate'
       e.processed = rcall('HEXISTS', KEYS[2], e.eventId) == 1
@@ -202,7 +198,12 @@ for _, e in ipairs(plan) do
       rcall('HINCRBY', KEYS[4], e.sku, e.delta)
       rcall('HSET', KEYS[2], e.eventId, string.sub(e.result, 1, -2) .. ',"applyOrder":' .. int(applied) .. ',"appliedAt":' .. now .. '}')
       rcall('HSET', KEYS[3], e.aggregate, e.seqText)
-      if rcall('HINCRBY', KEYS[10], e.eventId, 1) > 1 then
+      -- The count is evidence, not a condition: a field holding a non-number is reported, and
+      -- pcall keeps its error from aborting the script after the writes above.
+      local times = redis.pcall('HINCRBY', KEYS[10], e.eventId, 1)
+      if type(times) == 'table' then
+        problem(KEYS[10] .. ' field ' .. e.eventId .. ' holds a non-integer: this application was not counted')
+      elseif times > 1 then
         problem('event ' .. e.eventId .. ' was applied more than once (its processed entry had been removed)')
       end
       if anyParked then

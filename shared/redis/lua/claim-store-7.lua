@@ -1,0 +1,45 @@
+--[[
+  Makes this Redis serve a store, unless it already serves one. The relay calls it when the meta
+  hash is gone: on first use, or after Redis lost its state and the relay set every published row
+  back to PENDING (a rebuild). Idempotent: a second call finds the store named and changes nothing.
+
+  When it claims, it first deletes whatever consumer state is left (processed, applied seqs,
+  inventory, parked, stats, apply counts): every effect is about to be applied again from SQLite, so leftovers of
+  a partial loss (the meta hash gone, the inventory still there) would be applied twice, or applied
+  seqs without their effects would skip the events as duplicates. The caller deleted the dedupe
+  markers before (no consumer applies anything while no store is claimed). Then it gives pruned
+  aggregates their applied seq, in the same step, so that no consumer sees the store claimed
+  without them.
+
+  Input:
+    KEYS[1] meta hash
+    KEYS[2] processed hash
+    KEYS[3] applied-seq hash
+    KEYS[4] inventory hash
+    KEYS[5] parked hash
+    KEYS[6] stats hash
+    KEYS[7] apply-count hash
+
+    ARGV[1] store id
+    ARGV[2] now, ms since epoch
+    ARGV[3] events set back to PENDING by the rebuild ('' on first use)
+    ARGV[4] events that cannot be rebuilt (pruned from SQLite before the loss; '' on first use)
+    ARGV[5..] pairs: aggregate id, seq it was pruned through
+
+  Output: { status, store }
+    { 'claimed', id }  this Redis now serves store id
+    { 'served', id }   it already served store id (which may be another store): nothing done
+]]
+local served = redis.call('HGET', KEYS[1], 'store')
+if served then return { 'served', served } end
+-- UNLINK: a large processed hash is freed in the background, not while Redis waits.
+redis.call('UNLINK', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+-- HSET takes the pairs in slices: Lua's stack limits how many unpack can pass at once.
+for first = 5, #ARGV, 1000 do
+  redis.call('HSET', KEYS[3], unpack(ARGV, first, math.min(first + 999, #ARGV)))
+end
+redis.call('HSET', KEYS[1], 'store', ARGV[1], 'claimedAt', ARGV[2])
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[1], 'rebuiltAt', ARGV[2], 'rebuiltEvents', ARGV[3], 'unrecoverable', ARGV[4])
+end
+return { 'claimed', ARGV[1] }
