@@ -9,6 +9,7 @@ const SCRIPT_FILES = {
   claimStore: 'claim-store-1.lua',
   pushEvents: 'push-events-3.lua',
   deadLetter: 'dead-letter-3.lua',
+  handlerFailed: 'handler-failed-4.lua',
   requeueDeadLetter: 'requeue-dead-letter-2.lua',
   requeueParked: 'requeue-parked-2.lua',
   take: 'take-2.lua',
@@ -113,6 +114,22 @@ export async function claimStore(redis: Redis, storeId: string, rebuild?: Rebuil
 export async function deadLetter(redis: Redis, processingList: string, raw: string | Buffer, reason: string): Promise<boolean> {
   const moved = await client(redis).deadLetter(processingList, keys.deadLetter, keys.stats, raw, reason, Date.now());
   return moved === 1;
+}
+
+export interface HandlerFailure {
+  /** 'retry': the message waits in the processing list; 'dead': dead-lettered; 'stale': it was not there. */
+  status: 'retry' | 'dead' | 'stale';
+  /** Failed attempts counted so far (0 when stale). */
+  attempts: number;
+}
+
+/** See lua/handler-failed-4.lua: counts a failed attempt at an event; dead-letters it at `maxAttempts`. */
+export async function handlerFailed(redis: Redis, processingList: string, raw: string, eventId: string, maxAttempts: number, error: string): Promise<HandlerFailure> {
+  const [status, attempts] = (await client(redis).handlerFailed(processingList, keys.attempts, keys.deadLetter, keys.stats, raw, eventId, maxAttempts, error, Date.now())) as [
+    HandlerFailure['status'],
+    number,
+  ];
+  return { status, attempts };
 }
 
 /** See lua/requeue-dead-letter-2.lua. Resolves true when this call moved the entry. */
