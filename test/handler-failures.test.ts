@@ -224,6 +224,30 @@ describe('consumer app: a failing handler is retried, a poison event dead-letter
     assert.doesNotMatch((await h.cli('status')).stdout, /^blocked/m);
   });
 
+  it('keeps a waiting event and its attempt count across a SIGKILL: the restarted consumer goes on counting', async () => {
+    await writeAndRelay(lifecycle);
+    const env = { OUTBOX_HANDLER_FAIL: 'throw:1@1:2', OUTBOX_MAX_ATTEMPTS: '5' };
+    const first = startConsumerApp(env);
+    await waitFor(async () => Number(await h.client.hget('outbox:stats', 'handlerFailures')) >= 2);
+    first.child.kill('SIGKILL');
+    await first.exited;
+    const counted = Number(await h.client.hget('outbox:stats', 'handlerFailures'));
+    assert.ok(counted < 5, 'killed before the last attempt');
+    const waiting = await h.client.lrange('outbox.events:processing:consumer-0', 0, -1);
+    assert.deepEqual(waiting.map((raw) => [JSON.parse(raw).aggregate_id, JSON.parse(raw).seq]), [[1, 2]], 'the waiting event is still in the processing list');
+    assert.equal(await h.client.hget('outbox:attempts', JSON.parse(waiting[0]).event_id), String(counted));
+
+    const second = startConsumerApp(env);
+    try {
+      await waitFor(async () => (await h.client.llen('outbox.events:dead')) === 1, { message: 'not dead-lettered after the restart' });
+    } finally {
+      assert.equal(await stop(second), 0);
+    }
+    assert.match(second.output(), /"msg":"processing list recovered"/);
+    assert.equal(JSON.parse((await h.client.lindex('outbox.events:dead', 0))!).reason, 'handler failed 5 times: injected failure (OUTBOX_HANDLER_FAIL) at attempt 5');
+    assert.equal(await h.client.hget('outbox:stats', 'handlerFailures'), '5', 'attempts before and after the crash add up to the limit');
+  });
+
   it('refuses a bad OUTBOX_HANDLER_FAIL or OUTBOX_MAX_ATTEMPTS in one line', async () => {
     for (const [env, pattern] of [
       [{ OUTBOX_HANDLER_FAIL: 'explode:2' }, /"msg":"OUTBOX_HANDLER_FAIL must be .*got \\"explode:2\\": fix it, or unset it/],

@@ -234,8 +234,10 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
         p.retryInMs = backoffMs(p.attempt!);
         waiting.add({ raw: p.raw as string, event: p.event!, attempts: p.attempt!, dueAt: now + p.retryInMs });
       }
-      // An event that had failed attempts and is now acked (applied, or found a duplicate) has its count cleared.
-      const settled = applied.filter((p, i) => p.attempt! > 1 && !['stale', 'invalid'].includes(outcomes[rejected.length + failed.length + i]));
+      // An acked event (applied, a duplicate, parked) has no failed attempts to count any more. Every
+      // one is cleared, not only those retried here: one handed back to the queue (a stopped or
+      // reclaimed consumer) may come back as a first attempt with its count still in Redis.
+      const settled = applied.filter((_, i) => !['stale', 'invalid'].includes(outcomes[rejected.length + failed.length + i]));
       if (settled.length > 0) await redis.hdel(keys.attempts, ...settled.map((p) => p.event!.eventId));
       return handled;
     });
