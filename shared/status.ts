@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Db } from './db/open-database.js';
 import { hasPublished, storeIdOf } from './db/store-meta.js';
+import { parseMessage } from './parse-message.js';
 import { keys } from './redis/keys.js';
 import { keyPrefixOfConnection } from './redis/scan-keys.js';
 import { processingLists } from './redis/processing-lists.js';
@@ -34,6 +35,10 @@ export interface SystemStatus {
   processed: number;
   parked: number;
   deadLettered: number;
+  /** Events whose handler failed, waiting in a processing list for their next attempt. */
+  retrying: number;
+  /** Aggregates whose next event is dead-lettered: their later events wait behind it (parked). */
+  blocked: BlockedAggregate[];
   consumerStats: Record<string, number>;
   /** The relay app's last finished job, null when it never ran. */
   relayLastRun: { ageMs: number; events: number; batches: number; durationMs: number } | null;
@@ -41,6 +46,44 @@ export interface SystemStatus {
   redis: RedisSettings;
   /** Settings under which Redis may lose outbox's state, one sentence each. */
   warnings: string[];
+}
+
+export interface BlockedAggregate {
+  aggregateId: number;
+  /** The dead-lettered seq the aggregate waits for. */
+  deadSeq: number;
+  /** Its later events parked behind it, in seq order. */
+  waitingSeqs: number[];
+}
+
+/**
+ * The aggregates a dead letter blocks: its event belongs to the store Redis serves and is the
+ * aggregate's next one (seq > applied seq), so every later event of it is parked until the dead
+ * letter is retried and applied.
+ */
+async function blockedAggregates(redis: Redis, servedStore: string | undefined): Promise<BlockedAggregate[]> {
+  const [entries, parkedFields, appliedSeq] = await Promise.all([redis.lrange(keys.deadLetter, 0, -1), redis.hkeys(keys.parked), redis.hgetall(keys.appliedSeq)]);
+  const deadSeqOf = new Map<number, number>();
+  for (const entry of entries) {
+    try {
+      const event = parseMessage((JSON.parse(entry) as { message: string }).message);
+      if (event.storeId !== servedStore || event.seq <= Number(appliedSeq[event.aggregateId] ?? 0)) continue;
+      deadSeqOf.set(event.aggregateId, Math.min(event.seq, deadSeqOf.get(event.aggregateId) ?? Infinity));
+    } catch {
+      // Not an event (the reason it was dead-lettered): it blocks nothing.
+    }
+  }
+  return [...deadSeqOf]
+    .map(([aggregateId, deadSeq]) => ({
+      aggregateId,
+      deadSeq,
+      waitingSeqs: parkedFields
+        .map((field) => field.split(':').map(Number))
+        .filter(([aggregate, seq]) => aggregate === aggregateId && seq > deadSeq)
+        .map(([, seq]) => seq)
+        .sort((a, b) => a - b),
+    }))
+    .sort((a, b) => a.aggregateId - b.aggregateId);
 }
 
 /** Why these settings may lose outbox's state; empty when they do not (or cannot be read). */
@@ -62,13 +105,14 @@ export async function collectStatus(db: Db, redis: Redis, now = Date.now()): Pro
     const length = await redis.llen(list);
     if (length > 0) processing[list] = length;
   }
-  const [meta, queued, enqueued, processed, parked, deadLettered, stats, lastRun, settings] = await Promise.all([
+  const [meta, queued, enqueued, processed, parked, deadLettered, retrying, stats, lastRun, settings] = await Promise.all([
     redis.hgetall(keys.meta),
     redis.llen(keys.events),
     redis.get(keys.enqueued),
     redis.hlen(keys.processed),
     redis.hlen(keys.parked),
     redis.llen(keys.deadLetter),
+    redis.hlen(keys.attempts),
     redis.hgetall(keys.stats),
     redis.hgetall(keys.relayLastRun),
     readRedisSettings(redis),
@@ -95,6 +139,8 @@ export async function collectStatus(db: Db, redis: Redis, now = Date.now()): Pro
     processed,
     parked,
     deadLettered,
+    retrying,
+    blocked: deadLettered > 0 ? await blockedAggregates(redis, meta.store) : [],
     consumerStats: Object.fromEntries(Object.entries(stats).map(([k, v]) => [k, Number(v)])),
     relayLastRun: lastRun.at
       ? { ageMs: now - Number(lastRun.at), events: Number(lastRun.events), batches: Number(lastRun.batches), durationMs: Number(lastRun.durationMs) }
@@ -131,6 +177,11 @@ function persistence(r: RedisSettings): string {
   return `${aof}, ${rdb}, maxmemory-policy ${r.maxmemoryPolicy}`;
 }
 
+function formatBlocked(b: BlockedAggregate): string {
+  const waiting = b.waitingSeqs.length === 0 ? 'none waiting yet' : `${b.waitingSeqs.length} waiting: seq ${b.waitingSeqs.join(', ')}`;
+  return `order ${b.aggregateId} (seq ${b.deadSeq} dead-lettered, ${waiting})`;
+}
+
 export function formatStatus(s: SystemStatus, now = Date.now()): string[] {
   const lists = Object.entries(s.processing);
   const stats = s.consumerStats;
@@ -140,7 +191,8 @@ export function formatStatus(s: SystemStatus, now = Date.now()): string[] {
     `relay       ${s.relayLastRun ? `last job ${age(s.relayLastRun.ageMs)} ago: ${s.relayLastRun.events} events in ${s.relayLastRun.batches} batches, ${s.relayLastRun.durationMs} ms` : 'no job has run yet'}`,
     `queue       ${keys.events} ${s.queued}, enqueued in total ${s.enqueued}`,
     `processing  ${lists.length === 0 ? 'none in flight' : lists.map(([key, n]) => `${key} ${n}`).join(', ')}`,
-    `consumer    processed ${s.processed}, duplicates skipped ${stats.duplicates ?? 0}, parked ${s.parked} now (${stats.parked ?? 0} ever), dead-lettered ${s.deadLettered}`,
+    `consumer    processed ${s.processed}, duplicates skipped ${stats.duplicates ?? 0}, parked ${s.parked} now (${stats.parked ?? 0} ever), dead-lettered ${s.deadLettered}, waiting for a handler retry ${s.retrying}`,
+    ...(s.blocked.length > 0 ? [`blocked     ${s.blocked.map(formatBlocked).join(', ')}: "outbox dead-letter retry" once the handler is fixed`] : []),
     `redis       ${persistence(s.redis)}`,
     ...s.warnings.map((warning) => `WARN        ${warning}`),
   ];

@@ -25,10 +25,14 @@ export function computeEffect(event: OutboxEvent, cpuCostMs = 0): Effect {
 /** A handler's answer for one event: its effect, or why it could not be computed. */
 export type HandlerResult = Effect | { error: string };
 
-/** Runs the handler over a lane of events, in order; one failure does not stop the others. */
-export function computeEffects(events: OutboxEvent[], cpuCostMs = 0): HandlerResult[] {
-  return events.map((event) => {
+/**
+ * Runs the handler over a lane of events, in order; one failure does not stop the others.
+ * `beforeEach` runs first for each event (where the consumer app injects failures).
+ */
+export function computeEffects(events: OutboxEvent[], cpuCostMs = 0, beforeEach?: (event: OutboxEvent, index: number) => void): HandlerResult[] {
+  return events.map((event, index) => {
     try {
+      beforeEach?.(event, index);
       return computeEffect(event, cpuCostMs);
     } catch (error) {
       return { error: (error as Error).message };

@@ -44,9 +44,10 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
   let previous: Promise<void> = Promise.resolve();
 
   function report(handled: Handled[]): void {
-    for (const { outcome, event, raw, reason } of handled) {
+    for (const { outcome, event, raw, reason, attempt, retryInMs } of handled) {
       const ids = { eventId: event?.eventId, aggregateId: event?.aggregateId, seq: event?.seq };
       if (outcome === 'duplicate') log.info('duplicate skipped', ids);
+      else if (outcome === 'retry') log.warn('handler failed: the event waits in the processing list for its next attempt', { ...ids, attempt, error: reason, retryInMs });
       else if (outcome === 'parked') log.warn('gap: event parked until the missing one arrives', ids);
       else if (outcome === 'dead') log.warn('dead-lettered', { reason, message: raw.toString().slice(0, 200) });
       else if (outcome === 'foreign') log.warn('dead-lettered: the event comes from another store than the one this Redis serves', { ...ids, storeId: event?.storeId });
@@ -54,10 +55,10 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
     }
   }
 
-  /** Sends a round; keeps at most two rounds waiting for Redis. */
-  async function round(entries: Buffer[]): Promise<void> {
-    crashPoint('consumer.after-lmove');
-    const { answered } = await consumer.sendRound(entries, stats);
+  /** Sends a round (what was taken, and the events due for a retry); keeps at most two rounds waiting for Redis. */
+  async function round(entries: Buffer[], recovered = false): Promise<void> {
+    if (entries.length > 0) crashPoint('consumer.after-lmove');
+    const { answered } = await consumer.sendRound(entries, stats, { recovered });
     const before = previous;
     previous = answered.then(report, (error: Error) => {
       // The messages stay in the processing list: dispatch it again once Redis answers.
@@ -67,11 +68,17 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
     await before;
   }
 
-  /** Whatever is queued, or, when nothing is, the first message to arrive within the timeout. */
+  /**
+   * Whatever is queued, or, when nothing is, the first message to arrive within the timeout (which
+   * ends early when an event waiting for a retry falls due).
+   */
   async function take(connection: Redis): Promise<Buffer[]> {
     const queued = await consumer.take(connection);
     if (queued.length > 0) return queued;
-    const first = await connection.blmoveBuffer(keys.events, processingList, 'LEFT', 'RIGHT', blockTimeout);
+    const retryInMs = consumer.nextRetryInMs();
+    if (retryInMs === 0) return [];
+    const timeout = retryInMs === null ? blockTimeout : Math.min(blockTimeout, Math.max(retryInMs, 10) / 1000);
+    const first = await connection.blmoveBuffer(keys.events, processingList, 'LEFT', 'RIGHT', timeout);
     return first ? [first] : [];
   }
 
@@ -85,15 +92,17 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
         if (needResync) {
           needResync = false;
           await previous;
+          // The list holds the events waiting for a retry too: they are handled as leftovers.
+          consumer.forgetRetries();
           const leftovers = await redis.lrangeBuffer(processingList, 0, -1);
           if (leftovers.length > 0) {
             log.info('processing list recovered', { processingList, count: leftovers.length });
             stats.recovered += leftovers.length;
-            await round(leftovers);
+            await round(leftovers, true);
           }
         }
         const entries = await take(blocking);
-        if (entries.length > 0) await round(entries);
+        if (entries.length > 0 || consumer.nextRetryInMs() === 0) await round(entries);
       } catch (error) {
         blocking?.disconnect();
         blocking = undefined;

@@ -31,7 +31,13 @@ export const keys = {
   parked: 'outbox.events:parked',
   /** List of JSON {reason, message, deadAt}: entries that are not valid events. */
   deadLetter: 'outbox.events:dead',
-  /** Hash of counters: applied, duplicates, parked, unparked, dead. */
+  /**
+   * Hash event_id -> failed handler attempts, for events that wait in a processing list for their
+   * next attempt (so the count survives a consumer restart). Cleared once the event is applied or
+   * dead-lettered.
+   */
+  attempts: 'outbox:attempts',
+  /** Hash of counters: applied, duplicates, parked, unparked, dead, handlerFailures. */
   stats: 'outbox:stats',
   /** Hash {at, jobId, events, batches, durationMs}: the relay app's last finished job. */
   relayLastRun: 'outbox:relay:last-run',

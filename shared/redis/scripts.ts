@@ -5,10 +5,11 @@ import { keyPrefixOfConnection } from './scan-keys.js';
 
 /** The Lua scripts in ./lua, named `<name>-<numberOfKeys>.lua`. */
 const SCRIPT_FILES = {
-  applyEvents: 'apply-events-10.lua',
+  applyEvents: 'apply-events-11.lua',
   claimStore: 'claim-store-7.lua',
   pushEvents: 'push-events-3.lua',
   deadLetter: 'dead-letter-3.lua',
+  handlerFailed: 'handler-failed-4.lua',
   requeueDeadLetter: 'requeue-dead-letter-2.lua',
   requeueParked: 'requeue-parked-2.lua',
   take: 'take-2.lua',
@@ -69,7 +70,7 @@ export interface ApplyResult {
   problems: string[];
 }
 
-/** See lua/apply-events-10.lua: applies `events` in order, resolving one outcome per event. */
+/** See lua/apply-events-11.lua: applies `events` in order, resolving one outcome per event. */
 export async function applyEvents(redis: Redis, processingList: string, events: EventToApply[], dedupeTtlSeconds: number): Promise<ApplyResult> {
   // The markers' keys are derived in the script, so their prefix carries the namespace itself.
   const args: (string | number)[] = [keyPrefixOfConnection(redis) + keys.seen(''), dedupeTtlSeconds, Date.now()];
@@ -85,6 +86,7 @@ export async function applyEvents(redis: Redis, processingList: string, events: 
     keys.meta,
     keys.deadLetter,
     keys.applyCount,
+    keys.attempts,
     ...args,
   )) as [ApplyOutcome[], string[]];
   return { outcomes, problems };
@@ -131,6 +133,22 @@ export async function claimStore(redis: Redis, storeId: string, rebuild?: Rebuil
 export async function deadLetter(redis: Redis, processingList: string, raw: string | Buffer, reason: string): Promise<boolean> {
   const moved = await client(redis).deadLetter(processingList, keys.deadLetter, keys.stats, raw, reason, Date.now());
   return moved === 1;
+}
+
+export interface HandlerFailure {
+  /** 'retry': the message waits in the processing list; 'dead': dead-lettered; 'stale': it was not there. */
+  status: 'retry' | 'dead' | 'stale';
+  /** Failed attempts counted so far (0 when stale). */
+  attempts: number;
+}
+
+/** See lua/handler-failed-4.lua: counts a failed attempt at an event; dead-letters it at `maxAttempts`. */
+export async function handlerFailed(redis: Redis, processingList: string, raw: string, eventId: string, maxAttempts: number, error: string): Promise<HandlerFailure> {
+  const [status, attempts] = (await client(redis).handlerFailed(processingList, keys.attempts, keys.deadLetter, keys.stats, raw, eventId, maxAttempts, error, Date.now())) as [
+    HandlerFailure['status'],
+    number,
+  ];
+  return { status, attempts };
 }
 
 /** What a requeue did: moved, not there (any more), or refused an entry that is not an envelope. */

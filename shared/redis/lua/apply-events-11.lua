@@ -17,6 +17,7 @@
     KEYS[8]  meta hash; its field 'store' names the store this Redis serves
     KEYS[9]  dead-letter list (a message of another store, or a corrupt parked entry, goes there)
     KEYS[10] apply-count hash (event_id -> times its effect was applied: the evidence verify reads)
+    KEYS[11] attempts hash (event_id -> failed handler attempts): an acked event's entry goes
 
     ARGV[1] dedupe marker key prefix; the marker of an event is <prefix><event_id>. (Derived, not
             declared: like the rest of this project, the script expects one Redis, not a Cluster.)
@@ -138,6 +139,8 @@ end
 -- Phase 2: write. Every value used below was checked above.
 local counts = { duplicates = 0, parked = 0, unparked = 0, dead = 0 }
 local anyParked = rcall('EXISTS', KEYS[5]) == 1
+-- Failed handler attempts are rare too: only while some are counted does an ack clear its entry.
+local anyAttempts = rcall('EXISTS', KEYS[11]) == 1
 local outcomes = {}
 local acked = {}
 local allAcked = true
@@ -231,6 +234,7 @@ for _, e in ipairs(plan) do
     allAcked = false
   else
     acked[#acked + 1] = e.raw
+    if anyAttempts then rcall('HDEL', KEYS[11], e.eventId) end
   end
 end
 

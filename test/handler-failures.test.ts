@@ -1,0 +1,307 @@
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { createConsumer } from '../shared/consumer/consumer.js';
+import { computeEffect } from '../shared/consumer/effect.js';
+import { openDatabase } from '../shared/db/open-database.js';
+import type { OutboxEvent } from '../shared/events.js';
+import { REPO_ROOT } from '../shared/local/pm2.js';
+import { waitFor } from '../shared/local/wait-for.js';
+import { createOrderService, type OrderService } from '../shared/orders/order-service.js';
+import { connectRedis } from '../shared/redis/connect.js';
+import { createRelay } from '../shared/relay/relay.js';
+import { runCli } from './helpers/cli.js';
+import { useHarness } from './helpers/harness.js';
+
+const h = useHarness();
+const CONSUMER = 'dist/apps/consumer/main.js';
+
+interface App {
+  child: ChildProcess;
+  output: () => string;
+  exited: Promise<number | null>;
+}
+
+function startConsumerApp(env: Record<string, string> = {}): App {
+  const child = spawn(process.execPath, [join(REPO_ROOT, CONSUMER)], {
+    env: { ...process.env, OUTBOX_DIR: h.env.dir, REDIS_URL: h.env.redisUrl, OUTBOX_CRASH_POINTS: '', OUTBOX_HANDLER_FAIL: '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout!.on('data', (chunk) => (output += chunk));
+  child.stderr!.on('data', (chunk) => (output += chunk));
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  return { child, output: () => output, exited };
+}
+
+async function stop(app: App): Promise<number | null> {
+  if (app.child.exitCode === null && app.child.signalCode === null) app.child.kill('SIGTERM');
+  return app.exited;
+}
+
+/** Runs `write` on the test's app.db, then relays everything PENDING (in this process: fast and in id order). */
+async function writeAndRelay(write: (orders: OrderService) => void): Promise<void> {
+  const db = openDatabase(h.env.dir);
+  const redis = await connectRedis(h.env.redisUrl);
+  try {
+    write(createOrderService(db));
+    await createRelay(db, redis).relayAll();
+  } finally {
+    db.close();
+    redis.disconnect();
+  }
+}
+
+/**
+ * Four orders whose events must apply in seq order: order 1 has seq 1-4 (two quantity changes and
+ * a cancel), order 2 seq 1-2, order 3 seq 1-2 (cancelled), order 4 seq 1. Nine events.
+ */
+function lifecycle(orders: OrderService): void {
+  orders.placeOrders([
+    { sku: 'SKU-A', qty: 2 },
+    { sku: 'SKU-B', qty: 1 },
+    { sku: 'SKU-A', qty: 4 },
+    { sku: 'SKU-C', qty: 7 },
+  ]);
+  orders.changeQty(1, 5);
+  orders.changeQty(2, 3);
+  orders.cancelOrder(3);
+  orders.changeQty(1, 6);
+  orders.cancelOrder(1);
+}
+const EVENTS = 9;
+
+/** Every event of order `aggregateId`, in the order the consumer applied them (from `processed`). */
+async function appliedSeqs(aggregateId: number): Promise<number[]> {
+  const processed = Object.values(await h.client.hgetall('processed')).map((v) => JSON.parse(v) as { aggregateId: number; seq: number; applyOrder: number });
+  return processed
+    .filter((p) => p.aggregateId === aggregateId)
+    .sort((a, b) => a.applyOrder - b.applyOrder)
+    .map((p) => p.seq);
+}
+
+async function assertAllAppliedInOrder(): Promise<void> {
+  assert.equal(await h.client.hlen('processed'), EVENTS);
+  assert.deepEqual(await appliedSeqs(1), [1, 2, 3, 4]);
+  assert.deepEqual(await appliedSeqs(2), [1, 2]);
+  assert.deepEqual(await appliedSeqs(3), [1, 2]);
+  assert.equal(await h.client.llen('outbox.events:dead'), 0, 'nothing dead-lettered');
+  assert.equal(await h.client.hlen('outbox.events:parked'), 0, 'nothing left parked');
+  assert.equal(await h.client.exists('outbox:attempts'), 0, 'attempt counts cleared once applied');
+  assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+}
+
+const parkedFields = async () => (await h.client.hkeys('outbox.events:parked')).sort();
+
+describe('consumer app: a failing handler is retried, a poison event dead-lettered', () => {
+  it('retries every event whose handler throws on its first 2 attempts, and applies each aggregate in seq order', async () => {
+    await writeAndRelay(lifecycle);
+    const app = startConsumerApp({ OUTBOX_HANDLER_FAIL: 'throw-first:2' });
+    try {
+      await waitFor(async () => (await h.client.hlen('processed')) === EVENTS, { message: 'not every event was applied' });
+      await waitFor(async () => (await h.client.exists('outbox:attempts')) === 0);
+    } finally {
+      assert.equal(await stop(app), 0);
+    }
+    await assertAllAppliedInOrder();
+    assert.equal(await h.client.hget('outbox:stats', 'handlerFailures'), String(2 * EVENTS), 'each event failed exactly twice');
+    assert.match(app.output(), /"msg":"handler failed: the event waits in the processing list for its next attempt".*"attempt":2,"error":"injected failure \(OUTBOX_HANDLER_FAIL\) at attempt 2"/);
+  });
+
+  it('parks the later events of an aggregate whose event waits for a retry (same round and later rounds), then releases them in order', async () => {
+    await writeAndRelay((orders) => {
+      orders.placeOrders([
+        { sku: 'SKU-A', qty: 2 },
+        { sku: 'SKU-B', qty: 1 },
+      ]);
+      orders.changeQty(1, 5);
+      orders.changeQty(1, 6);
+      orders.changeQty(2, 4);
+    });
+    // Order 1's seq 2 fails its first 4 attempts: it waits about 1.5 s in all.
+    const app = startConsumerApp({ OUTBOX_HANDLER_FAIL: 'throw-first:4@1:2' });
+    try {
+      // Taken in the same round as seq 2, seq 3 is parked behind it; order 2 flows on.
+      await waitFor(async () => (await parkedFields()).includes('1:3'), { message: 'seq 3 was not parked behind the waiting seq 2' });
+      await waitFor(async () => (await h.client.hget('outbox:applied-seq', '2')) === '2');
+      assert.equal(await h.client.hget('outbox:applied-seq', '1'), '1');
+      assert.ok(Number(await h.client.hget('outbox:attempts', (await eventIdOf(1, 2))!)) >= 1, 'the failed attempts are counted in Redis');
+      assert.equal(await h.client.llen('outbox.events:processing:consumer-0'), 1, 'the waiting event stays in the processing list');
+      // seq 4 arrives in a later round while seq 2 still waits: parked too.
+      await writeAndRelay((orders) => orders.cancelOrder(1));
+      await waitFor(async () => (await parkedFields()).includes('1:4'), { message: 'seq 4 was not parked behind the waiting seq 2' });
+      assert.equal(await h.client.hget('outbox:applied-seq', '1'), '1', 'seq 2 still waits (the test must reach this before its retry succeeds)');
+      await waitFor(async () => (await h.client.hget('outbox:applied-seq', '1')) === '4', { message: 'order 1 was not released' });
+    } finally {
+      assert.equal(await stop(app), 0);
+    }
+    assert.deepEqual(await appliedSeqs(1), [1, 2, 3, 4]);
+    assert.equal(await h.client.hget('outbox:stats', 'handlerFailures'), '4');
+    assert.equal(await h.client.hget('outbox:stats', 'unparked'), '2');
+    assert.equal(await h.client.llen('outbox.events:dead'), 0);
+    assert.equal(await h.client.exists('outbox:attempts'), 0);
+    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+  });
+
+  it('retries every event of a lane whose worker thread died, each counting one attempt', async () => {
+    await writeAndRelay(lifecycle);
+    // Every first attempt kills its thread: each lane task of the first round is lost.
+    const app = startConsumerApp({ OUTBOX_HANDLER_FAIL: 'crash-first:1', OUTBOX_HANDLER_THREADS: '2' });
+    try {
+      await waitFor(async () => (await h.client.hlen('processed')) === EVENTS, { message: 'not every event was applied' });
+    } finally {
+      assert.equal(await stop(app), 0);
+    }
+    await assertAllAppliedInOrder();
+    assert.equal(await h.client.hget('outbox:stats', 'handlerFailures'), String(EVENTS), 'one lost attempt per event of the lost lanes');
+    assert.match(app.output(), /"error":"handler task lost: worker exited with code: 1"/);
+  });
+
+  it('dead-letters alone an event that always kills its thread: the other events of its lane are applied', async () => {
+    await writeAndRelay(lifecycle);
+    // One thread, so one lane holds every event; order 3's seq 2 kills it at every attempt.
+    const app = startConsumerApp({ OUTBOX_HANDLER_FAIL: 'crash:1@3:2', OUTBOX_HANDLER_THREADS: '1' });
+    try {
+      await waitFor(async () => (await h.client.llen('outbox.events:dead')) === 1, { message: 'order 3 seq 2 was not dead-lettered' });
+      await waitFor(async () => (await h.client.hlen('processed')) === EVENTS - 1, { message: 'the lane-mates of the poison event were not applied' });
+    } finally {
+      assert.equal(await stop(app), 0);
+    }
+    const [dead] = (await h.client.lrange('outbox.events:dead', 0, -1)).map((e) => JSON.parse(e) as { reason: string; message: string });
+    assert.equal(dead.reason, 'handler failed 5 times: handler task lost: worker exited with code: 1');
+    assert.deepEqual([JSON.parse(dead.message).aggregate_id, JSON.parse(dead.message).seq], [3, 2]);
+    assert.deepEqual(await appliedSeqs(1), [1, 2, 3, 4]);
+    // The first lost task cost every event of the lane one attempt; the poison event alone the next four.
+    assert.equal(await h.client.hget('outbox:stats', 'handlerFailures'), String(EVENTS + 4));
+  });
+
+  it('stops a handler that hangs after --handler-timeout and retries its lane', async () => {
+    await writeAndRelay(lifecycle);
+    const app = startConsumerApp({ OUTBOX_HANDLER_FAIL: 'hang-first:1@1:1', OUTBOX_HANDLER_TIMEOUT_MS: '300' });
+    try {
+      await waitFor(async () => (await h.client.hlen('processed')) === EVENTS, { message: 'not every event was applied' });
+    } finally {
+      assert.equal(await stop(app), 0);
+    }
+    await assertAllAppliedInOrder();
+    assert.match(app.output(), /"aggregateId":1,"seq":1,"attempt":1,"error":"handler timed out after 300 ms \(its worker thread was stopped\)"/);
+  });
+
+  it('dead-letters an event after --max-attempts, parks its successors, names the blocked order, and dead-letter retry releases them in order', async () => {
+    await writeAndRelay(lifecycle);
+    const sick = startConsumerApp({ OUTBOX_HANDLER_FAIL: 'throw:1@1:2' });
+    try {
+      await waitFor(async () => (await h.client.llen('outbox.events:dead')) === 1, { message: 'order 1 seq 2 was not dead-lettered' });
+      await waitFor(async () => (await h.client.hlen('processed')) === EVENTS - 3);
+    } finally {
+      assert.equal(await stop(sick), 0);
+    }
+    const [dead] = (await h.client.lrange('outbox.events:dead', 0, -1)).map((e) => JSON.parse(e) as { reason: string; message: string });
+    assert.equal(dead.reason, 'handler failed 5 times: injected failure (OUTBOX_HANDLER_FAIL) at attempt 5');
+    assert.equal(JSON.parse(dead.message).seq, 2);
+    assert.equal(await h.client.exists('outbox:attempts'), 0, 'the count is cleared once dead-lettered');
+    assert.equal(await h.client.hget('outbox:stats', 'handlerFailures'), '5');
+    assert.deepEqual(await parkedFields(), ['1:3', '1:4']);
+    assert.equal(await h.client.hget('outbox:applied-seq', '1'), '1');
+    assert.deepEqual(await appliedSeqs(2), [1, 2], 'other orders are applied');
+    assert.deepEqual(await appliedSeqs(3), [1, 2]);
+    assert.match(sick.output(), /"msg":"dead-lettered","reason":"handler failed 5 times: /);
+
+    const status = await h.cli('status');
+    assert.match(status.stdout, /^blocked     order 1 \(seq 2 dead-lettered, 2 waiting: seq 3, 4\)/m);
+    const json = JSON.parse((await h.cli('status', '--json')).stdout);
+    assert.deepEqual(json.blocked, [{ aggregateId: 1, deadSeq: 2, waitingSeqs: [3, 4] }]);
+
+    const healthy = startConsumerApp();
+    try {
+      await h.cli('dead-letter', 'retry', '--all');
+      await waitFor(async () => (await h.client.hlen('processed')) === EVENTS, { message: 'the retried dead letter did not release order 1' });
+    } finally {
+      assert.equal(await stop(healthy), 0);
+    }
+    await assertAllAppliedInOrder();
+    assert.doesNotMatch((await h.cli('status')).stdout, /^blocked/m);
+  });
+
+  it('keeps a waiting event and its attempt count across a SIGKILL: the restarted consumer goes on counting', async () => {
+    await writeAndRelay(lifecycle);
+    const env = { OUTBOX_HANDLER_FAIL: 'throw:1@1:2', OUTBOX_MAX_ATTEMPTS: '5' };
+    const first = startConsumerApp(env);
+    await waitFor(async () => Number(await h.client.hget('outbox:stats', 'handlerFailures')) >= 2);
+    first.child.kill('SIGKILL');
+    await first.exited;
+    const counted = Number(await h.client.hget('outbox:stats', 'handlerFailures'));
+    assert.ok(counted < 5, 'killed before the last attempt');
+    const waiting = await h.client.lrange('outbox.events:processing:consumer-0', 0, -1);
+    assert.deepEqual(waiting.map((raw) => [JSON.parse(raw).aggregate_id, JSON.parse(raw).seq]), [[1, 2]], 'the waiting event is still in the processing list');
+    assert.equal(await h.client.hget('outbox:attempts', JSON.parse(waiting[0]).event_id), String(counted));
+
+    const second = startConsumerApp(env);
+    try {
+      await waitFor(async () => (await h.client.llen('outbox.events:dead')) === 1, { message: 'not dead-lettered after the restart' });
+    } finally {
+      assert.equal(await stop(second), 0);
+    }
+    assert.match(second.output(), /"msg":"processing list recovered"/);
+    assert.equal(JSON.parse((await h.client.lindex('outbox.events:dead', 0))!).reason, 'handler failed 5 times: injected failure (OUTBOX_HANDLER_FAIL) at attempt 5');
+    assert.equal(await h.client.hget('outbox:stats', 'handlerFailures'), '5', 'attempts before and after the crash add up to the limit');
+  });
+
+  it('refuses a bad OUTBOX_HANDLER_FAIL or OUTBOX_MAX_ATTEMPTS in one line', async () => {
+    for (const [env, pattern] of [
+      [{ OUTBOX_HANDLER_FAIL: 'explode:2' }, /"msg":"OUTBOX_HANDLER_FAIL must be .*got \\"explode:2\\": fix it, or unset it/],
+      [{ OUTBOX_MAX_ATTEMPTS: '0' }, /"msg":"--max-attempts \/ OUTBOX_MAX_ATTEMPTS must be a whole number from 1 to 1000, got \\"0\\""/],
+    ] as const) {
+      const app = startConsumerApp(env);
+      assert.equal(await app.exited, 1);
+      assert.match(app.output(), pattern);
+      assert.doesNotMatch(app.output(), /\n\s+at /, 'no stack trace');
+    }
+  });
+});
+
+async function eventIdOf(aggregateId: number, seq: number): Promise<string | undefined> {
+  for (const raw of await h.client.lrange('outbox.events:processing:consumer-0', 0, -1)) {
+    const message = JSON.parse(raw) as { event_id: string; aggregate_id: number; seq: number };
+    if (message.aggregate_id === aggregateId && message.seq === seq) return message.event_id;
+  }
+  return undefined;
+}
+
+describe('outbox consume: events waiting for a retry', () => {
+  /** A handler that fails order 1's seq 2 on its first `failures` attempts. */
+  const failingSeq2 = (failures: number) => (events: OutboxEvent[], attempts: number[]) =>
+    events.map((event, i) => (event.aggregateId === 1 && event.seq === 2 && attempts[i] <= failures ? { error: `attempt ${attempts[i]} failed` } : computeEffect(event)));
+
+  it('retries within the same run after the backoff and ends once the event is applied', async () => {
+    await writeAndRelay(lifecycle);
+    const redis = await connectRedis(h.env.redisUrl);
+    try {
+      const stats = await createConsumer(redis, { handler: failingSeq2(2) }).drain();
+      assert.equal(stats.retried, 2);
+      assert.equal(stats.dead, 0);
+    } finally {
+      redis.disconnect();
+    }
+    await assertAllAppliedInOrder();
+  });
+
+  it('ends after --max-attempts with the event dead-lettered and its successors parked', async () => {
+    await writeAndRelay(lifecycle);
+    const redis = await connectRedis(h.env.redisUrl);
+    try {
+      const stats = await createConsumer(redis, { handler: failingSeq2(Infinity), maxAttempts: 3 }).drain();
+      assert.deepEqual([stats.retried, stats.dead, stats.applied], [2, 1, EVENTS - 3]);
+    } finally {
+      redis.disconnect();
+    }
+    assert.equal(JSON.parse((await h.client.lindex('outbox.events:dead', 0))!).reason, 'handler failed 3 times: attempt 3 failed');
+    assert.deepEqual(await parkedFields(), ['1:3', '1:4']);
+    assert.equal(await h.client.llen('outbox.events:processing:cli'), 0);
+    // The CLI (default handler) then applies the retried dead letter and what waited behind it.
+    await h.cli('dead-letter', 'retry', '--all');
+    assert.match((await runCli(['consume'], h.env)).stdout, /applied 3/);
+    await assertAllAppliedInOrder();
+  });
+});
