@@ -6,7 +6,7 @@ import { keyPrefixOfConnection } from './scan-keys.js';
 /** The Lua scripts in ./lua, named `<name>-<numberOfKeys>.lua`. */
 const SCRIPT_FILES = {
   applyEvents: 'apply-events-11.lua',
-  claimStore: 'claim-store-7.lua',
+  claimStore: 'claim-store-8.lua',
   pushEvents: 'push-events-3.lua',
   deadLetter: 'dead-letter-3.lua',
   handlerFailed: 'handler-failed-4.lua',
@@ -110,7 +110,7 @@ export interface RebuildRecord {
   pruned: { aggregate_id: number; through_seq: number }[];
 }
 
-/** See lua/claim-store-7.lua. Resolves the store this Redis serves afterwards, and whether this call claimed it. */
+/** See lua/claim-store-8.lua. Resolves the store this Redis serves afterwards, and whether this call claimed it. */
 export async function claimStore(redis: Redis, storeId: string, rebuild?: RebuildRecord): Promise<{ claimed: boolean; servedStore: string }> {
   const [status, served] = (await client(redis).claimStore(
     keys.meta,
@@ -120,6 +120,7 @@ export async function claimStore(redis: Redis, storeId: string, rebuild?: Rebuil
     keys.parked,
     keys.stats,
     keys.applyCount,
+    keys.attempts,
     storeId,
     Date.now(),
     rebuild ? rebuild.republished : '',

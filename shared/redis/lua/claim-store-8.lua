@@ -4,7 +4,7 @@
   back to PENDING (a rebuild). Idempotent: a second call finds the store named and changes nothing.
 
   When it claims, it first deletes whatever consumer state is left (processed, applied seqs,
-  inventory, parked, stats, apply counts): every effect is about to be applied again from SQLite, so leftovers of
+  inventory, parked, stats, apply counts, failed-attempt counts): every effect is about to be applied again from SQLite, so leftovers of
   a partial loss (the meta hash gone, the inventory still there) would be applied twice, or applied
   seqs without their effects would skip the events as duplicates. The caller deleted the dedupe
   markers before (no consumer applies anything while no store is claimed). Then it gives pruned
@@ -19,6 +19,7 @@
     KEYS[5] parked hash
     KEYS[6] stats hash
     KEYS[7] apply-count hash
+    KEYS[8] attempts hash
 
     ARGV[1] store id
     ARGV[2] now, ms since epoch
@@ -33,7 +34,7 @@
 local served = redis.call('HGET', KEYS[1], 'store')
 if served then return { 'served', served } end
 -- UNLINK: a large processed hash is freed in the background, not while Redis waits.
-redis.call('UNLINK', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+redis.call('UNLINK', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
 -- HSET takes the pairs in slices: Lua's stack limits how many unpack can pass at once.
 for first = 5, #ARGV, 1000 do
   redis.call('HSET', KEYS[3], unpack(ARGV, first, math.min(first + 999, #ARGV)))
