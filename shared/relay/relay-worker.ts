@@ -180,7 +180,7 @@ export async function startRelayWorker(database: DatabaseWatch, redis: Redis, ur
       if (!database.check()) break;
       const live = database.current();
       const release = live.hold();
-      let pass: { events: number; batches: number } | undefined;
+      let pass = { events: 0, batches: 0 };
       let cause: string | undefined;
       try {
         pass = await relayOn(live).relayAll({
@@ -202,9 +202,9 @@ export async function startRelayWorker(database: DatabaseWatch, redis: Redis, ur
         continue;
       }
       resumed();
-      events += pass!.events;
-      batches += pass!.batches;
-      if (pass!.events === 0) await sleep(config.pollMs, stop);
+      events += pass.events;
+      batches += pass.batches;
+      if (pass.events === 0) await sleep(config.pollMs, stop);
     }
     // Lost while waiting: say so (process() logs it) rather than end as if the slice was done.
     if (lock.lost.aborted) lock.assertHeld();
