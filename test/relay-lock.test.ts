@@ -73,6 +73,40 @@ describe('one relay pass at a time, with app.db locked or full', () => {
     }
   });
 
+  it('a relay frozen past its lock is taken over, and once it wakes it stops before its next write: at most its in-flight batches pushed twice', async (t) => {
+    const rows = 20_000;
+    const batch = 100;
+    const args = [...RELAY_ARGS.slice(0, -1), String(batch)];
+    await h.cli('place-order', '--count', String(rows));
+    const relays = [startApp(h.env, RELAY, args), startApp(h.env, RELAY, args)];
+    try {
+      await waitFor(() => linesMatching(logsOf(relays), /"msg":"relay started"/) === 2, { timeoutMs: 10_000 });
+      // Freeze the relay that is relaying right now: the one that logged a batch last.
+      const lastBatchAt = (relay: App) => relay.output().match(/"time":"[^"]+"(?=[^\n]*"msg":"batch relayed")/g)?.pop() ?? '';
+      await waitFor(() => relays.some((relay) => lastBatchAt(relay) !== ''), { timeoutMs: 10_000, intervalMs: 1, message: 'no relay started relaying' });
+      const [frozen, other] = lastBatchAt(relays[0]) > lastBatchAt(relays[1]) ? relays : [relays[1], relays[0]];
+      frozen.child.kill('SIGSTOP');
+      try {
+        await waitFor(() => /"msg":"relay job stalled: its lock expired \(relay process died or blocked\); another relay takes over"/.test(other.output()), {
+          timeoutMs: 15_000,
+          message: 'the frozen relay\'s job was not taken over',
+        });
+      } finally {
+        frozen.child.kill('SIGCONT');
+      }
+      const marksBeforeWaking = linesMatching(frozen.output(), /"msg":"batch relayed"/);
+      await waitFor(() => pending(h.env.dir) === 0, { timeoutMs: 30_000, message: 'rows left PENDING' });
+      t.diagnostic(`pushes: ${await pushes()} for ${rows} rows`);
+      assert.ok((await pushes()) - rows <= 2 * batch, `${(await pushes()) - rows} rows pushed twice, more than the two batches in flight (${2 * batch})`);
+      await waitFor(() => /job lock/.test(frozen.output()), { timeoutMs: 10_000, message: `the woken relay did not notice it lost its lock:\n${frozen.output()}` });
+      const untilNoticed = frozen.output().slice(0, frozen.output().search(/[^\n]*job lock/));
+      assert.equal(linesMatching(untilNoticed, /"msg":"batch relayed"/), marksBeforeWaking, 'the woken relay marked a batch before it noticed its lock was gone');
+      assert.doesNotMatch(logsOf(relays), /"stack"/);
+    } finally {
+      await Promise.all(relays.map((relay) => stopApp(relay)));
+    }
+  });
+
   it('a full disk under app.db: the relay says so once, pushes no row again meanwhile, and relays everything once there is room', async (t) => {
     const dir = tempDir();
     execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=4m', 'tmpfs', dir]);
