@@ -166,6 +166,12 @@ export async function startRelayWorker(database: DatabaseWatch, redis: Redis, ur
         await relayOn(live).pair();
         refused = undefined;
       } catch (error) {
+        // Pairing writes app.db when it claims or rebuilds a Redis.
+        const cause = writeBlockedCause(error);
+        if (cause !== undefined) {
+          await backOff(cause, stop);
+          return { events, batches };
+        }
         if (!(error instanceof StoreMismatchError)) throw error;
         // Said once, not every second; relaying resumes by itself once the pair matches again.
         if (refused !== error.message) log.error(error.message);
