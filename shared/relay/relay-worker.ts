@@ -76,10 +76,10 @@ function withDefaults(options: RelayWorkerOptions): Required<RelayWorkerOptions>
  * The relay app: a BullMQ Worker on `outbox-relay`, fed by a job scheduler. Global concurrency 1
  * means one relay job runs at a time however many relay processes there are, as long as the
  * running job holds its lock: it extends the lock while it works, checks it before every push and
- * every mark, and never waits for SQLite longer than a quarter of it. When app.db refuses a write
- * (locked by another writer, disk full) the job keeps its lock and backs off until the mark of
- * what it pushed succeeds, so no other relay re-pushes those rows meanwhile. The scheduler is
- * re-created when Redis loses it (`keepJobScheduler`).
+ * every mark, and never waits for SQLite's write lock longer than a quarter of it. When app.db
+ * refuses a write (locked by another writer, disk full) the job keeps its lock and backs off until
+ * the mark of what it pushed succeeds, so no other relay re-pushes those rows meanwhile. The
+ * scheduler is re-created when Redis loses it (`keepJobScheduler`).
  * `redis` carries the pushes; BullMQ gets its own connections to `url`. Each pass relays from the
  * file that is app.db at its start: none while there is no live one (deleted or replaced).
  */
