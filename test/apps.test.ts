@@ -1,46 +1,21 @@
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { createLogger } from '../shared/logger.js';
 import { PRUNE_QUEUE, PRUNE_SCHEDULER_ID } from '../shared/relay/prune-worker.js';
 import { RELAY_QUEUE, RELAY_SCHEDULER_ID } from '../shared/relay/relay-worker.js';
+import { startApp as startAppOn, stopApp as stop, type App } from './helpers/apps.js';
 import { useHarness } from './helpers/harness.js';
-import { REPO_ROOT } from '../shared/local/pm2.js';
 import { count } from './helpers/stores.js';
 import { waitFor } from '../shared/local/wait-for.js';
 
 const h = useHarness();
 
-interface App {
-  child: ChildProcess;
-  output: () => string;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
-
-function startApp(script: string, args: string[] = [], env: Record<string, string> = {}): App {
-  const child = spawn(process.execPath, [join(REPO_ROOT, script), ...args], {
-    env: { ...process.env, OUTBOX_DIR: h.env.dir, REDIS_URL: h.env.redisUrl, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout!.on('data', (chunk) => (output += chunk));
-  child.stderr!.on('data', (chunk) => (output += chunk));
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.on('exit', (code, signal) => resolve({ code, signal })),
-  );
-  return { child, output: () => output, exited };
-}
+const startApp = (script: string, args: string[] = [], env: Record<string, string> = {}): App => startAppOn(h.env, script, args, env);
 
 const RELAY = 'dist/apps/relay/main.js';
 const FAST = ['--every', '300', '--slice', '300'];
-
-async function stop(app: App, signal: NodeJS.Signals = 'SIGTERM') {
-  if (app.child.exitCode === null && app.child.signalCode === null) app.child.kill(signal);
-  return app.exited;
-}
 
 describe('relay app (BullMQ)', () => {
   it('two relay processes never run a pass at the same time, and every row is relayed', async () => {

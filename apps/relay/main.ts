@@ -17,6 +17,11 @@ const argv = yargs(hideBin(process.argv))
     slice: { type: 'number', default: Number(env.OUTBOX_RELAY_SLICE_MS ?? 1500), describe: 'how long one job relays, ms [env OUTBOX_RELAY_SLICE_MS]' },
     poll: { type: 'number', default: Number(env.OUTBOX_RELAY_POLL_MS ?? 5), describe: 'pause when nothing is PENDING, ms [env OUTBOX_RELAY_POLL_MS]' },
     'batch-size': { type: 'number', default: Number(env.OUTBOX_RELAY_BATCH_SIZE ?? 1000), describe: 'rows per batch [env OUTBOX_RELAY_BATCH_SIZE]' },
+    'lock-duration': {
+      type: 'number',
+      default: Number(env.OUTBOX_RELAY_LOCK_MS ?? 4000),
+      describe: 'BullMQ lock of a relay job, ms; app.db waits are capped at a quarter of it [env OUTBOX_RELAY_LOCK_MS]',
+    },
     'prune-older-than': { type: 'string', default: env.OUTBOX_PRUNE_OLDER_THAN, describe: 'prune PUBLISHED rows older than this, e.g. 7d; off when unset [env OUTBOX_PRUNE_OLDER_THAN]' },
     'prune-every': { type: 'string', default: env.OUTBOX_PRUNE_EVERY ?? '1h', describe: 'how often to prune [env OUTBOX_PRUNE_EVERY]' },
   })
@@ -38,9 +43,10 @@ runApp('outbox-relay', async (log, signal) => {
     sliceMs: argv.slice,
     pollMs: argv.poll,
     batchSize: argv['batch-size'],
+    lockDurationMs: argv['lock-duration'],
   });
   const pruner = pruneSchedule ? await startPruneWorker(database, redis, config.redisUrl, log, pruneSchedule) : undefined;
-  log.info('relay started', { redis: config.redisUrl, db: `${config.dir}/app.db`, everyMs: argv.every, sliceMs: argv.slice, pruneOlderThan: pruneOlderThan ?? 'off' });
+  log.info('relay started', { redis: config.redisUrl, db: `${config.dir}/app.db`, everyMs: argv.every, sliceMs: argv.slice, lockDurationMs: argv['lock-duration'], pruneOlderThan: pruneOlderThan ?? 'off' });
   return async () => {
     await pruner?.close();
     await worker.close();

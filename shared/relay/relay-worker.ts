@@ -7,7 +7,10 @@ import { bullPrefixOf, keys } from '../redis/keys.js';
 import { keyPrefixOfConnection } from '../redis/scan-keys.js';
 import { sleep } from '../sleep.js';
 import { keepJobScheduler } from './keep-job-scheduler.js';
+import { holdJobLock, LockLostError, type JobLock } from './job-lock.js';
 import { createRelay, DEFAULT_RELAY_BATCH_SIZE, type Relay } from './relay.js';
+import { writeBlockedCause } from './write-blocked.js';
+import { OutboxError } from '../errors/outbox-error.js';
 import { describePairing } from './store-pairing.js';
 import { StoreMismatchError } from '../errors/store-mismatch-error.js';
 import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
@@ -30,6 +33,12 @@ export interface RelayWorkerOptions {
   batchSize?: number;
   /** BullMQ lock of a running job (ms); a SIGKILLed relay's job is taken over after about this plus `stalledIntervalMs`. Default 4000. */
   lockDurationMs?: number;
+  /**
+   * SQLite busy timeout of the relay's app.db connection (ms). better-sqlite3 waits synchronously,
+   * so nothing (not even the lock renewal) runs meanwhile: it must stay well below the lock.
+   * Default `lockDurationMs / 4`; at most `lockDurationMs / 2`.
+   */
+  busyTimeoutMs?: number;
   /** How often workers look for stalled jobs (ms). Default 2000. */
   stalledIntervalMs?: number;
 }
@@ -39,20 +48,37 @@ export interface RelayJobResult {
   batches: number;
 }
 
+/** The first pause after app.db refused a write, and the longest one (ms); it doubles in between. */
+const BACKOFF_FIRST_MS = 50;
+const BACKOFF_MAX_MS = 2000;
+
 function withDefaults(options: RelayWorkerOptions): Required<RelayWorkerOptions> {
-  return {
+  const lockDurationMs = options.lockDurationMs ?? 4000;
+  const config = {
     everyMs: options.everyMs ?? 1000,
     sliceMs: options.sliceMs ?? 1500,
     pollMs: options.pollMs ?? 5,
     batchSize: options.batchSize ?? DEFAULT_RELAY_BATCH_SIZE,
-    lockDurationMs: options.lockDurationMs ?? 4000,
+    lockDurationMs,
+    busyTimeoutMs: options.busyTimeoutMs ?? Math.floor(lockDurationMs / 4),
     stalledIntervalMs: options.stalledIntervalMs ?? 2000,
   };
+  if (!(Number.isInteger(lockDurationMs) && lockDurationMs >= 100)) {
+    throw new OutboxError(`relay lock duration must be an integer of at least 100 ms, got ${lockDurationMs}: pass e.g. --lock-duration 4000`, 2);
+  }
+  if (!(Number.isInteger(config.busyTimeoutMs) && config.busyTimeoutMs >= 0 && config.busyTimeoutMs <= lockDurationMs / 2)) {
+    throw new OutboxError(`relay busy timeout must be an integer from 0 to half the lock duration (${lockDurationMs / 2} ms), got ${config.busyTimeoutMs}: leave it unset`, 2);
+  }
+  return config;
 }
 
 /**
  * The relay app: a BullMQ Worker on `outbox-relay`, fed by a job scheduler. Global concurrency 1
- * means exactly one relay pass runs at a time however many relay processes there are. The
+ * means one relay job runs at a time however many relay processes there are, as long as the
+ * running job holds its lock: it extends the lock while it works, checks it before every push and
+ * every mark, and never waits for SQLite's write lock longer than a quarter of it. When app.db
+ * refuses a write (locked by another writer, disk full) the job keeps its lock and backs off until
+ * the mark of what it pushed succeeds, so no other relay re-pushes those rows meanwhile. The
  * scheduler is re-created when Redis loses it (`keepJobScheduler`).
  * `redis` carries the pushes; BullMQ gets its own connections to `url`. Each pass relays from the
  * file that is app.db at its start: none while there is no live one (deleted or replaced).
@@ -62,6 +88,8 @@ export async function startRelayWorker(database: DatabaseWatch, redis: Redis, ur
   let current: { live: LiveDatabase; relay: Relay } | undefined;
   const relayOn = (live: LiveDatabase): Relay => {
     if (current?.live !== live) {
+      // The process's connection (prune shares it): its waits block the event loop, lock renewal included.
+      live.db.pragma(`busy_timeout = ${config.busyTimeoutMs}`);
       const relay = createRelay(live.db, redis, {
         batchSize: config.batchSize,
         onPairing: (pairing) =>
@@ -87,9 +115,47 @@ export async function startRelayWorker(database: DatabaseWatch, redis: Redis, ur
   /** Why the relay refuses to push (app.db and Redis belong to different stores), while it does. */
   let refused: string | undefined;
 
-  async function process(job: Job): Promise<RelayJobResult> {
+  /** Why app.db refuses the relay's writes (logged once), while it does; the next pause. */
+  let blocked: string | undefined;
+  let backoffMs = BACKOFF_FIRST_MS;
+
+  /** Logs the cause once per incident and pauses, longer each time (capped). */
+  async function backOff(cause: string, signal: AbortSignal): Promise<void> {
+    if (blocked !== cause) log.warn(cause);
+    blocked = cause;
+    await sleep(backoffMs, signal);
+    backoffMs = Math.min(backoffMs * 2, BACKOFF_MAX_MS);
+  }
+
+  function resumed(): void {
+    if (blocked === undefined) return;
+    log.info('app.db accepts the relay\'s writes again: relaying resumes');
+    blocked = undefined;
+    backoffMs = BACKOFF_FIRST_MS;
+  }
+
+  async function process(job: Job, token?: string): Promise<RelayJobResult> {
+    const lock = await holdJobLock(job, token!, { durationMs: config.lockDurationMs, marginMs: config.busyTimeoutMs });
+    try {
+      return await relaySlice(job, lock);
+    } catch (error) {
+      if (!(error instanceof LockLostError)) throw error;
+      log.warn(error.message, { jobId: job.id });
+      return { events: 0, batches: 0 };
+    } finally {
+      lock.release();
+    }
+  }
+
+  /**
+   * Relays for one slice. While app.db refuses writes the job keeps its lock past the slice and
+   * backs off until the mark succeeds: ending the job would let the next one (maybe another
+   * relay's) push the same PENDING rows again, and again, for as long as the disk stays full.
+   */
+  async function relaySlice(job: Job, lock: JobLock): Promise<RelayJobResult> {
     const started = Date.now();
     const deadline = started + config.sliceMs;
+    const stop = AbortSignal.any([closing.signal, lock.lost]);
     let events = 0;
     let batches = 0;
     // Once a job, even when nothing is PENDING: notices a Redis that lost its state within a slice.
@@ -100,32 +166,54 @@ export async function startRelayWorker(database: DatabaseWatch, redis: Redis, ur
         await relayOn(live).pair();
         refused = undefined;
       } catch (error) {
+        // Pairing writes app.db when it claims or rebuilds a Redis.
+        const cause = writeBlockedCause(error);
+        if (cause !== undefined) {
+          await backOff(cause, stop);
+          return { events, batches };
+        }
         if (!(error instanceof StoreMismatchError)) throw error;
         // Said once, not every second; relaying resumes by itself once the pair matches again.
         if (refused !== error.message) log.error(error.message);
         refused = error.message;
-        await sleep(Math.max(0, deadline - Date.now()), closing.signal);
+        await sleep(Math.max(0, deadline - Date.now()), stop);
         return { events, batches };
       } finally {
         release();
       }
     }
-    while (Date.now() < deadline && !closing.signal.aborted) {
+    while ((Date.now() < deadline || blocked !== undefined) && !stop.aborted) {
       if (!database.check()) break;
       const live = database.current();
       const release = live.hold();
-      let pass: { events: number; batches: number };
+      let pass = { events: 0, batches: 0 };
+      let cause: string | undefined;
       try {
-        pass = await relayOn(live).relayAll((batch) => {
-          log.info('batch relayed', { count: batch.count, firstId: batch.firstId, lastId: batch.lastId, durationMs: Number(batch.durationMs.toFixed(2)) });
-        }, deadline);
+        pass = await relayOn(live).relayAll({
+          onBatch: (batch) => {
+            void lock.extend();
+            log.info('batch relayed', { count: batch.count, firstId: batch.firstId, lastId: batch.lastId, durationMs: Number(batch.durationMs.toFixed(2)) });
+          },
+          deadline,
+          beforeWrite: lock.assertHeld,
+        });
+      } catch (error) {
+        cause = writeBlockedCause(error);
+        if (cause === undefined) throw error;
       } finally {
         release();
       }
+      if (cause !== undefined) {
+        await backOff(cause, stop);
+        continue;
+      }
+      resumed();
       events += pass.events;
       batches += pass.batches;
-      if (pass.events === 0) await sleep(config.pollMs, closing.signal);
+      if (pass.events === 0) await sleep(config.pollMs, stop);
     }
+    // Lost while waiting: say so (process() logs it) rather than end as if the slice was done.
+    if (lock.lost.aborted) lock.assertHeld();
     const durationMs = Date.now() - started;
     await redis.hset(keys.relayLastRun, { at: Date.now(), jobId: job.id ?? '', events, batches, durationMs });
     return { events, batches };
@@ -137,11 +225,11 @@ export async function startRelayWorker(database: DatabaseWatch, redis: Redis, ur
     concurrency: 1,
     lockDuration: config.lockDurationMs,
     stalledInterval: config.stalledIntervalMs,
-    // A stalled relay job means a relay process died; that is not the job's fault.
+    // A stalled relay job means a relay process died or was blocked; that is not the job's fault.
     maxStalledCount: 1000,
   });
   worker.on('failed', (job, error) => log.warn('relay job failed', { jobId: job?.id, error: error.message }));
-  worker.on('stalled', (jobId) => log.warn('relay job stalled (its relay died): taken over', { jobId }));
+  worker.on('stalled', (jobId) => log.warn('relay job stalled: its lock expired (relay process died or blocked); another relay takes over', { jobId }));
   worker.on('error', (error) => log.warn('relay worker error', { error: error.message }));
   const scheduler = await keepJobScheduler(
     queue,

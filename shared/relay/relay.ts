@@ -30,6 +30,25 @@ export interface RelayBatch {
 
 export const DEFAULT_RELAY_BATCH_SIZE = 1000;
 
+export interface RelayAllOptions {
+  /** Told after each batch was marked PUBLISHED. */
+  onBatch?: (batch: RelayBatch) => void;
+  /** After this time (ms since epoch) no new batch is started. Default: never. */
+  deadline?: number;
+  /**
+   * Called before every push and every mark (and before pairing); throwing stops the pass there.
+   * The relay app checks that it still holds its job lock, so a relay that lost it writes nothing more.
+   */
+  beforeWrite?: () => void;
+}
+
+/** A batch Redis acknowledged whose mark failed (app.db locked or full): marked before anything is pushed again. */
+interface UnmarkedBatch {
+  rows: OutboxRow[];
+  generation: number;
+  started: number;
+}
+
 /**
  * Moves PENDING outbox rows onto `outbox.events`, oldest id first, and marks them PUBLISHED only
  * after Redis acknowledged the push. A crash between push and mark re-pushes the batch on the next
@@ -100,19 +119,35 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
     return pairing;
   }
 
+  /** Pushed, not yet marked: the mark failed (app.db locked, disk full) and is retried first. */
+  let unmarked: UnmarkedBatch[] = [];
+
   /**
    * Relays until no row is PENDING. Pipelined: once batch N's push is acknowledged, batch N+1 is
    * read and its push sent, and batch N is marked while that push is in flight. Still, a row is
-   * marked only after its own push was acknowledged, and pushes go out in id order. After
-   * `deadline` (ms since epoch) no new batch is started. When a push finds that Redis lost its
-   * state, the relay rebuilds it (see `ensurePaired`) and starts over from the lowest PENDING id.
+   * marked only after its own push was acknowledged, and pushes go out in id order. When a push finds
+   * that Redis lost its state, the relay rebuilds it (see `ensurePaired`) and starts over from the
+   * lowest PENDING id. When a mark fails (SQLITE_BUSY, SQLITE_FULL, …), the error is thrown and
+   * the batches Redis acknowledged are remembered: the next call marks them before it pushes
+   * anything, so waiting out a locked or full app.db re-pushes nothing.
    */
-  async function relayAll(onBatch?: (batch: RelayBatch) => void, deadline = Infinity): Promise<{ batches: number; events: number }> {
+  async function relayAll({ onBatch, deadline = Infinity, beforeWrite }: RelayAllOptions = {}): Promise<{ batches: number; events: number }> {
     const total = { batches: 0, events: 0 };
+    while (unmarked.length > 0) {
+      beforeWrite?.();
+      const { rows, generation, started } = unmarked[0];
+      const marked = markPublished.immediate(rows, Date.now(), generation);
+      unmarked.shift();
+      // Not marked: a replay set rows back to PENDING since; the pass below pushes them again.
+      if (marked) count(total, rows, started, onBatch);
+    }
     for (let attempt = 1; ; attempt += 1) {
-      if (!paired) await pair();
+      if (!paired) {
+        beforeWrite?.();
+        await pair();
+      }
       try {
-        return await relayPass(total, onBatch, deadline);
+        return await relayPass(total, { onBatch, deadline, beforeWrite });
       } catch (error) {
         if (!(error instanceof StateLostError) || attempt === 3) {
           if (error instanceof StateLostError) throw new OutboxError('Redis keeps losing its state while the relay rebuilds it: check its persistence and maxmemory-policy', 5);
@@ -123,36 +158,56 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
     }
   }
 
+  function count(total: { batches: number; events: number }, rows: OutboxRow[], started: number, onBatch: RelayAllOptions['onBatch']): void {
+    total.batches += 1;
+    total.events += rows.length;
+    onBatch?.(summary(rows, started));
+  }
+
+  /**
+   * Marks `batch`; when that fails, remembers it as unmarked, and `inFlight` too once Redis
+   * acknowledged its push, then throws.
+   */
+  async function markOrOwe(batch: UnmarkedBatch, inFlight?: { batch: UnmarkedBatch; pushing: Promise<void> }): Promise<boolean> {
+    try {
+      return markPublished.immediate(batch.rows, Date.now(), batch.generation);
+    } catch (error) {
+      unmarked = [batch];
+      if (inFlight && (await inFlight.pushing.then(() => true, () => false))) unmarked.push(inFlight.batch);
+      throw error;
+    }
+  }
+
   async function relayPass(
     total: { batches: number; events: number },
-    onBatch: ((batch: RelayBatch) => void) | undefined,
-    deadline: number,
+    { onBatch, deadline = Infinity, beforeWrite }: RelayAllOptions,
   ): Promise<{ batches: number; events: number }> {
     const generation = replayGeneration();
     let started = performance.now();
     let rows = selectPending.all(0, batchSize);
     if (rows.length === 0) return total;
+    beforeWrite?.();
     let pushing: Promise<void> = push(rows);
     for (;;) {
       await pushing;
       const next = Date.now() < deadline ? selectPending.all(rows[rows.length - 1].id, batchSize) : [];
       const nextStarted = performance.now();
       if (next.length > 0) {
+        beforeWrite?.();
         pushing = push(next);
         // Let ioredis write the next push to the socket before the synchronous UPDATE below.
         await new Promise((resolve) => setImmediate(resolve));
       }
       let marked: boolean;
       try {
-        marked = markPublished.immediate(rows, Date.now(), generation);
+        beforeWrite?.();
+        marked = await markOrOwe({ rows, generation, started }, next.length > 0 ? { batch: { rows: next, generation, started: nextStarted }, pushing } : undefined);
       } finally {
         if (next.length > 0) pushing.catch(() => {});
       }
       // Rows were set back to PENDING meanwhile: the next pass pushes them (again) and marks them.
       if (!marked) return total;
-      total.batches += 1;
-      total.events += rows.length;
-      onBatch?.(summary(rows, started));
+      count(total, rows, started, onBatch);
       if (next.length === 0) return total;
       rows = next;
       started = nextStarted;

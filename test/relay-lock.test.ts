@@ -1,0 +1,150 @@
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { closeSync, openSync, rmSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import Database from 'better-sqlite3';
+import { keys } from '../shared/redis/keys.js';
+import { sleep } from '../shared/sleep.js';
+import { waitFor } from '../shared/local/wait-for.js';
+import { startApp, stopApp, type App } from './helpers/apps.js';
+import { runCli, type CliEnv } from './helpers/cli.js';
+import { useHarness } from './helpers/harness.js';
+import { count, storeIdIn, tempDir } from './helpers/stores.js';
+
+const h = useHarness();
+
+const RELAY = 'dist/apps/relay/main.js';
+const BATCH = 1000;
+const LOCK_MS = 2000;
+const RELAY_ARGS = ['--every', '300', '--slice', '300', '--lock-duration', String(LOCK_MS), '--batch-size', String(BATCH)];
+
+const pending = (dir: string) => count(dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'");
+const pushes = async () => Number((await h.client.get(keys.enqueued)) ?? 0);
+const logsOf = (relays: App[]) => relays.map((relay) => relay.output()).join('');
+const linesMatching = (text: string, pattern: RegExp) => text.split('\n').filter((line) => pattern.test(line)).length;
+
+/** Writes zeros into `<dir>/filler` until the file system says ENOSPC. */
+function fillDisk(dir: string): void {
+  const fd = openSync(join(dir, 'filler'), 'w');
+  try {
+    for (const size of [1 << 16, 1 << 12, 1 << 9]) {
+      const chunk = Buffer.alloc(size);
+      try {
+        for (;;) writeSync(fd, chunk);
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== 'ENOSPC') throw error;
+      }
+    }
+  } finally {
+    closeSync(fd);
+  }
+}
+
+describe('one relay pass at a time, with app.db locked or full', () => {
+  it('a writer holding app.db longer than the relay lock: no takeover, at most one batch pushed twice, every row published', async (t) => {
+    const rows = 20_000;
+    await h.cli('place-order', '--count', String(rows));
+    // Another writer takes the write lock before the relays start, and keeps it past their lock.
+    const writer = new Database(join(h.env.dir, 'app.db'));
+    writer.pragma('busy_timeout = 5000');
+    writer.exec('BEGIN IMMEDIATE');
+    const relays = [startApp(h.env, RELAY, RELAY_ARGS), startApp(h.env, RELAY, RELAY_ARGS)];
+    try {
+      try {
+        await waitFor(async () => (await pushes()) > 0, { timeoutMs: 10_000, message: 'no relay pushed while the writer held app.db' });
+        // The fault itself: the write lock stays taken for longer than a relay job's lock.
+        await sleep(LOCK_MS * 1.75);
+      } finally {
+        writer.exec('ROLLBACK');
+        writer.close();
+      }
+      await waitFor(() => pending(h.env.dir) === 0, { timeoutMs: 30_000, message: 'rows left PENDING after the writer let go' });
+      const logs = logsOf(relays);
+      t.diagnostic(`pushes: ${await pushes()} for ${rows} rows`);
+      assert.ok((await pushes()) - rows <= BATCH, `${(await pushes()) - rows} rows pushed twice, more than one batch (${BATCH})`);
+      assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PUBLISHED'"), rows);
+      assert.doesNotMatch(logs, /stalled|Lock mismatch|Missing lock|job lock/);
+      assert.equal(linesMatching(logs, /"msg":"app\.db is locked by another writer \(SQLITE_BUSY\): relay backing off"/), 1, logs);
+      assert.match(logs, /"msg":"app\.db accepts the relay's writes again: relaying resumes"/);
+      assert.doesNotMatch(logs, /"stack"/);
+    } finally {
+      await Promise.all(relays.map((relay) => stopApp(relay)));
+    }
+  });
+
+  it('a relay frozen past its lock is taken over, and once it wakes it stops before its next write: at most its in-flight batches pushed twice', async (t) => {
+    const rows = 20_000;
+    const batch = 100;
+    const args = [...RELAY_ARGS.slice(0, -1), String(batch)];
+    await h.cli('place-order', '--count', String(rows));
+    const relays = [startApp(h.env, RELAY, args), startApp(h.env, RELAY, args)];
+    try {
+      await waitFor(() => linesMatching(logsOf(relays), /"msg":"relay started"/) === 2, { timeoutMs: 10_000 });
+      // Freeze the relay that is relaying right now: the one that logged a batch last.
+      const lastBatchAt = (relay: App) => relay.output().match(/"time":"[^"]+"(?=[^\n]*"msg":"batch relayed")/g)?.pop() ?? '';
+      await waitFor(() => relays.some((relay) => lastBatchAt(relay) !== ''), { timeoutMs: 10_000, intervalMs: 1, message: 'no relay started relaying' });
+      const [frozen, other] = lastBatchAt(relays[0]) > lastBatchAt(relays[1]) ? relays : [relays[1], relays[0]];
+      frozen.child.kill('SIGSTOP');
+      try {
+        await waitFor(() => /"msg":"relay job stalled: its lock expired \(relay process died or blocked\); another relay takes over"/.test(other.output()), {
+          timeoutMs: 15_000,
+          message: 'the frozen relay\'s job was not taken over',
+        });
+      } finally {
+        frozen.child.kill('SIGCONT');
+      }
+      const marksBeforeWaking = linesMatching(frozen.output(), /"msg":"batch relayed"/);
+      await waitFor(() => pending(h.env.dir) === 0, { timeoutMs: 30_000, message: 'rows left PENDING' });
+      t.diagnostic(`pushes: ${await pushes()} for ${rows} rows`);
+      assert.ok((await pushes()) - rows <= 2 * batch, `${(await pushes()) - rows} rows pushed twice, more than the two batches in flight (${2 * batch})`);
+      await waitFor(() => /job lock/.test(frozen.output()), { timeoutMs: 10_000, message: `the woken relay did not notice it lost its lock:\n${frozen.output()}` });
+      const untilNoticed = frozen.output().slice(0, frozen.output().search(/[^\n]*job lock/));
+      assert.equal(linesMatching(untilNoticed, /"msg":"batch relayed"/), marksBeforeWaking, 'the woken relay marked a batch before it noticed its lock was gone');
+      assert.doesNotMatch(logsOf(relays), /"stack"/);
+    } finally {
+      await Promise.all(relays.map((relay) => stopApp(relay)));
+    }
+  });
+
+  it('a full disk under app.db: the relay says so once, pushes no row again meanwhile, and relays everything once there is room', async (t) => {
+    const dir = tempDir();
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=4m', 'tmpfs', dir]);
+    const env: CliEnv = { dir, redisUrl: h.env.redisUrl };
+    let relays: App[] = [];
+    try {
+      assert.equal((await runCli(['init'], env)).code, 0);
+      await h.client.hset(keys.meta, 'store', storeIdIn(dir));
+      relays = [startApp(env, RELAY, RELAY_ARGS), startApp(env, RELAY, RELAY_ARGS)];
+      await waitFor(() => linesMatching(logsOf(relays), /"msg":"relay started"/) === 2, { timeoutMs: 10_000 });
+      const rows = 81;
+      // Pushes wait in Redis while the orders are placed and the disk fills up: the marks find it full.
+      await h.client.call('CLIENT', 'PAUSE', '10000', 'WRITE');
+      try {
+        assert.equal((await runCli(['place-order', '--count', String(rows)], env)).code, 0);
+        fillDisk(dir);
+      } finally {
+        await h.client.call('CLIENT', 'UNPAUSE');
+      }
+      await waitFor(async () => (await pushes()) >= rows, { timeoutMs: 10_000, message: 'no relay pushed the orders' });
+      // The fault lasts: the relays keep running against a full disk.
+      await sleep(3000);
+      const duringFault = await pushes();
+      t.diagnostic(`pushes while the disk was full: ${duringFault} for ${rows} rows`);
+      assert.equal(pending(dir), rows);
+      assert.ok(duringFault - rows <= rows, `${duringFault - rows} rows pushed again while the disk was full (one batch is ${rows})`);
+      const diskFull = /"msg":"app\.db's disk is full \(SQLITE_FULL\): relay backing off"/;
+      assert.match(logsOf(relays), diskFull);
+      rmSync(join(dir, 'filler'));
+      await waitFor(() => pending(dir) === 0, { timeoutMs: 15_000, message: 'rows left PENDING once the disk had room' });
+      const logs = logsOf(relays);
+      assert.ok((await pushes()) - rows <= rows, `${(await pushes()) - rows} rows pushed twice (one batch is ${rows})`);
+      assert.equal(linesMatching(logs, diskFull), 1, logs);
+      assert.match(logs, /"msg":"app\.db accepts the relay's writes again: relaying resumes"/);
+      assert.doesNotMatch(logs, /stalled|Lock mismatch|Missing lock|job lock|"stack"/);
+    } finally {
+      await Promise.all(relays.map((relay) => stopApp(relay)));
+      execFileSync('umount', [dir]);
+    }
+  });
+});
