@@ -41,13 +41,13 @@ function crashLines(crashLog: string): string[] {
  * The two counters at an instant the relay has nothing pushed but not yet marked: a batch in that
  * state would read as duplicates now and as negative duplicates later. PUBLISHED is read before
  * enqueued, so a reading never counts fewer unmarked pushes than there are (a row marked is a row
- * pushed), and of a dozen readings 7 ms apart (out of step with the producer's 10 ms ticks) the
+ * pushed), and of 25 readings 7 ms apart (out of step with the producer's 10 ms ticks) the
  * lowest is taken: the relay spends most of its time between batches.
  */
 async function snapshot(db: Db, client: Redis, crashLog: string): Promise<Snapshot> {
   const countPublished = db.prepare("SELECT COUNT(*) FROM outbox WHERE status = 'PUBLISHED'").pluck();
   let best: Snapshot | undefined;
-  for (let reading = 0; reading < 12; reading += 1) {
+  for (let reading = 0; reading < 25; reading += 1) {
     if (reading > 0) await sleep(7);
     const published = countPublished.get() as number;
     const enqueued = Number((await client.get(keys.enqueued)) ?? 0);
