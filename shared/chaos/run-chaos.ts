@@ -15,11 +15,7 @@ import { keys } from '../redis/keys.js';
 import { prune } from '../prune.js';
 import { sleep } from '../sleep.js';
 import { collectStatus } from '../status.js';
-
-export const CHAOS_TARGETS = ['relay', 'consumer', 'producer', 'redis', 'redis-wipe', 'prune'] as const;
-export type ChaosTarget = (typeof CHAOS_TARGETS)[number];
-/** What `outbox chaos` hits unless told otherwise: process and broker faults, no data faults. */
-export const DEFAULT_CHAOS_TARGETS: ChaosTarget[] = ['relay', 'consumer', 'producer', 'redis'];
+import type { ChaosTarget } from './targets.js';
 
 /** The `prune` fault's `--older-than`: everything the consumer applied more than a second ago goes. */
 const PRUNE_AGE_MS = 1000;
