@@ -32,17 +32,15 @@ describe('help', () => {
     }
   });
 
-  it('--help, every command\'s --help and a bad argument load none of ioredis, better-sqlite3, bullmq, piscina, pm2 (fast start-up)', async () => {
+  it('--help and a rejected argument load none of ioredis, better-sqlite3, bullmq, piscina, pm2 (fast start-up)', async () => {
+    // `outbox --help` loads every command module, so it covers what each of them imports at top level.
     const forbid = fileURLToPath(new URL('./fixtures/forbid-heavy-modules.js', import.meta.url));
     const cli = (...args: string[]) => runCli(args, { ...h.env, env: { NODE_OPTIONS: `--import=${forbid}` } });
     const help = await cli('--help');
     assert.equal(help.code, 0, help.stderr);
-    const names = [...help.stdout.matchAll(/^  outbox ([a-z-]+)/gm)].map((m) => m[1]);
-    assert.ok(names.length >= 20, names.join(','));
-    const results = await Promise.all(names.map((name) => cli(name, '--help')));
-    results.forEach((result, i) => assert.equal(result.code, 0, `${names[i]}: ${result.stderr}`));
     const bad = await cli('place-order', '--qty', 'lots');
     assert.equal(bad.code, 2, bad.stderr);
+    assert.match(bad.stderr, /^outbox: --qty must be/);
     // The guard works: a command that opens the stores trips it.
     const report = await cli('report');
     assert.notEqual(report.code, 0);
