@@ -66,7 +66,8 @@ module.exports = {
     app('outbox-producer', 'dist/apps/producer/main.js', {
       env: { PORT: process.env.PORT || '3000', HOST: process.env.HOST || '127.0.0.1' },
     }),
-    app('outbox-relay', 'dist/apps/relay/main.js'),
+    // OUTBOX_RELAY_INSTANCES (default 1): more relays take over each other's BullMQ job (outbox chaos runs 2).
+    app('outbox-relay', 'dist/apps/relay/main.js', { options: { instances: Number(process.env.OUTBOX_RELAY_INSTANCES || 1) } }),
     app('outbox-consumer', 'dist/apps/consumer/main.js'),
   ],
 };

@@ -1,10 +1,12 @@
 import Database from 'better-sqlite3';
 import type { Redis } from 'ioredis';
-import { existsSync, mkdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync, statSync } from 'node:fs';
 import { databasePath } from './config.js';
 import { configure } from './db/open-database.js';
 import { createSchema } from './db/schema.js';
 import { ConflictError } from './errors/conflict-error.js';
+import { InvalidInputError } from './errors/invalid-input-error.js';
+import { StoreUnavailableError } from './errors/store-unavailable-error.js';
 import { projectKeyPatterns } from './redis/keys.js';
 import { keyPrefixOfConnection, scanKeys } from './redis/scan-keys.js';
 
@@ -16,18 +18,42 @@ export function assertCanInit(dir: string, force: boolean): void {
   }
 }
 
-/** Creates `<dir>/app.db` with the schema, deleting any previous database files first. */
+/**
+ * Creates `<dir>/app.db` with the schema, deleting any previous database files first. A `dir` that
+ * is not a directory is bad input (exit 2); a directory where the file cannot be made (permissions,
+ * read-only or full disk) a `StoreUnavailableError` (exit 5); either before anything was deleted.
+ */
 export function createDatabase(dir: string): string {
   const path = databasePath(dir);
-  mkdirSync(dir, { recursive: true });
-  for (const suffix of ['', '-wal', '-shm', '-journal']) rmSync(path + suffix, { force: true });
-  const db = configure(new Database(path));
+  assertDirectory(dir);
   try {
-    createSchema(db);
-  } finally {
-    db.close();
+    mkdirSync(dir, { recursive: true });
+    for (const suffix of ['', '-wal', '-shm', '-journal']) rmSync(path + suffix, { force: true });
+    const db = configure(new Database(path));
+    try {
+      createSchema(db);
+    } finally {
+      db.close();
+    }
+  } catch (error) {
+    const { code, message } = error as { code?: string; message?: string };
+    throw new StoreUnavailableError(`cannot create ${path} (${code ?? message}): check that ${dir} is writable and its disk has room`);
   }
   return path;
+}
+
+/** `dir` must be a directory or not exist yet (then no parent of it may be a file). */
+function assertDirectory(dir: string): void {
+  let stats;
+  try {
+    stats = statSync(dir, { throwIfNoEntry: false });
+  } catch {
+    // ENOTDIR: a parent is a file
+    throw new InvalidInputError(`--dir ${dir} is not a directory (a parent of it is a file): pass a directory (it is created when missing)`);
+  }
+  if (stats && !stats.isDirectory()) {
+    throw new InvalidInputError(`--dir ${dir} is a file, not a directory: pass a directory (it is created when missing)`);
+  }
 }
 
 /** Deletes every key this project owns in the connection's namespace (and no other); resolves how many. */

@@ -120,6 +120,21 @@ describe('consumer app', () => {
   const event = (aggregateId: number) =>
     JSON.stringify({ event_id: `orphan-${aggregateId}`, aggregate_id: aggregateId, seq: 1, event_type: 'OrderPlaced', payload: { orderId: aggregateId, sku: 'SKU-O', qty: 1 }, store_id: h.storeId });
 
+  it('on SIGTERM hands back, in order, what it took but did not apply (an event waiting for a handler retry)', async () => {
+    // Order 1's event fails its handler until the test ends, so it waits in the processing list.
+    const consumer = startApp('dist/apps/consumer/main.js', [], { OUTBOX_HANDLER_FAIL: `throw-until:${Date.now() + 120_000}@1`, OUTBOX_MAX_ATTEMPTS: '1000' });
+    await h.client.rpush('outbox.events', event(1), event(2));
+    await waitFor(async () => (await h.client.hlen('processed')) === 1 && /"msg":"handler failed/.test(consumer.output()), {
+      message: 'order 2 was not applied, or order 1 did not fail',
+    });
+    assert.equal(await h.client.llen('outbox.events:processing:consumer-0'), 1);
+    assert.equal((await stop(consumer)).code, 0);
+    const stopped = JSON.parse(consumer.output().split('\n').find((line) => line.includes('"msg":"consumer stopped"'))!);
+    assert.equal(stopped.handedBack, 1);
+    assert.deepEqual(await h.client.lrange('outbox.events', 0, -1), [event(1)]);
+    assert.equal(await h.client.llen('outbox.events:processing:consumer-0'), 0);
+  });
+
   it('reclaims the processing list of a consumer that is gone, and leaves a live one alone', async () => {
     await h.client.rpush('outbox.events:processing:ghost', event(1), event(2));
     await h.client.rpush('outbox.events:processing:alive', event(3));

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import { DEFAULT_RELAY_BATCH_SIZE } from '../shared/relay/relay.js';
 import { runCli } from './helpers/cli.js';
 import { tempDir } from './helpers/stores.js';
 
@@ -45,8 +46,31 @@ describe('outbox chaos', () => {
     assert.equal(figures.ok, true);
   });
 
+  it('a short run that pauses a relay, holds app.db\'s write lock and fails handlers ends with every invariant holding and at most a batch of duplicates per incident', async () => {
+    const json = join(tempDir(), 'chaos.json');
+    // Seed 30: a relay paused, app.db locked and handlers failing twice each, all within the first 15 s.
+    const result = await runCli(
+      ['chaos', '--duration', '20s', '--rate', '300', '--kill-every', '1500ms', '--seed', '30', '--targets', 'pause,sqlite-lock,handler-fail', '--json', json],
+      env,
+    );
+    assert.equal(result.code, 0, result.stdout + result.stderr);
+    assert.match(result.stdout, /CHAOS OK/);
+    assert.match(result.stdout, /^duplicates per incident \(enqueued - rows newly PUBLISHED/m);
+    const figures = JSON.parse(readFileSync(json, 'utf8'));
+    for (const kind of ['pause relay', 'sqlite lock', 'handler fail']) assert.ok(figures.faults[kind] >= 1, `no ${kind}: ${JSON.stringify(figures.faults)}`);
+    for (const kind of ['pause relay', 'sqlite lock']) {
+      const measured = figures.duplicatesPerIncident[kind];
+      assert.equal(measured.incidents, figures.faults[kind], `every ${kind} is measured`);
+      assert.ok(measured.max <= DEFAULT_RELAY_BATCH_SIZE, `${kind} caused ${measured.max} duplicates, more than one relay batch`);
+    }
+    assert.equal(figures.processedUnique, figures.outboxRows);
+    // The handler failures were transient: every event's last attempt came after them.
+    for (const key of ['lost', 'appliedTwice', 'outOfOrder', 'inventoryMismatches', 'parked', 'deadLettered']) assert.equal(figures[key], 0, key);
+    assert.equal(figures.ok, true);
+  });
+
   for (const [args, message] of [
-    [['--targets', 'relay,database'], /--targets takes a comma-separated list of relay, consumer, producer, redis, redis-wipe, prune/],
+    [['--targets', 'relay,database'], /--targets takes a comma-separated list of relay, consumer, producer, redis, redis-wipe, prune, pause, sqlite-lock, handler-fail/],
     [['--duration', 'forever'], /--duration must be a duration like 60s/],
     [['--kill-every', '10ms'], /--kill-every must be at least 100ms/],
   ] as const) {

@@ -3,12 +3,11 @@ import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import Database from 'better-sqlite3';
-import { spawn } from 'node:child_process';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import { REPO_ROOT } from '../shared/local/pm2.js';
 import { waitFor } from '../shared/local/wait-for.js';
 import { RELAY_QUEUE } from '../shared/relay/relay-worker.js';
+import { startApp, stopApp } from './helpers/apps.js';
 import { runCli, startCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
 import { count, snapshotStores, storeIdIn } from './helpers/stores.js';
@@ -279,23 +278,10 @@ describe('namespaces', () => {
   });
 });
 
-/** The relay app as a real process in `dir` and `namespace`; resolves its output so far on demand. */
+/** The relay app as a real process in `dir` and `namespace`. */
 function startRelayApp(dir: string, namespace: string) {
-  const child = spawn(process.execPath, [join(REPO_ROOT, 'dist/apps/relay/main.js'), '--every', '300', '--slice', '300'], {
-    env: { ...process.env, OUTBOX_DIR: dir, REDIS_URL: h.env.redisUrl, OUTBOX_NAMESPACE: namespace },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout!.on('data', (chunk) => (output += chunk));
-  child.stderr!.on('data', (chunk) => (output += chunk));
-  const exited = new Promise((resolve) => child.on('exit', resolve));
-  return {
-    output: () => output,
-    stop: async () => {
-      child.kill('SIGTERM');
-      await exited;
-    },
-  };
+  const app = startApp({ dir, redisUrl: h.env.redisUrl }, 'dist/apps/relay/main.js', ['--every', '300', '--slice', '300'], { OUTBOX_NAMESPACE: namespace });
+  return { output: app.output, stop: () => stopApp(app) };
 }
 
 /** Relay jobs finished so far in a namespace's BullMQ queue. */

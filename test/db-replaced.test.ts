@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { REPO_ROOT } from '../shared/local/pm2.js';
 import { freePort } from '../shared/local/redis-server.js';
 import { waitFor } from '../shared/local/wait-for.js';
+import { startApp as startAppIn, stopApp, type App } from './helpers/apps.js';
 import { runCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
 import { count, snapshotStores } from './helpers/stores.js';
@@ -13,28 +13,10 @@ import { count, snapshotStores } from './helpers/stores.js';
 // Issue #8: `rm app.db*; outbox init` (or init --force, or lab) while the apps run.
 const h = useHarness();
 
-interface App {
-  child: ChildProcess;
-  output: () => string;
-  exited: Promise<number | null>;
-}
+const startApp = (script: string, args: string[], env: Record<string, string> = {}) => startAppIn(h.env, script, args, env);
 
-function startApp(script: string, args: string[], env: Record<string, string> = {}): App {
-  const child = spawn(process.execPath, [join(REPO_ROOT, script), ...args], {
-    env: { ...process.env, OUTBOX_DIR: h.env.dir, REDIS_URL: h.env.redisUrl, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout!.on('data', (chunk) => (output += chunk));
-  child.stderr!.on('data', (chunk) => (output += chunk));
-  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  return { child, output: () => output, exited };
-}
-
-async function stop(app: App): Promise<number | null> {
-  if (app.child.exitCode === null && app.child.signalCode === null) app.child.kill('SIGTERM');
-  return app.exited;
-}
+/** Stops the app and resolves its exit code. */
+const stop = async (app: App): Promise<number | null> => (await stopApp(app)).code;
 
 async function startProducer(): Promise<{ app: App; call: (method: string, path: string, body?: unknown) => Promise<{ status: number; body: any }> }> {
   const port = await freePort();

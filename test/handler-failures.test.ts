@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
+import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { createConsumer } from '../shared/consumer/consumer.js';
@@ -156,6 +157,26 @@ describe('consumer app: a failing handler is retried, a poison event dead-letter
     await assertAllAppliedInOrder();
     assert.equal(await h.client.hget('outbox:stats', 'handlerFailures'), String(EVENTS), 'one lost attempt per event of the lost lanes');
     assert.match(app.output(), /"error":"handler task lost: worker exited with code: 1"/);
+  });
+
+  it('switches injected failures on and off through OUTBOX_HANDLER_FAIL_FILE while it runs, ignoring a bad spec in it', async () => {
+    await writeAndRelay(lifecycle);
+    const file = join(h.env.dir, 'handler-fail');
+    writeFileSync(file, 'throw:1');
+    // Many attempts allowed: the events must wait, not be dead-lettered, while the file exists.
+    const app = startConsumerApp({ OUTBOX_HANDLER_FAIL_FILE: file, OUTBOX_MAX_ATTEMPTS: '1000' });
+    try {
+      await waitFor(async () => Number(await h.client.hget('outbox:stats', 'handlerFailures')) >= EVENTS, { message: 'the file did not switch failures on' });
+      assert.equal(await h.client.hlen('processed'), 0, 'nothing applied while every attempt fails');
+      writeFileSync(file, 'throw:maybe');
+      await waitFor(async () => app.output().includes('OUTBOX_HANDLER_FAIL_FILE'), { message: 'the bad spec was not logged' });
+      await waitFor(async () => (await h.client.hlen('processed')) === EVENTS, { message: 'a bad spec did not switch failures off' });
+    } finally {
+      rmSync(file, { force: true });
+      assert.equal(await stop(app), 0);
+    }
+    await assertAllAppliedInOrder();
+    assert.match(app.output(), /"level":"warn".*"msg":"OUTBOX_HANDLER_FAIL_FILE \([^)]*\) must be <throw\|crash\|hang>:<probability 0-1>/);
   });
 
   it('dead-letters alone an event that always kills its thread: the other events of its lane are applied', async () => {

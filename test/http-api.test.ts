@@ -63,6 +63,18 @@ describe('producer HTTP API', () => {
     assert.deepEqual(await call('GET', '/healthz').then((r) => [r.status, r.body]), [200, { ok: true }]);
   });
 
+  it('HEAD /healthz answers 200 like GET, with no body', async () => {
+    const response = await fetch(`${base}/healthz`, { method: 'HEAD' });
+    assert.equal(response.status, 200);
+    assert.equal(response.headers.get('content-length'), String(JSON.stringify({ ok: true }).length));
+    assert.equal(await response.text(), '');
+  });
+
+  it('accepts application/json with a UTF-8 charset parameter', async () => {
+    const { status } = await call('POST', '/orders', '{"sku":"SKU-A","qty":1}', 'application/json; charset=UTF-8');
+    assert.equal(status, 201);
+  });
+
   const rejected: [string, string, string, string | undefined, number, RegExp, string?][] = [
     ['qty 0', 'POST', '/orders', '{"sku":"SKU-A","qty":0}', 400, /qty must be a whole number/],
     ['qty as a fraction', 'POST', '/orders', '{"sku":"SKU-A","qty":1.5}', 400, /qty must be a whole number/],
@@ -78,6 +90,10 @@ describe('producer HTTP API', () => {
     ['bad order id', 'GET', '/orders/abc', undefined, 400, /order id must be a positive whole number/],
     ['unknown route', 'GET', '/nope', undefined, 404, /no route \/nope/],
     ['wrong method', 'GET', '/orders', undefined, 405, /use POST on \/orders/],
+    ['bad percent-escape in the order id', 'GET', '/orders/%ZZ', undefined, 400, /"%ZZ" is not a valid percent-encoded path segment/],
+    ['qty beyond what a double holds', 'POST', '/orders', '{"sku":"SKU-A","qty":1e400}', 400, /qty must be a whole number from 1 to 1000000, got a number out of range/],
+    ['a JSON-like content type', 'POST', '/orders', '{"sku":"SKU-A","qty":1}', 415, /content-type: application\/json/, 'application/json-patch+json'],
+    ['a charset other than UTF-8', 'POST', '/orders', '{"sku":"SKU-A","qty":1}', 415, /charset utf-8/, 'application/json; charset=latin1'],
   ];
   for (const [name, method, path, body, status, message, type] of rejected) {
     it(`${name}: ${status}, nothing written`, async () => {
@@ -87,6 +103,7 @@ describe('producer HTTP API', () => {
       assert.match(response.body.error, message);
       assert.doesNotMatch(JSON.stringify(response.body), /\n\s+at /);
       assert.deepEqual(rows(), before);
+      assert.ok(!logged.some((line) => /"msg":"request failed"/.test(line)), 'an expected error is not logged as a failure');
     });
   }
 

@@ -3,7 +3,7 @@ import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { DEFAULT_MAX_ATTEMPTS } from '../../shared/consumer/consumer.js';
 import type { HandlerResult } from '../../shared/consumer/effect.js';
-import { parseHandlerFault } from '../../shared/consumer/handler-fault.js';
+import { handlerFaultSource, parseHandlerFault } from '../../shared/consumer/handler-fault.js';
 import { startConsumer } from '../../shared/consumer/run-consumer.js';
 import type { OutboxEvent } from '../../shared/events.js';
 import { parseCount } from '../../shared/orders/validate.js';
@@ -46,8 +46,9 @@ runApp('outbox-consumer', async (log, signal) => {
   const config = configOf(argv);
   const timeoutMs = parseCount(argv['handler-timeout'], '--handler-timeout / OUTBOX_HANDLER_TIMEOUT_MS (ms)', 3_600_000);
   const maxAttempts = parseCount(argv['max-attempts'], '--max-attempts / OUTBOX_MAX_ATTEMPTS', 1000);
-  // Checked here so that a bad value stops the app with one line; the worker threads read it themselves.
+  // Checked here so that a bad value stops the app with one line; each task carries the fault in force.
   const fault = parseHandlerFault(env.OUTBOX_HANDLER_FAIL);
+  const faultNow = handlerFaultSource(fault, env.OUTBOX_HANDLER_FAIL_FILE || undefined, log);
   // A fixed pool: piscina's default idleTimeout of 0 would stop an idle thread and start it again (module loading
   // included) for the next task, adding tens of ms of latency.
   const pool = new Piscina({
@@ -59,7 +60,7 @@ runApp('outbox-consumer', async (log, signal) => {
   const cpuCostMs = argv['cpu-cost'];
   const handler = async (events: OutboxEvent[], attempts: number[]) => {
     try {
-      return (await pool.run({ events, attempts, cpuCostMs }, { signal: AbortSignal.timeout(timeoutMs) })) as HandlerResult[];
+      return (await pool.run({ events, attempts, cpuCostMs, fault: faultNow() }, { signal: AbortSignal.timeout(timeoutMs) })) as HandlerResult[];
     } catch (error) {
       throw taskError(error as Error, timeoutMs);
     }
@@ -75,6 +76,7 @@ runApp('outbox-consumer', async (log, signal) => {
     handlerTimeoutMs: timeoutMs,
     maxAttempts,
     ...(fault ? { injectedHandlerFailures: env.OUTBOX_HANDLER_FAIL } : {}),
+    ...(env.OUTBOX_HANDLER_FAIL_FILE ? { injectedHandlerFailuresFile: env.OUTBOX_HANDLER_FAIL_FILE } : {}),
   });
   return async () => {
     await consumer.stop();

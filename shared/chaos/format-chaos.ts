@@ -1,3 +1,4 @@
+import { INCIDENT_SETTLE_MS } from './incidents.js';
 import type { ChaosResult } from './run-chaos.js';
 
 function seconds(ms: number | null): string {
@@ -27,7 +28,7 @@ export function formatChaos(r: ChaosResult): string[] {
     ['applied out of order', r.outOfOrder, '0'],
     ['inventory mismatches', r.inventoryMismatches, '0'],
     ['parked', r.parked, '0'],
-    ['dead-lettered', r.deadLettered, ''],
+    ['dead-lettered', r.deadLettered, '0'],
     ['max pending age', seconds(r.maxPendingAgeMs), ''],
     ['time to drain', seconds(r.drainMs), ''],
   ];
@@ -41,11 +42,23 @@ export function formatChaos(r: ChaosResult): string[] {
           'unrecoverable: pruned events whose effects a later wipe lost for good.',
         ]
       : [];
+  const measured = Object.entries(r.duplicatesPerIncident);
+  const overlapped = r.incidents.filter((i) => i.overlaps.length > 0);
+  const incidents =
+    measured.length > 0
+      ? [
+          '',
+          `duplicates per incident (enqueued - rows newly PUBLISHED, from just before the fault to ${INCIDENT_SETTLE_MS / 1000} s after it)`,
+          ...measured.map(([kind, s]) => `  ${kind.padEnd(16)} incidents ${String(s.incidents).padStart(3)}   max ${String(s.max).padStart(5)}   total ${String(s.total).padStart(6)}`),
+          ...overlapped.map((i) => `  ${i.kind} at ${(i.atMs / 1000).toFixed(1)} s (${i.duplicates} duplicates) overlapped: ${i.overlaps.join(', ')}`),
+        ]
+      : [];
   return [
     `outbox chaos: seed ${r.seed}, ${r.durationMs / 1000} s of traffic at ${r.rate} operations/s`,
     '',
     'faults injected',
     ...(faults.length === 0 ? ['  none'] : faults.map(([kind, n]) => `  ${kind.padEnd(30)} ${String(n).padStart(5)}`)),
+    ...incidents,
     '',
     `${'figure'.padEnd(24)} ${'value'.padStart(12)}  must be`,
     ...rows.map(([name, value, must]) => `${name.padEnd(24)} ${String(value).padStart(12)}  ${must}`),

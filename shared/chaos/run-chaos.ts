@@ -1,8 +1,11 @@
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import { verifyStores, type Ledger } from '../checks/verify.js';
+import { DEFAULT_MAX_ATTEMPTS } from '../consumer/consumer.js';
+import { HEARTBEAT_TTL_MS } from '../consumer/orphans.js';
+import { backoffMs } from '../consumer/retries.js';
 import { CRASH_POINTS } from '../crash-point.js';
 import { openDatabase, type Db } from '../db/open-database.js';
 import { createDatabase } from '../init-stores.js';
@@ -15,10 +18,26 @@ import { keys } from '../redis/keys.js';
 import { prune } from '../prune.js';
 import { sleep } from '../sleep.js';
 import { collectStatus } from '../status.js';
+import { INCIDENT_SETTLE_MS, measureIncident, summarizeIncidents, type Incident, type IncidentSummary } from './incidents.js';
 import type { ChaosTarget } from './targets.js';
 
 /** The `prune` fault's `--older-than`: everything the consumer applied more than a second ago goes. */
 const PRUNE_AGE_MS = 1000;
+
+/** The relays' BullMQ job lock in a chaos run (OUTBOX_RELAY_LOCK_MS): shorter than the default 4 s, to keep runs short. */
+export const CHAOS_RELAY_LOCK_MS = 2000;
+/** Relay processes: a paused or killed one is taken over by the other. */
+const RELAY_INSTANCES = 2;
+/** Longer than the relay lock: a paused relay loses its pass, a held app.db outlasts the relay's waits. */
+const RELAY_OUTAGE_MS = CHAOS_RELAY_LOCK_MS + 1000;
+/** Longer than the consumer heartbeat: a paused consumer counts as gone. */
+const CONSUMER_PAUSE_MS = HEARTBEAT_TTL_MS + 1000;
+/**
+ * How long the `handler-fail` fault makes every handler attempt fail: shorter than the backoffs
+ * between an event's first and last attempt (1.5 s at 5 attempts), so every event's last attempt
+ * comes after it: transient failures, nothing dead-lettered.
+ */
+const HANDLER_FAIL_MS = Array.from({ length: DEFAULT_MAX_ATTEMPTS - 1 }, (_, i) => backoffMs(i + 1)).reduce((a, b) => a + b, 0) - 500;
 
 export interface ChaosOptions {
   /** How long faults are injected while traffic runs (ms). */
@@ -43,8 +62,15 @@ export interface ChaosResult {
   seed: number;
   durationMs: number;
   rate: number;
-  /** Faults that took effect, by kind: "kill <app>", "crash <point>", "redis down", "redis wiped", "prune". */
+  /**
+   * Faults that took effect, by kind: "kill <app>", "crash <point>", "redis down", "redis wiped",
+   * "prune", "pause relay", "pause consumer", "sqlite lock", "handler fail".
+   */
   faults: Record<string, number>;
+  /** The pauses and SQLite locks, each with the duplicates it caused. */
+  incidents: Incident[];
+  /** Their duplicates per kind: count, max and total. */
+  duplicatesPerIncident: IncidentSummary;
   orders: number;
   outboxRows: number;
   /** Outbox rows the `prune` faults deleted. */
@@ -73,7 +99,7 @@ export interface ChaosResult {
   ledger: Ledger['checks'];
 }
 
-const APP_OF: Record<Exclude<ChaosTarget, 'redis' | 'redis-wipe' | 'prune'>, string> = {
+const APP_OF: Record<'relay' | 'consumer' | 'producer', string> = {
   relay: 'outbox-relay',
   consumer: 'outbox-consumer',
   producer: 'outbox-producer',
@@ -107,6 +133,26 @@ async function redisCounts(client: Redis): Promise<RedisCounts> {
 }
 
 /**
+ * Holds app.db's write lock on `db` for `ms`, taken at an instant when rows are PENDING (tried for
+ * up to a second), so that the relay has rows it can push but not mark: the case its back-off is for.
+ */
+async function holdWriteLock(db: Db, ms: number): Promise<void> {
+  const pending = db.prepare("SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'").pluck();
+  for (let tries = 0; tries < 100; tries += 1) {
+    db.exec('BEGIN IMMEDIATE');
+    if ((pending.get() as number) > 0) break;
+    db.exec('COMMIT');
+    await sleep(10);
+  }
+  if (!db.inTransaction) db.exec('BEGIN IMMEDIATE');
+  try {
+    await sleep(ms);
+  } finally {
+    db.exec('COMMIT');
+  }
+}
+
+/**
  * Runs the real apps under pm2 against a private, fully durable Redis (unless the `redis-wipe`
  * fault wipes it), generates traffic, injects seeded faults, then stops traffic, lets the system
  * drain and reconciles the stores.
@@ -117,6 +163,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   const workspace = mkdtempSync(join(tmpdir(), 'outbox-chaos-'));
   const dataDir = join(workspace, 'data');
   const crashLog = join(workspace, 'crash-points.log');
+  const handlerFailFile = join(workspace, 'handler-fail');
   mkdirSync(join(workspace, 'redis'), { recursive: true });
   // What `outbox init` does: the apps never create app.db.
   createDatabase(dataDir);
@@ -132,18 +179,25 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     OUTBOX_CRASH_POINTS: CRASH_POINTS.join(','),
     OUTBOX_CRASH_MODE: 'armed',
     OUTBOX_CRASH_LOG: crashLog,
+    OUTBOX_RELAY_INSTANCES: String(RELAY_INSTANCES),
+    OUTBOX_RELAY_LOCK_MS: String(CHAOS_RELAY_LOCK_MS),
+    // The handler-fail fault's switch; the retry budget it is sized for.
+    OUTBOX_HANDLER_FAIL: '',
+    OUTBOX_HANDLER_FAIL_FILE: handlerFailFile,
+    OUTBOX_MAX_ATTEMPTS: String(DEFAULT_MAX_ATTEMPTS),
   });
   const faults: Record<string, number> = {};
   const count = (kind: string) => (faults[kind] = (faults[kind] ?? 0) + 1);
   // What the wiped Redises counted, each sampled just before its wipe.
   const wiped: RedisCounts = { enqueued: 0, duplicates: 0, appliedTwice: 0 };
   let prunedRows = 0;
+  const incidents: Incident[] = [];
   let client: Redis | undefined;
   let db: Db | undefined;
   try {
     const started = await pm2.run('start', 'ecosystem.config.cjs');
     if (started.code !== 0) throw new Error(`pm2 start failed: ${started.stderr || started.stdout}`);
-    await waitFor(async () => (await pm2.list()).filter((p) => p.pm2_env.status === 'online').length === 3, {
+    await waitFor(async () => (await pm2.list()).filter((p) => p.pm2_env.status === 'online').length === 2 + RELAY_INSTANCES, {
       timeoutMs: 20_000,
       message: 'the apps did not come online',
     });
@@ -152,6 +206,19 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
 
     let maxPendingAgeMs = 0;
     const startedAt = Date.now();
+    /** An online process of `target`'s app, picked by the seed among its instances. */
+    const pickProcess = async (target: keyof typeof APP_OF) => {
+      const online = (await pm2.list()).filter((p) => p.name === APP_OF[target] && p.pm2_env.status === 'online' && p.pid);
+      return online.length <= 1 ? online[0] : online[Math.floor(random() * online.length)];
+    };
+    /** Runs `fault`, measuring the duplicates it causes up to INCIDENT_SETTLE_MS after it. */
+    const measured = async (kind: Incident['kind'], fault: () => Promise<void>) => {
+      const done = await measureIncident(kind, Date.now() - startedAt, db!, client!, crashLog);
+      await fault();
+      count(kind);
+      await sleep(INCIDENT_SETTLE_MS);
+      incidents.push(await done());
+    };
     const sample = async () => {
       const status = await collectStatus(db!, client!).catch(() => undefined);
       if (!status) return;
@@ -186,6 +253,44 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
           count('prune');
           continue;
         }
+        if (target === 'pause') {
+          const app = random() < 0.5 ? 'relay' : 'consumer';
+          const paused = await pickProcess(app);
+          if (!paused) continue;
+          await measured(`pause ${app}`, async () => {
+            process.kill(paused.pid, 'SIGSTOP');
+            try {
+              await sleep(app === 'relay' ? RELAY_OUTAGE_MS : CONSUMER_PAUSE_MS);
+            } finally {
+              // Gone meanwhile (pm2 does not restart a stopped process, but anything may kill it): nothing to resume.
+              try {
+                process.kill(paused.pid, 'SIGCONT');
+              } catch {}
+            }
+          });
+          continue;
+        }
+        if (target === 'sqlite-lock') {
+          await measured('sqlite lock', async () => {
+            // Its own connection, like any other writer of app.db would have.
+            const holder = openDatabase(dataDir);
+            try {
+              await holdWriteLock(holder, RELAY_OUTAGE_MS);
+            } finally {
+              holder.close();
+            }
+          });
+          continue;
+        }
+        if (target === 'handler-fail') {
+          // The consumer reads the file within 100 ms; the spec ends the failures itself, the delete tidies up.
+          const kind = random() < 0.5 ? 'throw' : 'crash';
+          writeFileSync(handlerFailFile, `${kind}-until:${Date.now() + HANDLER_FAIL_MS}`);
+          count('handler fail');
+          await sleep(HANDLER_FAIL_MS);
+          rmSync(handlerFailFile, { force: true });
+          continue;
+        }
         if (target === 'redis') {
           await redis.stop(random() < 0.5 ? 'SIGKILL' : 'SIGTERM');
           count('redis down');
@@ -193,8 +298,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
           await redis.resume();
           continue;
         }
-        const app = (await pm2.list()).find((p) => p.name === APP_OF[target]);
-        if (!app || app.pm2_env.status !== 'online' || !app.pid) continue;
+        const app = await pickProcess(target);
+        if (!app) continue;
         if (random() < 0.5) {
           process.kill(app.pid, 'SIGKILL');
           count(`kill ${target}`);
@@ -232,6 +337,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       durationMs: options.durationMs,
       rate: options.rate,
       faults,
+      incidents,
+      duplicatesPerIncident: summarizeIncidents(incidents),
       orders: f.orders,
       outboxRows: f.outbox,
       pruned: prunedRows,

@@ -1,5 +1,7 @@
+import { readFileSync } from 'node:fs';
 import type { OutboxEvent } from '../events.js';
 import { InvalidInputError } from '../errors/invalid-input-error.js';
+import type { Logger } from '../logger.js';
 
 /**
  * A handler failure injected on purpose, for tests and chaos: env `OUTBOX_HANDLER_FAIL`, read by
@@ -9,6 +11,9 @@ import { InvalidInputError } from '../errors/invalid-input-error.js';
  * followed by `@<aggregate>` or `@<aggregate>:<seq>` to hit only those events. Kinds: `throw` (the
  * handler throws for that event), `crash` (the worker thread exits: its whole lane task is lost),
  * `hang` (the thread never answers: the handler timeout stops it).
+ *
+ * `OUTBOX_HANDLER_FAIL_FILE` names a file whose contents, while it exists, are the fault in force
+ * instead: `outbox chaos` switches failures on and off with it, without restarting the consumer.
  */
 export interface HandlerFault {
   kind: 'throw' | 'crash' | 'hang';
@@ -38,6 +43,40 @@ export function parseHandlerFault(spec: string | undefined): HandlerFault | unde
     when: mode === 'first' ? { firstAttempts: value } : mode === 'until' ? { until: value } : { probability: value },
     aggregateId: aggregate === undefined ? undefined : Number(aggregate),
     seq: seq === undefined ? undefined : Number(seq),
+  };
+}
+
+/** How often the consumer reads `OUTBOX_HANDLER_FAIL_FILE` (ms): failures switch on and off within this. */
+const FILE_CHECK_MS = 100;
+
+/**
+ * The fault in force now, for the consumer's main thread to hand to each task: the file's
+ * (re-read at most every 100 ms) while it exists, else `envFault`. A file that does not parse is
+ * logged once per content and ignored.
+ */
+export function handlerFaultSource(envFault: HandlerFault | undefined, file: string | undefined, log: Logger): () => HandlerFault | undefined {
+  if (!file) return () => envFault;
+  let checkedAt = 0;
+  let content: string | undefined;
+  let current = envFault;
+  return () => {
+    if (Date.now() - checkedAt < FILE_CHECK_MS) return current;
+    checkedAt = Date.now();
+    let read: string | undefined;
+    try {
+      read = readFileSync(file, 'utf8');
+    } catch {
+      // No file (or none readable): no switched fault.
+    }
+    if (read === content) return current;
+    content = read;
+    try {
+      current = read === undefined ? envFault : parseHandlerFault(read);
+    } catch (error) {
+      log.warn((error as Error).message.replace('OUTBOX_HANDLER_FAIL', `OUTBOX_HANDLER_FAIL_FILE (${file})`), { ignored: read });
+      current = envFault;
+    }
+    return current;
   };
 }
 

@@ -1,5 +1,7 @@
 import type { Redis } from 'ioredis';
 import { crashPoint } from '../crash-point.js';
+import { explainError } from '../errors/explain-error.js';
+import { incidentLog } from '../incident-log.js';
 import type { Logger } from '../logger.js';
 import { keys } from '../redis/keys.js';
 import { sleep } from '../sleep.js';
@@ -42,6 +44,9 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
   let blocking: Redis | undefined;
   let needResync = true;
   let previous: Promise<void> = Promise.resolve();
+  // A key of the wrong type fails every round and every take: logged once, until it works again.
+  const applyFailures = incidentLog(log);
+  const takeFailures = incidentLog(log);
 
   function report(handled: Handled[]): void {
     for (const { outcome, event, raw, reason, attempt, retryInMs } of handled) {
@@ -60,11 +65,17 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
     if (entries.length > 0) crashPoint('consumer.after-lmove');
     const { answered } = await consumer.sendRound(entries, stats, { recovered });
     const before = previous;
-    previous = answered.then(report, (error: Error) => {
-      // The messages stay in the processing list: dispatch it again once Redis answers.
-      needResync = true;
-      log.warn('cannot apply a round, will retry', { error: error.message });
-    });
+    previous = answered.then(
+      (handled) => {
+        applyFailures.clear();
+        report(handled);
+      },
+      (error: Error) => {
+        // The messages stay in the processing list: dispatch it again once Redis answers.
+        needResync = true;
+        applyFailures.warn('cannot apply a round, will retry', { error: explainError(error)?.message ?? error.message });
+      },
+    );
     await before;
   }
 
@@ -102,13 +113,14 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
           }
         }
         const entries = await take(blocking);
+        takeFailures.clear();
         if (entries.length > 0 || consumer.nextRetryInMs() === 0) await round(entries);
       } catch (error) {
         blocking?.disconnect();
         blocking = undefined;
         if (stopping) return;
         needResync = true;
-        log.warn('cannot take from the queue, retrying', { error: (error as Error).message });
+        takeFailures.warn('cannot take from the queue, retrying', { error: explainError(error)?.message ?? (error as Error).message });
         await sleep(500);
       }
     }

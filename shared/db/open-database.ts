@@ -15,6 +15,29 @@ export function configure(db: Db): Db {
 }
 
 /**
+ * Every table and column the code reads, prepared (not run): a foreign file that happens to carry
+ * outbox's schema version fails here, with one line, rather than on the first query with a stack.
+ */
+const SCHEMA_PROBES = [
+  'SELECT id, sku, qty, status, version FROM orders',
+  'SELECT id, event_id, aggregate_id, seq, event_type, payload, status, created_at, published_at FROM outbox',
+  'SELECT aggregate_id, through_seq, events FROM outbox_pruned',
+  'SELECT key, value FROM outbox_meta',
+];
+
+function assertOutboxTables(db: Db, path: string): void {
+  for (const probe of SCHEMA_PROBES) {
+    try {
+      db.prepare(probe);
+    } catch (error) {
+      throw new StoreUnavailableError(
+        `${path} is not an outbox database (${(error as Error).message}): move it away and run "outbox init", or recreate it with "outbox init --force"`,
+      );
+    }
+  }
+}
+
+/**
  * Opens `<dir>/app.db`, which `outbox init` must have created. A missing, foreign or corrupt file
  * is a `StoreUnavailableError` with the fix in its message; the file is never created or changed.
  */
@@ -32,6 +55,7 @@ export function openDatabase(dir: string): Db {
         `${path} is not an outbox database (schema version ${version}, expected ${SCHEMA_VERSION}): run "outbox init --force" to recreate it`,
       );
     }
+    assertOutboxTables(db, path);
     return configure(db);
   } catch (error) {
     db?.close();

@@ -13,7 +13,10 @@ function integer(raw: unknown): number | undefined {
 }
 
 function show(raw: unknown): string {
-  return raw === undefined ? 'nothing' : JSON.stringify(raw);
+  if (raw === undefined) return 'nothing';
+  // JSON.parse reads 1e400 as Infinity, which JSON.stringify would show as null.
+  if (typeof raw === 'number' && !Number.isFinite(raw)) return 'a number out of range';
+  return JSON.stringify(raw);
 }
 
 export function parseQty(raw: unknown, name = 'qty'): number {

@@ -31,9 +31,13 @@ function send(res: ServerResponse, status: number, body: unknown): void {
   res.end(json);
 }
 
+/** `application/json`, nothing else (not `application/json-patch+json`); the body is read as UTF-8. */
+const JSON_TYPE = /^application\/json\s*(;\s*charset\s*=\s*("utf-8"|utf-8)\s*)?$/i;
+
 async function readJson(req: IncomingMessage, maxBytes: number): Promise<Record<string, unknown>> {
-  const type = req.headers['content-type'] ?? '';
-  if (!/^application\/json\b/i.test(type)) throw new HttpError(415, 'send a JSON body with content-type: application/json');
+  if (!JSON_TYPE.test(req.headers['content-type'] ?? '')) {
+    throw new HttpError(415, 'send a JSON body with content-type: application/json (charset utf-8, if any)');
+  }
   if (Number(req.headers['content-length'] ?? 0) > maxBytes) throw new HttpError(413, `body larger than ${maxBytes} bytes`);
   const chunks: Buffer[] = [];
   let size = 0;
@@ -67,6 +71,14 @@ function number(body: Record<string, unknown>, name: string): unknown {
   return body[name];
 }
 
+function decodePathPart(part: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    throw new HttpError(400, `${JSON.stringify(part)} is not a valid percent-encoded path segment`);
+  }
+}
+
 function written({ order, eventId, seq, eventType }: OrderWrite) {
   return { orderId: order.id, sku: order.sku, qty: order.qty, status: order.status, eventId, eventType, seq };
 }
@@ -87,6 +99,7 @@ const STATUS_OF = new Map<Function, number>([
  *   POST /orders/:id/cancel       -> 200
  *   GET  /orders/:id              -> 200 {id, sku, qty, status, version}
  *   GET  /healthz                 -> 200 {ok: true}, or 503 {ok: false, reason}
+ *   HEAD on a GET route           -> the same status and headers, no body
  *
  * Without a usable app.db (missing, deleted or replaced under the app) every order call is a 503.
  */
@@ -96,7 +109,9 @@ export function createOrderApi(service: OrderService, log: Logger, options: Orde
   async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = new URL(req.url ?? '/', 'http://localhost').pathname;
     const method = req.method ?? 'GET';
+    // HEAD is answered wherever GET is, with the same status and headers (node sends no body).
     const allow = (methods: string) => {
+      if (methods === 'GET') methods = 'GET, HEAD';
       if (!methods.split(', ').includes(method)) {
         res.setHeader('allow', methods);
         throw new HttpError(405, `use ${methods} on ${path}`);
@@ -115,7 +130,7 @@ export function createOrderApi(service: OrderService, log: Logger, options: Orde
     }
     const match = /^\/orders\/([^/]+)(?:\/(qty|cancel))?$/.exec(path);
     if (!match) throw new HttpError(404, `no route ${path}`);
-    const id = parseOrderId(decodeURIComponent(match[1]), 'order id');
+    const id = parseOrderId(decodePathPart(match[1]), 'order id');
     if (match[2] === 'qty') {
       allow('POST');
       const body = only(await readJson(req, maxBodyBytes), ['qty']);

@@ -34,6 +34,9 @@ export interface RedisConnectOptions {
   requireNoEviction?: boolean;
 }
 
+/** ioredis's parser meeting a reply that is not RESP (an HTTP or other TCP server answered). */
+const NOT_RESP = /Unknown RESP type|Protocol error/;
+
 /** What to do about a failed connection, by its cause. */
 function hint(reason: string): string {
   if (/WRONGPASS|NOAUTH|invalid password|AUTH/i.test(reason)) return 'check the user and password in --redis / REDIS_URL';
@@ -102,6 +105,11 @@ export async function connectRedis(url: string, options: RedisConnectOptions = {
   } catch (error) {
     redis.disconnect();
     if (error instanceof StoreUnavailableError) throw error;
+    if (NOT_RESP.test(describe(lastError ?? error))) {
+      throw new StoreUnavailableError(
+        `the server at ${redactUrl(url)} does not speak the Redis protocol (it is another kind of server): point --redis / REDIS_URL at a Redis server`,
+      );
+    }
     const reason = describe(lastError ?? error);
     throw new StoreUnavailableError(`cannot connect to Redis at ${redactUrl(url)} (${reason}): ${hint(reason)}`);
   } finally {

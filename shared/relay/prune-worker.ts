@@ -3,7 +3,8 @@ import type { Redis } from 'ioredis';
 import type { DatabaseWatch } from '../db/live-database.js';
 import type { Logger } from '../logger.js';
 import { prune } from '../prune.js';
-import { bullConnections } from '../redis/bull-connections.js';
+import { explainError } from '../errors/explain-error.js';
+import { bullConnections, logBullErrors } from '../redis/bull-connections.js';
 import { bullPrefixOf } from '../redis/keys.js';
 import { keyPrefixOfConnection } from '../redis/scan-keys.js';
 import { keepJobScheduler } from './keep-job-scheduler.js';
@@ -56,7 +57,8 @@ export async function startPruneWorker(database: DatabaseWatch, redis: Redis, ur
     },
     { connection: bull.connection(), prefix, concurrency: 1 },
   );
-  worker.on('failed', (_job, error) => log.warn('prune job failed', { error: error.message }));
+  worker.on('failed', (_job, error) => log.warn('prune job failed', { error: explainError(error)?.message ?? error.message }));
+  logBullErrors([queue, worker], 'prune', log);
   const scheduler = await keepJobScheduler(
     queue,
     worker,

@@ -2,7 +2,9 @@ import { Queue, Worker, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { DatabaseWatch, LiveDatabase } from '../db/live-database.js';
 import type { Logger } from '../logger.js';
-import { bullConnections } from '../redis/bull-connections.js';
+import { explainError } from '../errors/explain-error.js';
+import { incidentLog } from '../incident-log.js';
+import { bullConnections, logBullErrors } from '../redis/bull-connections.js';
 import { bullPrefixOf, keys } from '../redis/keys.js';
 import { keyPrefixOfConnection } from '../redis/scan-keys.js';
 import { sleep } from '../sleep.js';
@@ -228,9 +230,11 @@ export async function startRelayWorker(database: DatabaseWatch, redis: Redis, ur
     // A stalled relay job means a relay process died or was blocked; that is not the job's fault.
     maxStalledCount: 1000,
   });
-  worker.on('failed', (job, error) => log.warn('relay job failed', { jobId: job?.id, error: error.message }));
+  const failures = incidentLog(log);
+  worker.on('failed', (job, error) => failures.warn('relay job failed', { jobId: job?.id, error: explainError(error)?.message ?? error.message }));
+  worker.on('completed', () => failures.clear());
   worker.on('stalled', (jobId) => log.warn('relay job stalled: its lock expired (relay process died or blocked); another relay takes over', { jobId }));
-  worker.on('error', (error) => log.warn('relay worker error', { error: error.message }));
+  logBullErrors([queue, worker], 'relay', log);
   const scheduler = await keepJobScheduler(
     queue,
     worker,

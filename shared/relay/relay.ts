@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import { crashPoint } from '../crash-point.js';
 import type { Db } from '../db/open-database.js';
 import { replayGenerationReader, storeIdOf } from '../db/store-meta.js';
+import { explainError } from '../errors/explain-error.js';
 import { OutboxError } from '../errors/outbox-error.js';
 import { StoreMismatchError } from '../errors/store-mismatch-error.js';
 import { toMessage, type OutboxRow } from '../events.js';
@@ -94,7 +95,7 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
         rows.map((row) => toMessage(row, storeId)),
       );
     } catch (error) {
-      const reason = error instanceof Error ? error.message : String(error);
+      const reason = explainError(error)?.message ?? (error instanceof Error ? error.message : String(error));
       throw new OutboxError(`cannot relay outbox rows ${rows[0].id}-${rows[rows.length - 1].id}: ${reason}`, 5);
     }
     if (result.status === 'unclaimed') throw new StateLostError();

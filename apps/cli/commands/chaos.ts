@@ -29,7 +29,8 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
     .option('targets', {
       type: 'string',
       default: DEFAULT_CHAOS_TARGETS.join(','),
-      describe: `what to hit, from ${CHAOS_TARGETS.join(',')} (redis-wipe: Redis restarts without its data; prune: prune --older-than 1s)`,
+      describe: `what to hit, from ${CHAOS_TARGETS.join(',')} (redis-wipe: Redis restarts without its data; prune: prune --older-than 1s; pause: SIGSTOP a relay or the consumer; ` +
+        `sqlite-lock: app.db's write lock held; handler-fail: every handler attempt fails for a while)`,
     })
     .option('seed', { type: 'string', default: '1', describe: 'seed of the fault schedule and the traffic (same seed, same schedule)' })
     .option('json', { type: 'string', describe: 'also write the figures as JSON to this file' })

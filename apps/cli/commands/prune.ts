@@ -15,7 +15,7 @@ export const describe = 'delete PUBLISHED outbox rows older than a window once t
 
 export const builder = (yargs: Argv<GlobalArgs>) =>
   yargs
-    .option('older-than', { type: 'string', demandOption: true, describe: 'keep rows younger than this, e.g. 7d, 12h' })
+    .option('older-than', { type: 'string', demandOption: true, requiresArg: true, describe: 'keep rows younger than this, e.g. 7d, 12h' })
     .option('batch-size', { type: 'string', default: '1000', describe: 'rows per transaction (how long a producer may wait)' });
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
