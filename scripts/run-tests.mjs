@@ -1,21 +1,47 @@
-// Runs every compiled test file with node's test runner. Node 20's `--test` takes no globs, so the
-// file list is built here; extra arguments (e.g. a file name fragment) narrow the run.
+// Runs the compiled test files with node's test runner. Node 20's `--test` takes no globs, so the
+// file list is built here. Extra arguments (e.g. a file name fragment) narrow the run; `--quick`
+// runs the core chain only (init and orders, relay, consumer, the CLI with report and verify).
+//
+// The files run two at a time (OUTBOX_TEST_CONCURRENCY overrides it): each starts its own
+// redis-server on a free port and uses its own temp dirs, and nothing touches Redis on 6379. The
+// files that run the whole system under pm2 with timed faults and traffic (chaos, system, bench)
+// run first, one at a time with nothing beside them: on 2 cores a second file's load makes their
+// timings miss (a chaos run beside bench once pruned nothing). The longest of the others start first.
 import { spawnSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+const CONCURRENCY = Number(process.env.OUTBOX_TEST_CONCURRENCY ?? 2);
+const QUICK = ['init-and-orders', 'relay', 'consumer', 'cli'];
+const ALONE = ['chaos', 'system', 'bench'];
+/** The longest of the others, as measured on the 2-core test machine; the rest follow by name. */
+const SLOWEST = ['data-faults', 'consumer', 'cli', 'relay-lock', 'handler-failures'];
+
 const testDir = join(dirname(fileURLToPath(import.meta.url)), '..', 'dist', 'test');
-const filters = process.argv.slice(2);
+const args = process.argv.slice(2);
+const quick = args.includes('--quick');
+const filters = args.filter((arg) => arg !== '--quick');
+const stem = (name) => name.replace(/\.test\.js$/, '');
+const rank = (name) => (SLOWEST.includes(stem(name)) ? SLOWEST.indexOf(stem(name)) : SLOWEST.length);
 const files = readdirSync(testDir)
   .filter((name) => name.endsWith('.test.js'))
+  .filter((name) => !quick || QUICK.includes(stem(name)))
   .filter((name) => filters.length === 0 || filters.some((f) => name.includes(f)))
-  .sort()
-  .map((name) => join(testDir, name));
+  .sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
 
 if (files.length === 0) {
   console.error(`no test files match ${filters.join(', ')}`);
   process.exit(2);
 }
-const result = spawnSync(process.execPath, ['--test', '--test-reporter=spec', ...files], { stdio: 'inherit' });
-process.exit(result.status ?? 1);
+
+function runFiles(names, concurrency) {
+  if (names.length === 0) return 0;
+  const paths = names.map((name) => join(testDir, name));
+  const result = spawnSync(process.execPath, ['--test', `--test-concurrency=${concurrency}`, '--test-reporter=spec', ...paths], { stdio: 'inherit' });
+  return result.status ?? 1;
+}
+
+const alone = runFiles(files.filter((name) => ALONE.includes(stem(name))), 1);
+const others = runFiles(files.filter((name) => !ALONE.includes(stem(name))), CONCURRENCY);
+process.exit(alone || others);

@@ -26,6 +26,7 @@ describe('outbox bench', () => {
       'relay RSS over',
       'consumer RSS over',
       'prune',
+      'CLI start-up, median of',
     ]) {
       assert.match(result.stdout, new RegExp(`^\\| ${stage.replace(/[()]/g, '\\$&')}`, 'm'), stage);
     }
@@ -44,6 +45,9 @@ describe('outbox bench', () => {
       figures.growth.relayRss.peakMb,
       figures.growth.consumerRss.peakMb,
       figures.e2e.p99Ms,
+      figures.cli.nodeMs,
+      figures.cli.helpMs,
+      figures.cli.reportMs,
     ]) {
       assert.ok(Number.isFinite(value) && value > 0, `${value}`);
     }
@@ -53,6 +57,6 @@ describe('outbox bench', () => {
   it('rejects an unknown stage before measuring anything', async () => {
     const result = await runCli(['bench', '--only', 'relay,disk'], env);
     assert.equal(result.code, 2);
-    assert.match(result.stderr, /--only takes producer, relay, consumer, growth, e2e, got "relay,disk"/);
+    assert.match(result.stderr, /--only takes producer, relay, consumer, growth, e2e, cli, got "relay,disk"/);
   });
 });

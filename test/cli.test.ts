@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeEach, describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import { runCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
 import { count } from './helpers/stores.js';
@@ -29,6 +30,21 @@ describe('help', () => {
       assert.match(stdout, new RegExp(`^outbox ${name}`), name);
       assert.match(stdout, /--dir/);
     }
+  });
+
+  it('--help and a rejected argument load none of ioredis, better-sqlite3, bullmq, piscina, pm2 (fast start-up)', async () => {
+    // `outbox --help` loads every command module, so it covers what each of them imports at top level.
+    const forbid = fileURLToPath(new URL('./fixtures/forbid-heavy-modules.js', import.meta.url));
+    const cli = (...args: string[]) => runCli(args, { ...h.env, env: { NODE_OPTIONS: `--import=${forbid}` } });
+    const help = await cli('--help');
+    assert.equal(help.code, 0, help.stderr);
+    const bad = await cli('place-order', '--qty', 'lots');
+    assert.equal(bad.code, 2, bad.stderr);
+    assert.match(bad.stderr, /^outbox: --qty must be/);
+    // The guard works: a command that opens the stores trips it.
+    const report = await cli('report');
+    assert.notEqual(report.code, 0);
+    assert.match(report.stderr, /forbidden module loaded: (ioredis|better-sqlite3)/);
   });
 });
 

@@ -75,13 +75,16 @@ describe('outbox-redis (the managed Redis app)', () => {
     assert.ok(existsSync(join(dir, 'redis')));
   });
 
-  it('leaves a Redis that already listens on the port alone', async () => {
+  it('leaves a Redis that already listens on the port alone, and stops with 0 on a SIGTERM sent the instant it says so', async () => {
     const existing = await RedisServer.start();
     servers.push(existing);
     const wrapper = startWrapper({ OUTBOX_DIR: tempDir(), OUTBOX_REDIS_PORT: String(existing.port) });
-    await waitFor(() => /already listens on 127\.0\.0\.1:\d+: the apps use it/.test(wrapper.output()));
-    wrapper.child.kill('SIGTERM');
-    assert.equal(await wrapper.exited, 0);
+    // Signalled from the output handler itself, not after a poll: the SIGTERM reaches the process as
+    // early as pm2's could, right after the line.
+    wrapper.child.stdout.on('data', () => {
+      if (/already listens on 127\.0\.0\.1:\d+: the apps use it/.test(wrapper.output())) wrapper.child.kill('SIGTERM');
+    });
+    assert.equal(await wrapper.exited, 0, wrapper.output());
     const client = testClient(existing.url);
     assert.equal(await client.ping(), 'PONG');
     client.disconnect();

@@ -1,14 +1,18 @@
 import type { Redis } from 'ioredis';
 import type { OutboxConfig } from '../../shared/config.js';
-import { openDatabase, type Db } from '../../shared/db/open-database.js';
-import { closeRedis, connectRedis, type RedisConnectOptions } from '../../shared/redis/connect.js';
+import type { Db } from '../../shared/db/open-database.js';
+import type { RedisConnectOptions } from '../../shared/redis/connect.js';
 import { assertSameStore } from '../../shared/relay/store-pairing.js';
+
+// The store modules load ioredis and better-sqlite3, the costliest part of start-up: they are
+// imported when a command opens a store, so `outbox --help` and bad arguments do not pay for them.
 
 /** What a command needs of Redis beyond a working connection. */
 export type RedisNeeds = Pick<RedisConnectOptions, 'requireNoEviction'>;
 
 /** Opens app.db, runs `fn`, closes it. */
 export async function withDb<T>(config: OutboxConfig, fn: (db: Db) => T | Promise<T>): Promise<T> {
+  const { openDatabase } = await import('../../shared/db/open-database.js');
   const db = openDatabase(config.dir);
   try {
     return await fn(db);
@@ -19,6 +23,7 @@ export async function withDb<T>(config: OutboxConfig, fn: (db: Db) => T | Promis
 
 /** Connects to Redis (checked, fail fast), runs `fn`, disconnects. */
 export async function withRedis<T>(config: OutboxConfig, fn: (redis: Redis) => T | Promise<T>, needs: RedisNeeds = {}): Promise<T> {
+  const { closeRedis, connectRedis } = await import('../../shared/redis/connect.js');
   const redis = await connectRedis(config.redisUrl, { name: 'outbox-cli', namespace: config.namespace, ...needs });
   try {
     return await fn(redis);

@@ -27,7 +27,6 @@ function listening(): Promise<boolean> {
 }
 
 function idle(reason: string): void {
-  log.info(reason, { port });
   const timer = setInterval(() => {}, 1 << 30);
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.on(signal, () => {
@@ -35,6 +34,9 @@ function idle(reason: string): void {
       process.exit(0);
     });
   }
+  // Announced only once the handlers are in place: a SIGTERM that follows the line at once must
+  // find them, or it kills the process (no exit code) instead of stopping it with 0.
+  log.info(reason, { port });
 }
 
 if (await listening()) {

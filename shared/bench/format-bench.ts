@@ -9,7 +9,7 @@ const met = (ok: boolean) => (ok ? 'yes' : '**no**');
 /** The markdown table of targets, measurements and ratios. */
 export function formatBench(r: BenchResult): string[] {
   const rows: Row[] = [];
-  const { producer, relay, consumer, growth, e2e } = r;
+  const { producer, relay, consumer, growth, e2e, cli } = r;
   if (producer) {
     const ratio = producer.perTransaction.perSecond / producer.rawPerTransaction.perSecond;
     rows.push(['producer, 1 order per transaction', perS(producer.perTransaction.perSecond, 'orders'), '≥ 90 % of raw', `raw better-sqlite3, same 2 INSERTs: ${perS(producer.rawPerTransaction.perSecond, 'orders')}`, `${n(ratio * 100, 1)} %`, met(ratio >= 0.9)]);
@@ -37,6 +37,10 @@ export function formatBench(r: BenchResult): string[] {
       rows.push([`${name} RSS over ${n(growth.rssEvents)} events`, `peak ${n(rss.peakMb)} MiB`, 'flat (end ≤ 1.25× at 10 %)', `at 10 %: ${n(rss.at10PercentMb)} MiB, at the end: ${n(rss.atEndMb)} MiB`, `${n(rss.atEndMb / rss.at10PercentMb, 2)}×`, met(flat)]);
     }
     rows.push([`prune ${n(growth.prune.deleted)} rows, 1000 per tx`, perS((growth.prune.deleted * 1000) / growth.prune.ms, 'rows'), 'short transactions', `longest write lock: ${n(growth.prune.maxBatchMs, 1)} ms`, '', '']);
+  }
+  if (cli) {
+    const slowest = Math.max(cli.helpMs, cli.reportMs);
+    rows.push([`CLI start-up, median of ${cli.runs}`, `--help ${n(cli.helpMs)} ms, report ${n(cli.reportMs)} ms`, '< 200 ms', `node alone (empty script): ${n(cli.nodeMs)} ms; load average ${n(cli.loadAverage, 2)}`, '', met(slowest < 200)]);
   }
   const header: Row = ['stage', 'measured', 'target', 'compared with (same run)', 'ratio', 'met'];
   return [

@@ -3,14 +3,14 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { RedisServer, testClient } from '../local/redis-server.js';
 import { defineScripts } from '../redis/scripts.js';
+import { benchCli, type CliFigures } from './cli-bench.js';
 import { benchConsumer, type ConsumerFigures } from './consumer-bench.js';
 import { benchEndToEnd, type EndToEndFigures } from './end-to-end-bench.js';
 import { benchGrowth, type GrowthFigures } from './growth-bench.js';
 import { benchProducer, type ProducerFigures } from './producer-bench.js';
 import { benchRelay, type RelayFigures } from './relay-bench.js';
+import type { BenchStage } from './stages.js';
 
-export const BENCH_STAGES = ['producer', 'relay', 'consumer', 'growth', 'e2e'] as const;
-export type BenchStage = (typeof BENCH_STAGES)[number];
 
 export interface BenchSizes {
   producerOrders: number;
@@ -23,6 +23,7 @@ export interface BenchSizes {
   rssEvents: number;
   e2eRate: number;
   e2eDurationMs: number;
+  cliRuns: number;
 }
 
 /** The sizes the issue asks for; --quick shrinks them for a smoke run. */
@@ -37,6 +38,7 @@ export const FULL: BenchSizes = {
   rssEvents: 1_000_000,
   e2eRate: 2_000,
   e2eDurationMs: 30_000,
+  cliRuns: 20,
 };
 
 export const QUICK: BenchSizes = {
@@ -50,6 +52,7 @@ export const QUICK: BenchSizes = {
   rssEvents: 20_000,
   e2eRate: 300,
   e2eDurationMs: 5_000,
+  cliRuns: 3,
 };
 
 export interface BenchResult {
@@ -61,6 +64,7 @@ export interface BenchResult {
   consumer?: ConsumerFigures;
   growth?: GrowthFigures;
   e2e?: EndToEndFigures;
+  cli?: CliFigures;
 }
 
 /**
@@ -88,6 +92,7 @@ export async function runBench(stages: BenchStage[], sizes: BenchSizes): Promise
       await client.flushall();
     }
     if (stages.includes('e2e')) result.e2e = await benchEndToEnd(workspace, sizes.e2eRate, sizes.e2eDurationMs);
+    if (stages.includes('cli')) result.cli = await benchCli(workspace, client, redis.url, sizes.cliRuns);
     return result;
   } finally {
     client.disconnect();

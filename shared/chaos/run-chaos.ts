@@ -19,11 +19,7 @@ import { prune } from '../prune.js';
 import { sleep } from '../sleep.js';
 import { collectStatus } from '../status.js';
 import { INCIDENT_SETTLE_MS, measureIncident, summarizeIncidents, type Incident, type IncidentSummary } from './incidents.js';
-
-export const CHAOS_TARGETS = ['relay', 'consumer', 'producer', 'redis', 'redis-wipe', 'prune', 'pause', 'sqlite-lock', 'handler-fail'] as const;
-export type ChaosTarget = (typeof CHAOS_TARGETS)[number];
-/** What `outbox chaos` hits unless told otherwise: process and broker faults, no data faults. */
-export const DEFAULT_CHAOS_TARGETS: ChaosTarget[] = ['relay', 'consumer', 'producer', 'redis'];
+import type { ChaosTarget } from './targets.js';
 
 /** The `prune` fault's `--older-than`: everything the consumer applied more than a second ago goes. */
 const PRUNE_AGE_MS = 1000;

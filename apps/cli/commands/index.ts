@@ -20,7 +20,15 @@ import * as report from './report.js';
 import * as status from './status.js';
 import * as verify from './verify.js';
 
-/** In the order of the seed's steps, as `outbox --help` lists them. */
+/**
+ * In the order of the seed's steps, as `outbox --help` lists them.
+ *
+ * Every command module is loaded at start-up, so at top level a command imports only what defines
+ * and checks its options; code that loads ioredis or better-sqlite3 (the stores, through
+ * ../stores.ts, or a module such as shared/lab.ts) is imported when the handler runs. That keeps
+ * `outbox --help` and a rejected argument fast; test/cli.test.ts fails if one of them loads a store
+ * library, bullmq, piscina or pm2.
+ */
 export const commands = [
   init,
   dualwrite,

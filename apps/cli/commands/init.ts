@@ -1,5 +1,4 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { assertCanInit, clearProjectKeys, createDatabase } from '../../../shared/init-stores.js';
 import { assertNoAttachedApps } from '../../../shared/local/attached-apps.js';
 import { configOf, ignoreAttachedOption, type GlobalArgs } from '../options.js';
 import { withRedis } from '../stores.js';
@@ -23,6 +22,7 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const config = configOf(argv);
+  const { assertCanInit, clearProjectKeys, createDatabase } = await import('../../../shared/init-stores.js');
   assertCanInit(config.dir, argv.force);
   if (argv.force) {
     if (!argv.ignoreAttached) assertNoAttachedApps(config.dir);

@@ -2,7 +2,6 @@ import { spawn } from 'node:child_process';
 import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { CheckFailedError } from '../../../shared/errors/check-failed-error.js';
 import type { OutboxConfig } from '../../../shared/config.js';
-import { runLab } from '../../../shared/lab.js';
 import { assertNoAttachedApps } from '../../../shared/local/attached-apps.js';
 import { configOf, ignoreAttachedOption, type GlobalArgs } from '../options.js';
 import { withRedis } from '../stores.js';
@@ -38,6 +37,7 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const config = configOf(argv);
   if (!argv.ignoreAttached) assertNoAttachedApps(config.dir);
   console.log(`outbox lab in ${config.dir}`);
+  const { runLab } = await import('../../../shared/lab.js');
   const ok = await withRedis(
     config,
     (redis) => runLab(config, redis, { log: (line) => console.log(line), runRelayCrash: () => runRelayCrash(config) }),
