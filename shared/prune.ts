@@ -7,6 +7,12 @@ export interface PruneOptions {
   batchSize?: number;
   /** Called after each batch. */
   onBatch?: (deleted: number) => void;
+  /** Count what would be deleted, delete nothing (`prune --dry-run`). */
+  dryRun?: boolean;
+  /** The clock the window is measured from (default now): a run confirmed after a dry run uses the dry run's. */
+  now?: number;
+  /** Delete no row above this id: a run confirmed after a dry run deletes no more than it showed. */
+  throughId?: number;
 }
 
 export interface PruneResult {
@@ -20,13 +26,24 @@ export interface PruneResult {
   /** The longest a batch held the write lock, ms. */
   maxBatchMs: number;
   ms: number;
+  /** The clock the window was measured from. */
+  now: number;
+  /** The first and last row deleted (or, in a dry run, to be deleted); null when none. */
+  firstId: number | null;
+  lastId: number | null;
+  /** The first rows deleted, up to SHOWN_ROWS, for a dry run and a question to show. */
+  firstRows: Candidate[];
 }
 
-interface Candidate {
+/** Rows kept in `PruneResult.firstRows`. */
+const SHOWN_ROWS = 5;
+
+export interface Candidate {
   id: number;
   event_id: string;
   aggregate_id: number;
   seq: number;
+  event_type: string;
   status: string;
   created_at: number;
 }
@@ -43,13 +60,15 @@ const LOOKUP_CHUNK = 500;
  * Only rows below the first row that must stay (PENDING, recent or not applied, in id order) go, so
  * each aggregate loses a prefix of its events; `outbox_pruned` records it, in the same transaction,
  * for verify. Candidates are read and looked up in Redis outside any transaction; only the delete
- * takes the write lock.
+ * takes the write lock. A dry run goes through the same steps and counts instead of deleting.
  */
 export async function prune(db: Db, redis: Redis, olderThanMs: number, options: PruneOptions = {}): Promise<PruneResult> {
   const batchSize = options.batchSize ?? 1000;
-  const cutoff = Date.now() - olderThanMs;
+  const now = options.now ?? Date.now();
+  const cutoff = now - olderThanMs;
+  const throughId = options.throughId ?? Number.MAX_SAFE_INTEGER;
   const readBatch = db.prepare<[number, number], Candidate>(
-    'SELECT id, event_id, aggregate_id, seq, status, created_at FROM outbox WHERE id > ? ORDER BY id LIMIT ?',
+    'SELECT id, event_id, aggregate_id, seq, event_type, status, created_at FROM outbox WHERE id > ? ORDER BY id LIMIT ?',
   );
   const record = db.prepare<[number, number]>(
     `INSERT INTO outbox_pruned (aggregate_id, through_seq, events)
@@ -64,21 +83,26 @@ export async function prune(db: Db, redis: Redis, olderThanMs: number, options: 
   });
 
   const started = performance.now();
-  const result: PruneResult = { deleted: 0, batches: 0, keptNotApplied: 0, maxBatchMs: 0, ms: 0 };
+  const result: PruneResult = { deleted: 0, batches: 0, keptNotApplied: 0, maxBatchMs: 0, ms: 0, now, firstId: null, lastId: null, firstRows: [] };
   for (let cursor = 0; ; ) {
     const rows = readBatch.all(cursor, batchSize);
     const old = takeWhile(rows, (row) => row.status === 'PUBLISHED' && row.created_at < cutoff);
-    const applied = old.slice(0, await appliedPrefixLength(redis, old));
+    const appliedCount = await appliedPrefixLength(redis, old);
+    const applied = takeWhile(old.slice(0, appliedCount), (row) => row.id <= throughId);
     if (applied.length > 0) {
       const through = applied[applied.length - 1].id;
       const batchStarted = performance.now();
-      result.deleted += deleteRange.immediate(cursor, through);
+      // In a dry run the rows counted are exactly those the DELETE would take: PUBLISHED, in (cursor, through].
+      result.deleted += options.dryRun ? applied.length : deleteRange.immediate(cursor, through);
       result.maxBatchMs = Math.max(result.maxBatchMs, performance.now() - batchStarted);
       result.batches += 1;
+      result.firstId ??= applied[0].id;
+      result.lastId = through;
+      result.firstRows.push(...applied.slice(0, SHOWN_ROWS - result.firstRows.length));
       cursor = through;
       options.onBatch?.(result.deleted);
     }
-    if (applied.length < old.length) result.keptNotApplied = countWaiting(db, old[applied.length].id, cutoff);
+    if (appliedCount < old.length) result.keptNotApplied = countWaiting(db, old[appliedCount].id, cutoff);
     if (applied.length < rows.length || rows.length === 0) break;
     await new Promise((resolve) => setImmediate(resolve));
   }

@@ -1,9 +1,10 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { assertAllDone, dropHeld, listHeld, retryHeld, selectHeld, type HeldKind } from '../../../shared/recovery/held-messages.js';
+import { assertAllDone, dropHeld, listHeld, retryHeld, selectHeld, type HeldKind, type HeldMessage } from '../../../shared/recovery/held-messages.js';
+import { guard, guardOptions, SHOWN, withMore, type GuardArgs } from '../confirm.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { withRedis } from '../stores.js';
 
-interface Args extends GlobalArgs {
+interface Args extends GlobalArgs, GuardArgs {
   action: 'list' | 'retry' | 'drop';
   id: string[];
   all: boolean;
@@ -20,17 +21,26 @@ export function heldCommand(kind: HeldKind, what: string, idHelp: string, retryH
         .positional('action', { choices: ['list', 'retry', 'drop'] as const, describe: `list; retry: ${retryHelp}; drop: delete for good` })
         .option('id', { type: 'string', array: true, default: [] as string[], describe: idHelp })
         .option('all', { type: 'boolean', default: false, describe: 'every entry' })
-        .option('json', { type: 'boolean', default: false, describe: 'list as JSON' }),
+        .option('json', { type: 'boolean', default: false, describe: 'list as JSON' })
+        .options(guardOptions),
     async handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
       await withRedis(configOf(argv), async (redis) => {
         if (argv.action === 'list') {
           const held = await listHeld(redis, kind);
           if (argv.json) return console.log(JSON.stringify(held.map(({ handle: _, ...h }) => h), null, 2));
           if (held.length === 0) return console.log(`no ${what}`);
-          for (const h of held) console.log(`${h.id}  ${new Date(h.at).toISOString()}  ${h.reason}  ${h.message.slice(0, 120)}`);
+          for (const h of held) console.log(heldLine(h));
           return;
         }
         const held = await selectHeld(redis, kind, argv.id, argv.all);
+        const goOn = await guard(argv, {
+          command: `${kind} ${argv.action}`,
+          change: argv.action === 'retry' ? `put ${held.length} ${kind} entr(ies) back on outbox.events` : `drop ${held.length} ${kind} entr(ies) for good`,
+          // A retry loses nothing: only a drop is asked about.
+          size: argv.action === 'drop' ? held.length : 0,
+          shown: withMore(held.slice(0, SHOWN).map(heldLine), held.length),
+        });
+        if (!goOn) return;
         if (argv.action === 'retry') {
           const result = await retryHeld(redis, kind, held);
           console.log(`${result.done} ${kind} entr(ies) put back on outbox.events`);
@@ -43,4 +53,8 @@ export function heldCommand(kind: HeldKind, what: string, idHelp: string, retryH
       });
     },
   };
+}
+
+function heldLine(h: HeldMessage): string {
+  return `${h.id}  ${new Date(h.at).toISOString()}  ${h.reason}  ${h.message.slice(0, 120)}`;
 }

@@ -1,9 +1,12 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
+import { databasePath } from '../../../shared/config.js';
+import type { WipePlan } from '../../../shared/init-stores.js';
 import { assertNoAttachedApps } from '../../../shared/local/attached-apps.js';
+import { guard, guardOptions, SHOWN, withMore, type GuardArgs } from '../confirm.js';
 import { configOf, ignoreAttachedOption, type GlobalArgs } from '../options.js';
 import { withRedis } from '../stores.js';
 
-interface Args extends GlobalArgs {
+interface Args extends GlobalArgs, GuardArgs {
   force: boolean;
   ignoreAttached: boolean;
 }
@@ -18,11 +21,12 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
       default: false,
       describe: "wipe an existing app.db and this project's Redis keys",
     })
-    .option('ignore-attached', ignoreAttachedOption);
+    .option('ignore-attached', ignoreAttachedOption)
+    .options(guardOptions);
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const config = configOf(argv);
-  const { assertCanInit, clearProjectKeys, createDatabase } = await import('../../../shared/init-stores.js');
+  const { assertCanInit, clearProjectKeys, createDatabase, planWipe } = await import('../../../shared/init-stores.js');
   assertCanInit(config.dir, argv.force);
   if (argv.force) {
     if (!argv.ignoreAttached) assertNoAttachedApps(config.dir);
@@ -30,10 +34,35 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
     // comes before the keys are cleared, so a relay still holding the old file cannot claim the
     // emptied Redis for the old store in between (it checks its file is still app.db first).
     await withRedis(config, async (redis) => {
+      const plan = await planWipe(config.dir, redis, SHOWN);
+      const goOn = await guard(argv, {
+        command: 'init --force',
+        change: `${describeWipe(databasePath(config.dir), plan)} and create a new, empty app.db`,
+        size: wipeSize(plan),
+        shown: withMore(plan.firstKeys.map((key) => `key ${key}`), plan.keys),
+      });
+      if (!goOn) return;
       console.log(`created ${createDatabase(config.dir)}`);
       console.log(`cleared ${await clearProjectKeys(redis)} Redis keys of this project`);
     });
     return;
   }
+  if (argv.dryRun) return void console.log(`init would create ${databasePath(config.dir)}\ndry run: nothing changed`);
   console.log(`created ${createDatabase(config.dir)}`);
+}
+
+function describeWipe(path: string, { rows, keys }: WipePlan): string {
+  const database =
+    rows === null
+      ? `find no ${path} to delete`
+      : rows === 'unreadable'
+        ? `delete ${path} (not a readable outbox database)`
+        : `delete ${path} with ${rows.orders} order(s), ${rows.outbox} outbox row(s) and ${rows.outbox_pruned} pruned-aggregate record(s)`;
+  return `${database}, delete ${keys} Redis key(s) of this deployment`;
+}
+
+/** Rows and keys deleted; an unreadable app.db counts as more than a handful. */
+function wipeSize({ rows, keys }: WipePlan): number {
+  if (rows === 'unreadable') return Number.MAX_SAFE_INTEGER;
+  return keys + (rows === null ? 0 : rows.orders + rows.outbox + rows.outbox_pruned);
 }

@@ -1,9 +1,10 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { parseReplayRange, replay } from '../../../shared/recovery/repair.js';
+import { parseReplayRange, planReplay, replay } from '../../../shared/recovery/repair.js';
+import { guard, guardOptions, idRange, rowLine, SHOWN, withMore, type GuardArgs } from '../confirm.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { withDb } from '../stores.js';
 
-interface Args extends GlobalArgs {
+interface Args extends GlobalArgs, GuardArgs {
   from: string;
   to?: string;
 }
@@ -14,10 +15,22 @@ export const describe = 'set a range of PUBLISHED rows back to PENDING so the re
 export const builder = (yargs: Argv<GlobalArgs>) =>
   yargs
     .option('from', { type: 'string', demandOption: true, describe: 'first row id, or a time (ISO 8601) of created_at' })
-    .option('to', { type: 'string', describe: 'last row id or time (default: the newest)' });
+    .option('to', { type: 'string', describe: 'last row id or time (default: the newest)' })
+    .options(guardOptions);
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const range = parseReplayRange(argv.from, argv.to);
-  const count = await withDb(configOf(argv), (db) => replay(db, range));
+  const count = await withDb(configOf(argv), async (db) => {
+    const plan = planReplay(db, range, SHOWN);
+    const goOn = await guard(argv, {
+      command: 'replay',
+      change: plan.lastId === null ? 'set no row back to PENDING' : `set ${plan.count} PUBLISHED row(s) (${idRange(plan.firstId!, plan.lastId)}) back to PENDING`,
+      size: plan.count,
+      shown: withMore(plan.firstRows.map(rowLine), plan.count),
+    });
+    // Confirmed: no row published after the plan was made.
+    return goOn ? replay(db, range, plan.lastId ?? 0) : null;
+  });
+  if (count === null) return;
   console.log(`${count} row(s) set back to PENDING; the relay (outbox relay, or the outbox-relay app) publishes them again and the consumer skips what it already applied`);
 }

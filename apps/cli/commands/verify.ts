@@ -1,13 +1,16 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { formatChecks, verifyStores } from '../../../shared/checks/verify.js';
+import type { Redis } from 'ioredis';
+import { formatChecks, verifyStores, type Ledger } from '../../../shared/checks/verify.js';
+import type { Db } from '../../../shared/db/open-database.js';
 import { CheckFailedError } from '../../../shared/errors/check-failed-error.js';
-import { republish } from '../../../shared/recovery/repair.js';
+import { republish, rowsOfEvents, type RowToChange } from '../../../shared/recovery/repair.js';
 import { createRelay } from '../../../shared/relay/relay.js';
 import { describePairing } from '../../../shared/relay/store-pairing.js';
+import { guard, guardOptions, idRange, SHOWN, rowLine, withMore, type GuardArgs, type Plan } from '../confirm.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { withStores } from '../stores.js';
 
-interface Args extends GlobalArgs {
+interface Args extends GlobalArgs, GuardArgs {
   repair: boolean;
 }
 
@@ -15,33 +18,68 @@ export const command = 'verify';
 export const describe = 'reconcile SQLite with what the consumer applied; exit 1 if an invariant fails';
 
 export const builder = (yargs: Argv<GlobalArgs>) =>
-  yargs.option('repair', {
-    type: 'boolean',
-    default: false,
-    describe: 'republish exactly the events found lost (never applied and nowhere in Redis)',
-  });
+  yargs
+    .option('repair', {
+      type: 'boolean',
+      default: false,
+      describe: 'republish exactly the events found lost (never applied and nowhere in Redis)',
+    })
+    .options(guardOptions);
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   await withStores(configOf(argv), async (db, redis) => {
-    const { checks, lost, figures } = await verifyStores(db, redis);
+    const ledger = await verifyStores(db, redis);
+    const { checks, lost, figures } = ledger;
     console.log(formatChecks(checks).join('\n'));
-    if (argv.repair && figures.redisStateLost) {
-      // Everything was lost: rebuild every effect from SQLite, as the relay app does on its own.
-      const relay = createRelay(db, redis, { onPairing: (pairing) => console.log(`repair: ${describePairing(pairing)}`) });
-      const { events } = await relay.relayAll();
-      console.log(`repair: relayed ${events} event(s) to outbox.events; once the consumer has applied them, verify again`);
-      return;
-    }
-    if (argv.repair) {
-      if (lost.length === 0) {
-        console.log('repair: no event is lost, nothing to republish');
-      } else {
-        const { reset } = await republish(db, redis, lost);
-        console.log(`repair: republished ${reset} lost event(s) to outbox.events; once the consumer has applied them, verify again`);
-        return;
-      }
+    if (argv.repair && (figures.redisStateLost || lost.length > 0)) {
+      if (await guard(argv, repairPlan(db, ledger))) return repair(db, redis, ledger);
+    } else if (argv.repair) {
+      console.log('repair: no event is lost, nothing to republish');
     }
     const failed = checks.filter((c) => c.status === 'FAIL').length;
     if (failed > 0) throw new CheckFailedError(`${failed} invariant(s) failed`);
   });
+}
+
+/** What `--repair` would change: the rows a rebuild sets back to PENDING, or the lost events' rows. */
+function repairPlan(db: Db, { lost, figures }: Ledger): Plan {
+  if (figures.redisStateLost) {
+    const { count, firstId, lastId } = db
+      .prepare<[], { count: number; firstId: number; lastId: number }>(
+        "SELECT COUNT(*) AS count, MIN(id) AS firstId, MAX(id) AS lastId FROM outbox WHERE status = 'PUBLISHED'",
+      )
+      .get()!;
+    const firstRows = db
+      .prepare<[number], RowToChange>(
+        `SELECT id, event_id, aggregate_id, seq, event_type, created_at FROM outbox WHERE status = 'PUBLISHED' ORDER BY id LIMIT ?`,
+      )
+      .all(SHOWN);
+    return {
+      command: 'verify --repair',
+      change:
+        `rebuild Redis, which lost its state, from SQLite: set ${count} PUBLISHED row(s) (${idRange(firstId, lastId)}) back to PENDING, ` +
+        'delete the consumer state left in Redis and relay every PENDING row',
+      size: count,
+      shown: withMore(firstRows.map(rowLine), count),
+    };
+  }
+  const rows = rowsOfEvents(db, lost, SHOWN);
+  return {
+    command: 'verify --repair',
+    change: `republish ${lost.length} lost event(s): set their rows back to PENDING and relay every PENDING row`,
+    size: lost.length,
+    shown: withMore(rows.map(rowLine), lost.length),
+  };
+}
+
+async function repair(db: Db, redis: Redis, { lost, figures }: Ledger): Promise<void> {
+  if (figures.redisStateLost) {
+    // Everything was lost: rebuild every effect from SQLite, as the relay app does on its own.
+    const relay = createRelay(db, redis, { onPairing: (pairing) => console.log(`repair: ${describePairing(pairing)}`) });
+    const { events } = await relay.relayAll();
+    console.log(`repair: relayed ${events} event(s) to outbox.events; once the consumer has applied them, verify again`);
+    return;
+  }
+  const { reset } = await republish(db, redis, lost);
+  console.log(`repair: republished ${reset} lost event(s) to outbox.events; once the consumer has applied them, verify again`);
 }
