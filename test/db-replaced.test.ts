@@ -163,7 +163,8 @@ describe('the apps never create app.db', () => {
       await h.cli('init');
       await waitFor(async () => (await call('POST', '/orders', { sku: 'SKU-A', qty: 1 })).status === 201, { message: 'the producer did not start working' });
       await waitFor(async () => (await h.client.llen('outbox.events')) === 1, { message: `the relay did not relay:\n${relay.output()}` });
-      assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 0);
+      // Pushed first, marked right after: wait for the mark.
+      await waitFor(() => count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'") === 0, { message: 'the relay did not mark the row' });
     } finally {
       assert.equal(await stop(producer), 0);
       assert.equal(await stop(relay), 0);

@@ -1,4 +1,5 @@
 import { Redis } from 'ioredis';
+import { createConnection } from 'node:net';
 import { keyPrefixOf, redactUrl } from '../config.js';
 import { RedisSettingsError } from '../errors/redis-settings-error.js';
 import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
@@ -87,9 +88,13 @@ export async function connectRedis(url: string, options: RedisConnectOptions = {
     retryStrategy: reconnect ? (attempt) => Math.min(50 * 2 ** attempt, 2000) : () => null,
   });
   let lastError: unknown;
+  // Kept apart from lastError: a server that is not Redis (HTTP) may also close the socket, and the
+  // EPIPE that follows must not hide that its answer was not RESP.
+  let sawNonResp = false;
   redis.on('error', (error) => {
     lastError = error;
     lastErrors.set(redis, error);
+    if (NOT_RESP.test(String((error as Error)?.message))) sawNonResp = true;
   });
   const timeoutMs = options.connectTimeoutMs ?? 5000;
   let timer: NodeJS.Timeout | undefined;
@@ -105,12 +110,15 @@ export async function connectRedis(url: string, options: RedisConnectOptions = {
   } catch (error) {
     redis.disconnect();
     if (error instanceof StoreUnavailableError) throw error;
-    if (NOT_RESP.test(describe(lastError ?? error))) {
+    const reason = describe(lastError ?? error);
+    // A server that hung up on our first command (an HTTP server does) may not have let ioredis
+    // read its answer: ask it once more, with an inline PING.
+    const hungUp = /^(EPIPE|ECONNRESET)$/.test(reason) && !url.startsWith('rediss:') && (await answersResp(url)) === false;
+    if (sawNonResp || hungUp || NOT_RESP.test(reason)) {
       throw new StoreUnavailableError(
         `the server at ${redactUrl(url)} does not speak the Redis protocol (it is another kind of server): point --redis / REDIS_URL at a Redis server`,
       );
     }
-    const reason = describe(lastError ?? error);
     throw new StoreUnavailableError(`cannot connect to Redis at ${redactUrl(url)} (${reason}): ${hint(reason)}`);
   } finally {
     clearTimeout(timer);
@@ -118,6 +126,32 @@ export async function connectRedis(url: string, options: RedisConnectOptions = {
   defineScripts(redis);
   if (options.log) reportReconnects(redis, url, options.log);
   return redis;
+}
+
+/**
+ * Sends `PING` to the server at `url` on a plain socket: true when it answers in RESP, false when it
+ * answers something else or hangs up without a word, undefined when it cannot be reached or says
+ * nothing within 500 ms.
+ */
+function answersResp(url: string): Promise<boolean | undefined> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve) => {
+    const socket = createConnection({ host: hostname.replace(/^\[|\]$/g, ''), port: Number(port || 6379) });
+    let answer = '';
+    const done = (value: boolean | undefined) => {
+      socket.destroy();
+      resolve(value);
+    };
+    socket.setTimeout(500, () => done(answer === '' ? undefined : /^[+\-:$*]/.test(answer)));
+    socket.on('connect', () => socket.write('PING\r\n'));
+    socket.on('data', (chunk) => {
+      answer += chunk.toString('latin1');
+      done(/^[+\-:$*]/.test(answer));
+    });
+    // Refused or reset: no answer either way (Redis may just be down).
+    socket.on('error', () => done(undefined));
+    socket.on('close', () => done(answer === '' ? false : /^[+\-:$*]/.test(answer)));
+  });
 }
 
 function reportReconnects(redis: Redis, url: string, log: Logger): void {
