@@ -36,8 +36,8 @@ async function hashValues(redis: Redis, key: string, fields: string[]): Promise<
   return (await Promise.all(chunks)).flat();
 }
 
-/** Event ids still on their way: queued, in a processing list or parked. */
-async function inFlight(redis: Redis): Promise<{ ids: Set<string>; queued: number; processing: number; parked: number }> {
+/** Event ids on their way in a list: queued or in a processing list (parked ones are added by the caller). */
+async function inFlight(redis: Redis): Promise<{ ids: Set<string>; queued: number; processing: number }> {
   const ids = new Set<string>();
   const add = (message: string) => {
     const id = eventIdOf(message);
@@ -55,12 +55,7 @@ async function inFlight(redis: Redis): Promise<{ ids: Set<string>; queued: numbe
       add(message);
     }
   }
-  const parked = await redis.hvals(keys.parked);
-  for (const envelope of parked) {
-    const message = parkedMessage(envelope);
-    if (message !== undefined) add(message);
-  }
-  return { ids, queued, processing, parked: parked.length };
+  return { ids, queued, processing };
 }
 
 /** The message a parked entry holds; undefined when the entry is not what the consumer writes. */
@@ -76,14 +71,14 @@ function parkedMessage(envelope: string): string | undefined {
 const INTEGER = /^-?\d+$/;
 
 /** Fields where a count belongs but Redis holds something else, and parked entries that are not JSON: what the apply script refuses to build on. */
-async function corruptEntries(redis: Redis): Promise<string[]> {
+function corruptEntries(counts: Record<string, Record<string, string>>, parked: Record<string, string>): string[] {
   const found: string[] = [];
-  for (const key of [keys.appliedSeq, keys.inventory, keys.stats, keys.applyCount]) {
-    for (const [field, value] of Object.entries(await redis.hgetall(key))) {
+  for (const [key, hash] of Object.entries(counts)) {
+    for (const [field, value] of Object.entries(hash)) {
       if (!INTEGER.test(value)) found.push(`${key} ${field} = ${JSON.stringify(value.slice(0, 40))}`);
     }
   }
-  for (const [field, value] of Object.entries(await redis.hgetall(keys.parked))) {
+  for (const [field, value] of Object.entries(parked)) {
     if (parkedMessage(value) === undefined) found.push(`${keys.parked} ${field} is not a parked entry`);
   }
   return found;
@@ -166,25 +161,37 @@ export async function verifyStores(db: Db, redis: Redis): Promise<Ledger> {
       .map((row) => [row.sku, row.qty]),
   );
 
-  const [meta, processedCount, processed, applyCounts, appliedSeqs, inventory, dead, flight, corrupt] = await Promise.all([
+  // Each hash is read once: the same values serve the invariants and the corruption check.
+  const [meta, processedCount, processed, applyCounts, appliedSeqs, inventory, stats, parked, dead, flight] = await Promise.all([
     redis.hgetall(keys.meta),
     redis.hlen(keys.processed),
     hashValues(redis, keys.processed, eventIds),
-    hashValues(redis, keys.applyCount, eventIds),
-    hashValues(redis, keys.appliedSeq, orders.map((o) => String(o.id))),
+    redis.hgetall(keys.applyCount),
+    redis.hgetall(keys.appliedSeq),
     redis.hgetall(keys.inventory),
+    redis.hgetall(keys.stats),
+    redis.hgetall(keys.parked),
     redis.llen(keys.deadLetter),
     inFlight(redis),
-    corruptEntries(redis),
   ]);
+  for (const envelope of Object.values(parked)) {
+    const message = parkedMessage(envelope);
+    const id = message === undefined ? undefined : eventIdOf(message);
+    if (id) flight.ids.add(id);
+  }
+  const parkedCount = Object.keys(parked).length;
+  const corrupt = corruptEntries(
+    { [keys.appliedSeq]: appliedSeqs, [keys.inventory]: inventory, [keys.stats]: stats, [keys.applyCount]: applyCounts },
+    parked,
+  );
 
   const lost = eventIds.filter((id, i) => processed[i] === null && !flight.ids.has(id));
   // The per-event evidence, kept in the same step as the effect: more than 1 is a double effect.
-  const appliedTwice = eventIds.flatMap((id, i) => (Number(applyCounts[i] ?? 0) > 1 ? [`${id} (${applyCounts[i]} times)`] : []));
+  const appliedTwice = eventIds.flatMap((id) => (Number(applyCounts[id] ?? 0) > 1 ? [`${id} (${applyCounts[id]} times)`] : []));
   const redisStateLost = meta.store === undefined && hasPublished(db);
   const unrecoverable = Number(meta.unrecoverable ?? 0);
   const disordered = outOfOrder(events, processed);
-  const seqMismatch = orders.filter((o, i) => Number(appliedSeqs[i] ?? 0) !== o.version).map((o) => `order ${o.id}`);
+  const seqMismatch = orders.filter((o) => Number(appliedSeqs[String(o.id)] ?? 0) !== o.version).map((o) => `order ${o.id}`);
   const skus = new Set([...reservedBySku.keys(), ...Object.keys(inventory)]);
   const inventoryMismatch = [...skus]
     .filter((sku) => Number(inventory[sku] ?? 0) !== (reservedBySku.get(sku) ?? 0))
@@ -208,7 +215,7 @@ export async function verifyStores(db: Db, redis: Redis): Promise<Ledger> {
     check('aggregates applied out of seq order', 0, disordered.length, disordered),
     check('aggregates whose applied seq != last seq', 0, seqMismatch.length, seqMismatch),
     check('SKUs whose reserved qty != live orders', 0, inventoryMismatch.length, inventoryMismatch),
-    check('parked events (waiting for a gap)', 0, flight.parked),
+    check('parked events (waiting for a gap)', 0, parkedCount),
     check('corrupt entries in Redis (not a number / not JSON)', 0, corrupt.length, corrupt),
     { name: 'dead-lettered entries', expected: '-', actual: String(dead), status: 'info' },
     { name: 'still queued / in processing lists', expected: '-', actual: `${flight.queued} / ${flight.processing}`, status: 'info' },
@@ -225,7 +232,7 @@ export async function verifyStores(db: Db, redis: Redis): Promise<Ledger> {
       outOfOrder: disordered.length,
       appliedTwice: appliedTwice.length,
       inventoryMismatches: inventoryMismatch.length,
-      parked: flight.parked,
+      parked: parkedCount,
       deadLettered: dead,
       inFlight: flight.queued + flight.processing,
       redisStateLost,
