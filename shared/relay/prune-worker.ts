@@ -1,13 +1,9 @@
-import { Queue, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { DatabaseWatch } from '../db/live-database.js';
 import type { Logger } from '../logger.js';
 import { prune } from '../prune.js';
 import { explainError } from '../errors/explain-error.js';
-import { bullConnections, logBullErrors } from '../redis/bull-connections.js';
-import { bullPrefixOf } from '../redis/keys.js';
-import { keyPrefixOfConnection } from '../redis/scan-keys.js';
-import { keepJobScheduler } from './keep-job-scheduler.js';
+import { startScheduledWorker } from './scheduled-worker.js';
 import { assertSameStore } from './store-pairing.js';
 
 export const PRUNE_QUEUE = 'outbox-prune';
@@ -28,12 +24,15 @@ export interface PruneScheduleOptions {
  * Redis loses it (`keepJobScheduler`).
  */
 export async function startPruneWorker(database: DatabaseWatch, redis: Redis, url: string, log: Logger, options: PruneScheduleOptions) {
-  const bull = bullConnections(url);
-  const prefix = bullPrefixOf(keyPrefixOfConnection(redis));
-  const queue = new Queue(PRUNE_QUEUE, { connection: bull.connection(), prefix });
-  const worker = new Worker(
-    PRUNE_QUEUE,
-    async () => {
+  return startScheduledWorker(redis, url, log, {
+    queue: PRUNE_QUEUE,
+    what: 'prune',
+    schedulerId: PRUNE_SCHEDULER_ID,
+    everyMs: options.everyMs,
+    keepJobs: 10,
+    workerOptions: { concurrency: 1 },
+    listen: (worker) => worker.on('failed', (_job, error) => log.warn('prune job failed', { error: explainError(error)?.message ?? error.message })),
+    processor: async () => {
       if (!database.check()) return 0;
       const live = database.current();
       const release = live.hold();
@@ -55,22 +54,5 @@ export async function startPruneWorker(database: DatabaseWatch, redis: Redis, ur
       }
       return result.deleted;
     },
-    { connection: bull.connection(), prefix, concurrency: 1 },
-  );
-  worker.on('failed', (_job, error) => log.warn('prune job failed', { error: explainError(error)?.message ?? error.message }));
-  logBullErrors([queue, worker], 'prune', log);
-  const scheduler = await keepJobScheduler(
-    queue,
-    worker,
-    { what: 'prune', id: PRUNE_SCHEDULER_ID, everyMs: options.everyMs, template: { name: 'prune', opts: { removeOnComplete: 10, removeOnFail: 10 } } },
-    log,
-  );
-  return {
-    async close(): Promise<void> {
-      scheduler.stop();
-      await worker.close();
-      await queue.close();
-      await bull.closeAll();
-    },
-  };
+  });
 }

@@ -1,14 +1,12 @@
-import { Queue, Worker, type Job } from 'bullmq';
+import type { Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { DatabaseWatch, LiveDatabase } from '../db/live-database.js';
 import type { Logger } from '../logger.js';
 import { explainError } from '../errors/explain-error.js';
 import { incidentLog } from '../incident-log.js';
-import { bullConnections, logBullErrors } from '../redis/bull-connections.js';
-import { bullPrefixOf, keys } from '../redis/keys.js';
-import { keyPrefixOfConnection } from '../redis/scan-keys.js';
+import { keys } from '../redis/keys.js';
 import { sleep } from '../sleep.js';
-import { keepJobScheduler } from './keep-job-scheduler.js';
+import { startScheduledWorker } from './scheduled-worker.js';
 import { holdJobLock, LockLostError, type JobLock } from './job-lock.js';
 import { createRelay, DEFAULT_RELAY_BATCH_SIZE, type Relay } from './relay.js';
 import { writeBlockedCause } from './write-blocked.js';
@@ -108,11 +106,6 @@ export async function startRelayWorker(database: DatabaseWatch, redis: Redis, ur
     return current.relay;
   };
   const closing = new AbortController();
-  const bull = bullConnections(url);
-  // In a namespace the queue's keys live under it too.
-  const prefix = bullPrefixOf(keyPrefixOfConnection(redis));
-
-  const queue = new Queue(RELAY_QUEUE, { connection: bull.connection(), prefix });
 
   /** Why the relay refuses to push (app.db and Redis belong to different stores), while it does. */
   let refused: string | undefined;
@@ -221,35 +214,33 @@ export async function startRelayWorker(database: DatabaseWatch, redis: Redis, ur
     return { events, batches };
   }
 
-  const worker = new Worker(RELAY_QUEUE, process, {
-    connection: bull.connection(),
-    prefix,
-    concurrency: 1,
-    lockDuration: config.lockDurationMs,
-    stalledInterval: config.stalledIntervalMs,
-    // A stalled relay job means a relay process died or was blocked; that is not the job's fault.
-    maxStalledCount: 1000,
-  });
   const failures = incidentLog(log);
-  worker.on('failed', (job, error) => failures.warn('relay job failed', { jobId: job?.id, error: explainError(error)?.message ?? error.message }));
-  worker.on('completed', () => failures.clear());
-  worker.on('stalled', (jobId) => log.warn('relay job stalled: its lock expired (relay process died or blocked); another relay takes over', { jobId }));
-  logBullErrors([queue, worker], 'relay', log);
-  const scheduler = await keepJobScheduler(
-    queue,
-    worker,
-    { what: 'relay', id: RELAY_SCHEDULER_ID, everyMs: config.everyMs, template: { name: 'relay', opts: { removeOnComplete: 100, removeOnFail: 100 } } },
-    log,
-  );
+  const scheduled = await startScheduledWorker(redis, url, log, {
+    queue: RELAY_QUEUE,
+    what: 'relay',
+    schedulerId: RELAY_SCHEDULER_ID,
+    everyMs: config.everyMs,
+    keepJobs: 100,
+    processor: process,
+    workerOptions: {
+      concurrency: 1,
+      lockDuration: config.lockDurationMs,
+      stalledInterval: config.stalledIntervalMs,
+      // A stalled relay job means a relay process died or was blocked; that is not the job's fault.
+      maxStalledCount: 1000,
+    },
+    listen: (worker) => {
+      worker.on('failed', (job, error) => failures.warn('relay job failed', { jobId: job?.id, error: explainError(error)?.message ?? error.message }));
+      worker.on('completed', () => failures.clear());
+      worker.on('stalled', (jobId) => log.warn('relay job stalled: its lock expired (relay process died or blocked); another relay takes over', { jobId }));
+    },
+  });
 
   return {
     /** Finishes the current batch, stops taking jobs, closes the BullMQ connections. */
     async close(): Promise<void> {
       closing.abort();
-      scheduler.stop();
-      await worker.close();
-      await queue.close();
-      await bull.closeAll();
+      await scheduled.close();
     },
   };
 }
