@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import type { Db } from './db/open-database.js';
 import { hasPublished, storeIdOf } from './db/store-meta.js';
 import { parseMessage } from './parse-message.js';
+import { readEnvelope } from './redis/envelope.js';
 import { keys } from './redis/keys.js';
 import { keyPrefixOfConnection } from './redis/scan-keys.js';
 import { processingLists } from './redis/processing-lists.js';
@@ -66,7 +67,7 @@ async function blockedAggregates(redis: Redis, servedStore: string | undefined):
   const deadSeqOf = new Map<number, number>();
   for (const entry of entries) {
     try {
-      const event = parseMessage((JSON.parse(entry) as { message: string }).message);
+      const event = parseMessage(readEnvelope(entry)?.message ?? '');
       if (event.storeId !== servedStore || event.seq <= Number(appliedSeq[event.aggregateId] ?? 0)) continue;
       deadSeqOf.set(event.aggregateId, Math.min(event.seq, deadSeqOf.get(event.aggregateId) ?? Infinity));
     } catch {

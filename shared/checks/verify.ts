@@ -3,6 +3,7 @@ import type { Db } from '../db/open-database.js';
 import { eventIdOf } from '../events.js';
 import { keys } from '../redis/keys.js';
 import { processingLists } from '../redis/processing-lists.js';
+import { readEnvelope } from '../redis/envelope.js';
 import { readList } from '../redis/read-list.js';
 import { hasPublished } from '../db/store-meta.js';
 
@@ -58,16 +59,6 @@ async function inFlight(redis: Redis): Promise<{ ids: Set<string>; queued: numbe
   return { ids, queued, processing };
 }
 
-/** The message a parked entry holds; undefined when the entry is not what the consumer writes. */
-function parkedMessage(envelope: string): string | undefined {
-  try {
-    const message = (JSON.parse(envelope) as { message?: unknown }).message;
-    return typeof message === 'string' ? message : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
 const INTEGER = /^-?\d+$/;
 
 /** Fields where a count belongs but Redis holds something else, and parked entries that are not JSON: what the apply script refuses to build on. */
@@ -79,7 +70,7 @@ function corruptEntries(counts: Record<string, Record<string, string>>, parked: 
     }
   }
   for (const [field, value] of Object.entries(parked)) {
-    if (parkedMessage(value) === undefined) found.push(`${keys.parked} ${field} is not a parked entry`);
+    if (readEnvelope(value) === undefined) found.push(`${keys.parked} ${field} is not a parked entry`);
   }
   return found;
 }
@@ -175,7 +166,7 @@ export async function verifyStores(db: Db, redis: Redis): Promise<Ledger> {
     inFlight(redis),
   ]);
   for (const envelope of Object.values(parked)) {
-    const message = parkedMessage(envelope);
+    const message = readEnvelope(envelope)?.message;
     const id = message === undefined ? undefined : eventIdOf(message);
     if (id) flight.ids.add(id);
   }

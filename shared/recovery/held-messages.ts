@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import { InvalidInputError } from '../errors/invalid-input-error.js';
 import { NotFoundError } from '../errors/not-found-error.js';
+import { readEnvelope, type Envelope } from '../redis/envelope.js';
 import { keys } from '../redis/keys.js';
 import { requeueDeadLetter, requeueParked } from '../redis/scripts.js';
 
@@ -20,33 +21,19 @@ export interface HeldMessage {
 
 export type HeldKind = 'dead-letter' | 'parked';
 
-interface Envelope {
-  reason: string;
-  message: string;
-  at: number;
-}
-
-/** Reads an envelope the consumer wrote; anything else is shown as it is, for an operator to drop. */
-function envelopeOf(stored: string, atField: 'deadAt' | 'parkedAt'): Envelope {
-  try {
-    const parsed = JSON.parse(stored) as Record<string, unknown>;
-    if (typeof parsed.message === 'string') {
-      return { reason: String(parsed.reason ?? ''), message: parsed.message, at: Number(parsed[atField] ?? 0) };
-    }
-  } catch {
-    // not JSON: below
-  }
-  return { reason: 'not an envelope the consumer writes', message: stored, at: 0 };
+/** An envelope the consumer wrote; anything else is shown as it is, for an operator to drop. */
+function shownEnvelope(stored: string): Envelope {
+  return readEnvelope(stored) ?? { reason: 'not an envelope the consumer writes', message: stored, at: 0 };
 }
 
 export async function listHeld(redis: Redis, kind: HeldKind): Promise<HeldMessage[]> {
   if (kind === 'dead-letter') {
     const entries = await redis.lrangeBuffer(keys.deadLetter, 0, -1);
-    return entries.map((entry, index) => ({ id: String(index), ...envelopeOf(entry.toString(), 'deadAt'), handle: entry }));
+    return entries.map((entry, index) => ({ id: String(index), ...shownEnvelope(entry.toString()), handle: entry }));
   }
   const fields = await redis.hgetall(keys.parked);
   return Object.entries(fields)
-    .map(([field, stored]) => ({ id: field, ...envelopeOf(stored, 'parkedAt'), handle: field }))
+    .map(([field, stored]) => ({ id: field, ...shownEnvelope(stored), handle: field }))
     .sort((a, b) => a.at - b.at);
 }
 
