@@ -8,7 +8,7 @@ import { ConflictError } from './errors/conflict-error.js';
 import { InvalidInputError } from './errors/invalid-input-error.js';
 import { StoreUnavailableError } from './errors/store-unavailable-error.js';
 import { projectKeyPatterns } from './redis/keys.js';
-import { keyPrefixOfConnection, scanKeys } from './redis/scan-keys.js';
+import { keyPrefixOfConnection, scanKeys, unlinkAll } from './redis/scan-keys.js';
 
 /** Refuses, before anything is touched, to overwrite an existing database without `force`. */
 export function assertCanInit(dir: string, force: boolean): void {
@@ -62,18 +62,8 @@ async function* projectKeys(redis: Redis): AsyncGenerator<string> {
 }
 
 /** Deletes every key this project owns in the connection's namespace (and no other); resolves how many. */
-export async function clearProjectKeys(redis: Redis): Promise<number> {
-  let deleted = 0;
-  let batch: string[] = [];
-  for await (const key of projectKeys(redis)) {
-    batch.push(key);
-    if (batch.length === 1000) {
-      deleted += await redis.unlink(...batch);
-      batch = [];
-    }
-  }
-  if (batch.length > 0) deleted += await redis.unlink(...batch);
-  return deleted;
+export function clearProjectKeys(redis: Redis): Promise<number> {
+  return unlinkAll(redis, projectKeys(redis));
 }
 
 /** What `init --force` would delete: the rows of an existing app.db and this project's Redis keys. */

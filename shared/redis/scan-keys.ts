@@ -15,3 +15,18 @@ export async function* scanKeys(redis: Redis, pattern: string): AsyncGenerator<s
     for (const key of batch as string[]) yield key.slice(prefix.length);
   }
 }
+
+/** Deletes (UNLINK, 1000 at a time) every key `found` yields, e.g. from `scanKeys`; resolves how many. */
+export async function unlinkAll(redis: Redis, found: AsyncIterable<string>): Promise<number> {
+  let deleted = 0;
+  let batch: string[] = [];
+  for await (const key of found) {
+    batch.push(key);
+    if (batch.length === 1000) {
+      deleted += await redis.unlink(...batch);
+      batch = [];
+    }
+  }
+  if (batch.length > 0) deleted += await redis.unlink(...batch);
+  return deleted;
+}

@@ -4,7 +4,7 @@ import { bumpReplayGeneration, hasPublished, storeIdOf } from '../db/store-meta.
 import { StoreMismatchError } from '../errors/store-mismatch-error.js';
 import { describeRedis } from '../redis/describe.js';
 import { keys } from '../redis/keys.js';
-import { scanKeys } from '../redis/scan-keys.js';
+import { scanKeys, unlinkAll } from '../redis/scan-keys.js';
 import { claimStore } from '../redis/scripts.js';
 
 /** What `ensurePaired` found or did. */
@@ -41,15 +41,7 @@ export async function assertSameStore(db: Db, redis: Redis): Promise<string | nu
  * applies (so sets a marker) while this Redis serves no store.
  */
 async function deleteDedupeMarkers(redis: Redis): Promise<void> {
-  let batch: string[] = [];
-  for await (const key of scanKeys(redis, keys.seen('*'))) {
-    batch.push(key);
-    if (batch.length === 1000) {
-      await redis.unlink(...batch);
-      batch = [];
-    }
-  }
-  if (batch.length > 0) await redis.unlink(...batch);
+  await unlinkAll(redis, scanKeys(redis, keys.seen('*')));
 }
 
 /** Sets every PUBLISHED row back to PENDING, in chunks by id; resolves how many. */
