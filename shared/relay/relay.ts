@@ -4,11 +4,9 @@ import type { Db } from '../db/open-database.js';
 import { replayGenerationReader, storeIdOf } from '../db/store-meta.js';
 import { explainError } from '../errors/explain-error.js';
 import { OutboxError } from '../errors/outbox-error.js';
-import { StoreMismatchError } from '../errors/store-mismatch-error.js';
 import { toMessage, type OutboxRow } from '../events.js';
-import { describeRedis } from '../redis/describe.js';
 import { pushEvents } from '../redis/scripts.js';
-import { ensurePaired, type Pairing } from './store-pairing.js';
+import { ensurePaired, mismatch, type Pairing } from './store-pairing.js';
 
 export interface RelayOptions {
   /** Rows per batch: one SELECT, one push script (RPUSH + INCRBY), one UPDATE transaction. Default 1000. */
@@ -99,7 +97,7 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
       throw new OutboxError(`cannot relay outbox rows ${rows[0].id}-${rows[rows.length - 1].id}: ${reason}`, 5);
     }
     if (result.status === 'unclaimed') throw new StateLostError();
-    if (result.status === 'foreign') throw new StoreMismatchError(storeId, result.servedStore, { database: db.name, redis: describeRedis(redis) });
+    if (result.status === 'foreign') throw mismatch(db, redis, storeId, result.servedStore);
     crashPoint('relay.after-push', () => `crash point relay.after-push: pushed rows ${rows[0].id}-${rows[rows.length - 1].id}, dying before marking them PUBLISHED`);
   }
 

@@ -22,6 +22,11 @@ export type Pairing =
 /** Rows set back to PENDING per transaction, so a producer never waits long for the write lock. */
 const RESET_CHUNK = 10_000;
 
+/** The one-line refusal of a pair that does not belong together, naming both stores and where they are. */
+export function mismatch(db: Db, redis: Redis, storeId: string, servedStore: string): StoreMismatchError {
+  return new StoreMismatchError(storeId, servedStore, { database: db.name, redis: describeRedis(redis) });
+}
+
 /** The store id this Redis serves, or null when its meta hash is gone. */
 export async function servedStore(redis: Redis): Promise<string | null> {
   return redis.hget(keys.meta, 'store');
@@ -31,7 +36,7 @@ export async function servedStore(redis: Redis): Promise<string | null> {
 export async function assertSameStore(db: Db, redis: Redis): Promise<string | null> {
   const served = await servedStore(redis);
   const storeId = storeIdOf(db);
-  if (served !== null && served !== storeId) throw new StoreMismatchError(storeId, served, { database: db.name, redis: describeRedis(redis) });
+  if (served !== null && served !== storeId) throw mismatch(db, redis, storeId, served);
   return served;
 }
 
@@ -74,14 +79,14 @@ export async function ensurePaired(db: Db, redis: Redis, assertLive: () => void 
   await deleteDedupeMarkers(redis);
   if (!hasPublished(db)) {
     const { servedStore: now } = await claimStore(redis, storeId);
-    if (now !== storeId) throw new StoreMismatchError(storeId, now, { database: db.name, redis: describeRedis(redis) });
+    if (now !== storeId) throw mismatch(db, redis, storeId, now);
     return { kind: 'claimed' };
   }
   const republished = resetPublished(db);
   const pruned = db.prepare<[], { aggregate_id: number; through_seq: number; events: number }>('SELECT aggregate_id, through_seq, events FROM outbox_pruned').all();
   const unrecoverable = pruned.reduce((n, p) => n + p.events, 0);
   const { servedStore: now } = await claimStore(redis, storeId, { republished, unrecoverable, pruned });
-  if (now !== storeId) throw new StoreMismatchError(storeId, now, { database: db.name, redis: describeRedis(redis) });
+  if (now !== storeId) throw mismatch(db, redis, storeId, now);
   db.transaction(() => {
     db.prepare("INSERT INTO outbox_meta (key, value) VALUES ('redis_rebuilds', '1') ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1").run();
     db.prepare("INSERT INTO outbox_meta (key, value) VALUES ('redis_rebuilt_at', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value").run(String(Date.now()));
