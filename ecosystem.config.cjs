@@ -5,6 +5,7 @@ const { spawnSync } = require('node:child_process');
 const { existsSync } = require('node:fs');
 const { homedir } = require('node:os');
 const path = require('node:path');
+const { pathToFileURL } = require('node:url');
 
 const root = __dirname;
 const dataDir = process.env.OUTBOX_DIR || path.join(homedir(), 'outbox');
@@ -16,9 +17,12 @@ if (!existsSync(path.join(root, 'dist', 'apps', 'relay', 'main.js'))) {
   process.exit(1);
 }
 
-// Without REDIS_URL the apps use 127.0.0.1:6379 (OUTBOX_REDIS_PORT), and outbox-redis starts a
-// redis-server there unless one already runs. It is listed whenever REDIS_URL is unset, so that
-// `pm2 delete` finds it.
+// Without REDIS_URL the apps use the managed Redis on 127.0.0.1:6379 (OUTBOX_REDIS_PORT), and
+// outbox-redis starts a redis-server there unless one already runs. It is listed whenever
+// REDIS_URL is unset, so that `pm2 delete` finds it. The apps then get no REDIS_URL: each reads the
+// managed Redis's password from <OUTBOX_DIR>/redis/password (shared/local/managed-redis.ts), which
+// is made here, before any app starts, so that none of them can look for it too early. The password
+// is never in pm2's environment of the apps (`pm2 env`, `pm2 show`) nor on a command line.
 const managedRedis = !process.env.REDIS_URL;
 const managedPort = Number(process.env.OUTBOX_REDIS_PORT || 6379);
 if (managedRedis) {
@@ -31,12 +35,25 @@ if (managedRedis) {
     console.error(`outbox: no Redis on 127.0.0.1:${managedPort} and redis-server is not installed: apt-get install redis-server, or set REDIS_URL to a running Redis`);
     process.exit(1);
   }
+  if (!portOpen) {
+    const made = spawnSync(process.execPath, [
+      '--input-type=module',
+      '-e',
+      'const { ensureManagedPassword } = await import(process.argv[1]); ensureManagedPassword(process.argv[2]);',
+      pathToFileURL(path.join(root, 'dist', 'shared', 'local', 'managed-redis.js')).href,
+      dataDir,
+    ], { cwd: root, encoding: 'utf8' });
+    if (made.status !== 0) {
+      console.error(`outbox: cannot make the managed Redis's password in ${path.join(dataDir, 'redis')}: ${made.stderr.trim().split('\n').pop()}`);
+      process.exit(1);
+    }
+  }
 }
 
 const env = {
   ...Object.fromEntries(Object.entries(process.env).filter(([key]) => key.startsWith('OUTBOX_'))),
   OUTBOX_DIR: dataDir,
-  REDIS_URL: process.env.REDIS_URL || `redis://127.0.0.1:${managedPort}`,
+  ...(managedRedis ? { OUTBOX_REDIS_PORT: String(managedPort) } : { REDIS_URL: process.env.REDIS_URL }),
   NODE_ENV: 'production',
 };
 

@@ -1,12 +1,17 @@
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { InvalidInputError } from './errors/invalid-input-error.js';
+import { managedRedisUrl } from './local/managed-redis.js';
 
 /** Where the stores are. Every app and command reads the same two settings. */
 export interface OutboxConfig {
   /** Data directory: holds `app.db` and every artifact. Default: env `OUTBOX_DIR`, else `~/outbox`. */
   dir: string;
-  /** Redis connection URL (`redis://` or `rediss://`). Default: env `REDIS_URL`, else `redis://127.0.0.1:6379`. */
+  /**
+   * Redis connection URL (`redis://` or `rediss://`). Default: env `REDIS_URL`, else the managed
+   * Redis: `redis://127.0.0.1:<OUTBOX_REDIS_PORT, 6379>`, with the password of `<dir>/redis/password`
+   * once there is one (shared/local/managed-redis.ts).
+   */
   redisUrl: string;
   /**
    * Prefix of every Redis key and of the BullMQ queues (`<namespace>:`), so that several deployments
@@ -21,8 +26,8 @@ export function defaultDir(env: NodeJS.ProcessEnv = process.env): string {
   return env.OUTBOX_DIR || join(homedir(), 'outbox');
 }
 
-export function defaultRedisUrl(env: NodeJS.ProcessEnv = process.env): string {
-  return env.REDIS_URL || DEFAULT_REDIS_URL;
+export function defaultRedisUrl(env: NodeJS.ProcessEnv = process.env, dir = defaultDir(env)): string {
+  return env.REDIS_URL || managedRedisUrl(dir, env);
 }
 
 export function defaultNamespace(env: NodeJS.ProcessEnv = process.env): string {
@@ -33,9 +38,10 @@ export function defaultNamespace(env: NodeJS.ProcessEnv = process.env): string {
 const NAMESPACE = /^[A-Za-z0-9._-]{1,64}$/;
 
 export function withDefaults(partial: Partial<OutboxConfig>, env: NodeJS.ProcessEnv = process.env): OutboxConfig {
+  const dir = resolve(partial.dir || defaultDir(env));
   return {
-    dir: resolve(partial.dir || defaultDir(env)),
-    redisUrl: partial.redisUrl || defaultRedisUrl(env),
+    dir,
+    redisUrl: partial.redisUrl || defaultRedisUrl(env, dir),
     namespace: partial.namespace ?? defaultNamespace(env),
   };
 }

@@ -1,6 +1,6 @@
 import Database from 'better-sqlite3';
 import type { Redis } from 'ioredis';
-import { existsSync, mkdirSync, rmSync, statSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, rmSync, statSync } from 'node:fs';
 import { databasePath } from './config.js';
 import { configure } from './db/open-database.js';
 import { createSchema } from './db/schema.js';
@@ -27,8 +27,11 @@ export function createDatabase(dir: string): string {
   const path = databasePath(dir);
   assertDirectory(dir);
   try {
-    mkdirSync(dir, { recursive: true });
+    // A data dir made here, and its missing parents, are 0700; app.db is 0600 before SQLite opens it,
+    // and SQLite gives -wal and -shm the mode of the database.
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
     for (const suffix of ['', '-wal', '-shm', '-journal']) rmSync(path + suffix, { force: true });
+    closeSync(openSync(path, 'wx', 0o600));
     const db = configure(new Database(path));
     try {
       createSchema(db);

@@ -1,5 +1,6 @@
 import { OutboxError } from './errors/outbox-error.js';
 import { RedisSettingsError } from './errors/redis-settings-error.js';
+import { keepFilesPrivate } from './local/private-files.js';
 import { createLogger, type Logger } from './logger.js';
 import { closeOnSignals } from './shutdown.js';
 
@@ -13,11 +14,12 @@ export const EXIT_CONFIG = 78;
 export type AppStart = (log: Logger, signal: AbortSignal) => Promise<() => Promise<void>>;
 
 /**
- * Runs a long-lived app: JSON logs, SIGINT/SIGTERM handled from the first instant (also while it
+ * Runs a long-lived app: files it creates private (0600 / 0700), JSON logs, SIGINT/SIGTERM handled from the first instant (also while it
  * is still connecting), a failed start logged as one line with exit code 1 (pm2 restarts it), or
  * `EXIT_CONFIG` when Redis's settings are refused (pm2 does not).
  */
 export function runApp(app: string, start: AppStart): void {
+  keepFilesPrivate();
   const log = createLogger(app);
   const stopping = new AbortController();
   let close: (() => Promise<void>) | undefined;

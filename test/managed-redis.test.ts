@@ -1,49 +1,106 @@
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { after, describe, it } from 'node:test';
 import { REPO_ROOT } from '../shared/local/pm2.js';
 import { freePort, RedisServer, testClient } from '../shared/local/redis-server.js';
+import { startApp, stopApp } from './helpers/apps.js';
+import { runCli } from './helpers/cli.js';
 import { tempDir } from './helpers/stores.js';
 import { waitFor } from '../shared/local/wait-for.js';
 
 const WRAPPER = join(REPO_ROOT, 'dist', 'apps', 'redis', 'main.js');
+const RECORD_CMDLINE = fileURLToPath(new URL('./fixtures/record-cmdline.js', import.meta.url));
+
+/** The environment without REDIS_URL: the default URL, i.e. the managed Redis on OUTBOX_REDIS_PORT. */
+function withoutRedisUrl(env: Record<string, string>): NodeJS.ProcessEnv {
+  const { REDIS_URL: _, ...rest } = process.env;
+  return { ...rest, ...env };
+}
 
 /** Evaluates ecosystem.config.cjs as pm2 would, with exactly `env`. */
 function loadEcosystem(env: Record<string, string>) {
-  return spawnSync(process.execPath, ['-e', "console.log(JSON.stringify(require('./ecosystem.config.cjs').apps.map((a) => [a.name, a.env.REDIS_URL])))"], {
-    cwd: REPO_ROOT,
-    env: { PATH: process.env.PATH!, HOME: process.env.HOME!, ...env },
-    encoding: 'utf8',
-  });
+  return spawnSync(
+    process.execPath,
+    ['-e', "console.log(JSON.stringify(require('./ecosystem.config.cjs').apps.map((a) => [a.name, a.env.REDIS_URL ?? null, a.env.OUTBOX_REDIS_PORT ?? null])))"],
+    { cwd: REPO_ROOT, env: { PATH: process.env.PATH!, HOME: process.env.HOME!, ...env }, encoding: 'utf8' },
+  );
 }
 
 function startWrapper(env: Record<string, string>) {
-  const child = spawn(process.execPath, [WRAPPER], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [WRAPPER], { env: withoutRedisUrl(env), stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   child.stdout.on('data', (chunk) => (output += chunk));
+  child.stderr.on('data', (chunk) => (output += chunk));
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   return { child, exited, output: () => output };
 }
 
+function mode(path: string): string {
+  return (statSync(path).mode & 0o777).toString(8).padStart(4, '0');
+}
+
+/** Every file and directory under `dir` (itself included) with its mode, e.g. `{ 'redis/password': '0600' }`. */
+function modesUnder(dir: string, prefix = '.'): Record<string, string> {
+  const modes: Record<string, string> = { [prefix]: mode(dir) };
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    const name = prefix === '.' ? entry.name : `${prefix}/${entry.name}`;
+    if (entry.isDirectory()) Object.assign(modes, modesUnder(path, name));
+    else modes[name] = mode(path);
+  }
+  return modes;
+}
+
+/** Asserts that every entry is 0700 (directories) or 0600 (files). */
+function assertPrivate(modes: Record<string, string>, dir: string): void {
+  for (const [name, m] of Object.entries(modes)) {
+    const expected = statSync(join(dir, name)).isDirectory() ? '0700' : '0600';
+    assert.equal(m, expected, `${name} is ${m}, not ${expected}`);
+  }
+}
+
+const password = (dir: string) => readFileSync(join(dir, 'redis', 'password'), 'utf8').trim();
+const managedUrl = (dir: string, port: number) => `redis://:${password(dir)}@127.0.0.1:${port}`;
+const cmdline = (pid: number) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ');
+const pidOf = (dir: string) => Number(readFileSync(join(dir, 'redis', 'redis.pid'), 'utf8'));
+
+async function assertNoAuth(port: number): Promise<void> {
+  const anonymous = testClient(`redis://127.0.0.1:${port}`);
+  try {
+    await assert.rejects(anonymous.ping(), /NOAUTH/);
+  } finally {
+    anonymous.disconnect();
+  }
+}
+
 describe('ecosystem.config.cjs', () => {
-  it('runs a managed outbox-redis only when REDIS_URL is not set', async () => {
+  it('runs a managed outbox-redis only when REDIS_URL is not set, makes its password (0600, dir 0700) before any app starts, and gives no app a REDIS_URL', async () => {
     const port = String(await freePort());
-    const managed = loadEcosystem({ OUTBOX_REDIS_PORT: port });
+    const dir = join(tempDir(), 'data');
+    const managed = loadEcosystem({ OUTBOX_REDIS_PORT: port, OUTBOX_DIR: dir });
     assert.equal(managed.status, 0, managed.stderr);
     assert.deepEqual(JSON.parse(managed.stdout), [
-      ['outbox-redis', `redis://127.0.0.1:${port}`],
-      ['outbox-producer', `redis://127.0.0.1:${port}`],
-      ['outbox-relay', `redis://127.0.0.1:${port}`],
-      ['outbox-consumer', `redis://127.0.0.1:${port}`],
+      ['outbox-redis', null, port],
+      ['outbox-producer', null, port],
+      ['outbox-relay', null, port],
+      ['outbox-consumer', null, port],
     ]);
-    const external = loadEcosystem({ REDIS_URL: 'redis://127.0.0.1:1234' });
-    assert.deepEqual(JSON.parse(external.stdout).map(([name]: [string]) => name), ['outbox-producer', 'outbox-relay', 'outbox-consumer']);
+    assert.match(password(dir), /^[0-9a-f]{64}$/);
+    assert.equal(mode(join(dir, 'redis', 'password')), '0600');
+    assert.equal(mode(join(dir, 'redis')), '0700');
+    const external = loadEcosystem({ REDIS_URL: 'redis://127.0.0.1:1234', OUTBOX_DIR: tempDir() });
+    assert.deepEqual(JSON.parse(external.stdout), [
+      ['outbox-producer', 'redis://127.0.0.1:1234', null],
+      ['outbox-relay', 'redis://127.0.0.1:1234', null],
+      ['outbox-consumer', 'redis://127.0.0.1:1234', null],
+    ]);
   });
 
   it('says in one line what to do when there is no Redis and no redis-server', async () => {
-    const result = loadEcosystem({ OUTBOX_REDIS_PORT: String(await freePort()), PATH: '/nonexistent' });
+    const result = loadEcosystem({ OUTBOX_REDIS_PORT: String(await freePort()), OUTBOX_DIR: tempDir(), PATH: '/nonexistent' });
     assert.notEqual(result.status, 0);
     assert.match(result.stderr, /^outbox: no Redis on 127\.0\.0\.1:\d+ and redis-server is not installed: apt-get install redis-server, or set REDIS_URL to a running Redis\n$/);
   });
@@ -55,20 +112,30 @@ describe('outbox-redis (the managed Redis app)', () => {
     for (const server of servers) await server.destroy();
   });
 
-  it('starts redis-server with an append-only file (fsync every second) in the data dir, never evicting, and stops it on SIGTERM', async () => {
+  it('starts redis-server with a password, an append-only file (fsync every second) in the data dir, never evicting, and stops it on SIGTERM', async () => {
     const dir = tempDir();
     const port = await freePort();
     const wrapper = startWrapper({ OUTBOX_DIR: dir, OUTBOX_REDIS_PORT: String(port) });
-    const client = testClient(`redis://127.0.0.1:${port}`);
     try {
-      await waitFor(() => client.ping().then((pong) => pong === 'PONG').catch(() => false));
-      assert.deepEqual(await client.config('GET', 'appendonly'), ['appendonly', 'yes']);
-      assert.deepEqual(await client.config('GET', 'appendfsync'), ['appendfsync', 'everysec']);
-      assert.deepEqual(await client.config('GET', 'maxmemory-policy'), ['maxmemory-policy', 'noeviction']);
-      assert.deepEqual(await client.config('GET', 'dir'), ['dir', join(dir, 'redis')]);
-      assert.match(wrapper.output(), /"msg":"redis-server started"/);
+      await waitFor(() => /"msg":"redis-server started"/.test(wrapper.output()) && existsSync(join(dir, 'redis', 'redis.pid')));
+      const client = testClient(managedUrl(dir, port));
+      try {
+        await waitFor(() => client.ping().then((pong) => pong === 'PONG').catch(() => false));
+        assert.deepEqual(await client.config('GET', 'appendonly'), ['appendonly', 'yes']);
+        assert.deepEqual(await client.config('GET', 'appendfsync'), ['appendfsync', 'everysec']);
+        assert.deepEqual(await client.config('GET', 'maxmemory-policy'), ['maxmemory-policy', 'noeviction']);
+        assert.deepEqual(await client.config('GET', 'dir'), ['dir', join(dir, 'redis')]);
+        await client.set('written', '1');
+      } finally {
+        client.disconnect();
+      }
+      await assertNoAuth(port);
+      assert.doesNotMatch(cmdline(pidOf(dir)), new RegExp(password(dir)));
+      assert.doesNotMatch(wrapper.output(), new RegExp(password(dir)));
+      const modes = modesUnder(join(dir, 'redis'));
+      assert.ok(modes['appendonlydir'] && modes.password, JSON.stringify(modes));
+      assertPrivate(modes, join(dir, 'redis'));
     } finally {
-      client.disconnect();
       wrapper.child.kill('SIGTERM');
     }
     assert.equal(await wrapper.exited, 0);
@@ -88,5 +155,132 @@ describe('outbox-redis (the managed Redis app)', () => {
     const client = testClient(existing.url);
     assert.equal(await client.ping(), 'PONG');
     client.disconnect();
+  });
+
+  it('the apps find its password in the data dir: the relay connects with the default URL, and app.db, -wal and -shm are 0600', async () => {
+    const dir = tempDir();
+    const port = await freePort();
+    const env = { OUTBOX_DIR: dir, OUTBOX_REDIS_PORT: String(port) };
+    const wrapper = startWrapper(env);
+    const relay = startApp({ dir, redisUrl: '' }, 'dist/apps/relay/main.js', [], env);
+    try {
+      assert.equal((await runCli(['init'], { dir, redisUrl: '', env })).code, 0);
+      await waitFor(() => /"msg":"relay started"/.test(relay.output()), { timeoutMs: 20_000, message: `the relay did not start: ${relay.output()}` });
+      await waitFor(() => existsSync(join(dir, 'app.db-wal')) && existsSync(join(dir, 'app.db-shm')));
+      for (const file of ['app.db', 'app.db-wal', 'app.db-shm']) assert.equal(mode(join(dir, file)), '0600', file);
+      assert.doesNotMatch(relay.output(), new RegExp(password(dir)));
+      assert.match(relay.output(), /redis:\/\/:\*\*\*@127\.0\.0\.1/);
+    } finally {
+      await stopApp(relay);
+      wrapper.child.kill('SIGTERM');
+    }
+    assert.equal(await wrapper.exited, 0);
+  });
+});
+
+describe('the CLI with the default Redis URL', () => {
+  it('starts the managed Redis when nothing listens (one line on stderr), passes no password on any command line, keeps every file private, and "outbox redis stop" stops it', async () => {
+    const dir = join(tempDir(), 'data');
+    const port = await freePort();
+    const log = join(tempDir(), 'cmdlines');
+    const env = {
+      OUTBOX_REDIS_PORT: String(port),
+      NODE_OPTIONS: `--import ${RECORD_CMDLINE}`,
+      OUTBOX_TEST_CMDLINE_LOG: log,
+    };
+    const stop = () => runCli(['redis', 'stop', '--dir', dir], { dir: '', redisUrl: '', env });
+    try {
+      const lab = await runCli(['lab', '--dir', dir], { dir: '', redisUrl: '', env });
+      assert.equal(lab.code, 0, lab.stdout + lab.stderr);
+      assert.equal(
+        lab.stderr.split('\n')[0],
+        `outbox: started redis-server on 127.0.0.1:${port} (data in ${dir}/redis); stop it with "outbox redis stop --dir ${dir}"`,
+      );
+      await assertNoAuth(port);
+      const secret = password(dir);
+      // The lab's relay-crash child got the URL with the password, through its environment only.
+      const cmdlines = readFileSync(log, 'utf8');
+      assert.match(cmdlines, /main\.js relay-crash/);
+      assert.ok(!cmdlines.includes(secret), cmdlines);
+      assert.ok(!cmdline(pidOf(dir)).includes(secret));
+      assert.ok(!lab.stdout.includes(secret));
+      const modes = modesUnder(dir);
+      for (const name of ['.', 'app.db', 'report.txt', 'redis', 'redis/password', 'redis/appendonlydir']) assert.ok(modes[name], `${name} missing: ${JSON.stringify(modes)}`);
+      assertPrivate(modes, dir);
+
+      // It is running now: the next command uses it, with the password, and starts nothing.
+      const report = await runCli(['report', '--dir', dir], { dir: '', redisUrl: '', env });
+      assert.equal(report.code, 0, report.stderr);
+      assert.equal(report.stderr, '');
+      const status = await runCli(['redis', 'status', '--dir', dir], { dir: '', redisUrl: '', env });
+      assert.equal(status.code, 0, status.stderr);
+      assert.match(status.stdout, new RegExp(`^redis-server runs on 127\\.0\\.0\\.1:${port} \\(pid ${pidOf(dir)}, started by outbox;`));
+    } finally {
+      const stopped = await stop();
+      assert.equal(stopped.code, 0, stopped.stderr);
+      assert.match(stopped.stdout, new RegExp(`^stopped redis-server on 127\\.0\\.0\\.1:${port} \\(pid \\d+\\); its data stays in ${dir}/redis\\n$`));
+    }
+    assert.equal(existsSync(join(dir, 'redis', 'redis.pid')), false);
+    const client = testClient(`redis://127.0.0.1:${port}`);
+    client.options.maxRetriesPerRequest = 0;
+    client.options.retryStrategy = () => null;
+    await assert.rejects(client.ping());
+    client.disconnect();
+    const status = await runCli(['redis', 'status', '--dir', dir], { dir: '', redisUrl: '', env });
+    assert.equal(status.code, 3);
+    assert.equal(status.stdout, `no redis-server started by outbox runs for ${dir}\n`);
+    const again = await stop();
+    assert.equal(again.code, 0);
+    assert.equal(again.stdout, `no redis-server started by outbox runs for ${dir}: nothing to stop\n`);
+    // Its data stayed: started again, it has the lab's keys.
+    const restarted = await runCli(['redis', 'start', '--dir', dir], { dir: '', redisUrl: '', env });
+    try {
+      assert.equal(restarted.code, 0, restarted.stderr);
+      const managed = testClient(managedUrl(dir, port));
+      assert.ok((await managed.dbsize()) > 0);
+      managed.disconnect();
+    } finally {
+      await stop();
+    }
+  });
+
+  it('leaves a Redis that is not its own alone: no start, and "outbox redis stop" does not stop it', async () => {
+    const existing = await RedisServer.start();
+    try {
+      const dir = tempDir();
+      const env = { OUTBOX_REDIS_PORT: String(existing.port) };
+      const checked = await runCli(['dead-letter', 'list', '--dir', dir], { dir: '', redisUrl: '', env });
+      assert.equal(checked.code, 0, checked.stderr);
+      assert.equal(checked.stderr, '');
+      assert.equal(existsSync(join(dir, 'redis')), false);
+      const stop = await runCli(['redis', 'stop', '--dir', dir], { dir: '', redisUrl: '', env });
+      assert.equal(stop.code, 0);
+      assert.equal(
+        stop.stdout,
+        `no redis-server started by outbox runs for ${dir}: nothing to stop; the Redis on 127.0.0.1:${existing.port} is not the one outbox started for ${dir}: left alone\n`,
+      );
+      const client = testClient(existing.url);
+      assert.equal(await client.ping(), 'PONG');
+      client.disconnect();
+    } finally {
+      await existing.destroy();
+    }
+  });
+
+  it('says to apt-get install redis-server when nothing listens and redis-server is not installed (exit 5)', async () => {
+    const dir = tempDir();
+    const port = await freePort();
+    const result = await runCli(['dead-letter', 'list', '--dir', dir], { dir: '', redisUrl: '', env: { OUTBOX_REDIS_PORT: String(port), PATH: '/nonexistent' } });
+    assert.equal(result.code, 5);
+    assert.equal(
+      result.stderr,
+      `outbox: no Redis on 127.0.0.1:${port} and redis-server is not installed: apt-get install redis-server, or point --redis / REDIS_URL at a running Redis\n`,
+    );
+  });
+
+  it('refuses an OUTBOX_REDIS_PORT that is not a port (exit 2)', async () => {
+    const result = await runCli(['dead-letter', 'list', '--dir', tempDir()], { dir: '', redisUrl: '', env: { OUTBOX_REDIS_PORT: '63a' } });
+    assert.equal(result.code, 2);
+    assert.equal(result.stderr, 'outbox: OUTBOX_REDIS_PORT must be a port number from 1 to 65535, got "63a"\n');
   });
 });

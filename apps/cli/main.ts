@@ -3,6 +3,7 @@ import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { explainError } from '../../shared/errors/explain-error.js';
 import { InvalidInputError } from '../../shared/errors/invalid-input-error.js';
+import { keepFilesPrivate } from '../../shared/local/private-files.js';
 import { commands } from './commands/index.js';
 import { globalOptions } from './options.js';
 
@@ -33,6 +34,7 @@ async function main(argv: string[]): Promise<void> {
   await cli.parseAsync();
 }
 
+keepFilesPrivate();
 try {
   await main(hideBin(process.argv));
 } catch (error) {

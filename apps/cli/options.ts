@@ -9,7 +9,7 @@ export const globalOptions = {
   },
   redis: {
     type: 'string',
-    describe: `Redis URL [env REDIS_URL, default ${DEFAULT_REDIS_URL}]`,
+    describe: `Redis URL [env REDIS_URL, default ${DEFAULT_REDIS_URL} (port: env OUTBOX_REDIS_PORT) with the password of <dir>/redis/password; started there when nothing listens]`,
   },
   namespace: {
     type: 'string',

@@ -1,6 +1,8 @@
 import type { Redis } from 'ioredis';
-import type { OutboxConfig } from '../../shared/config.js';
+import { resolve } from 'node:path';
+import { defaultDir, type OutboxConfig } from '../../shared/config.js';
 import type { Db } from '../../shared/db/open-database.js';
+import { ensureManagedRedis, MANAGED_HOST, managedRedisDir, managedRedisPort } from '../../shared/local/managed-redis.js';
 import type { RedisConnectOptions } from '../../shared/redis/connect.js';
 import { assertSameStore } from '../../shared/relay/store-pairing.js';
 
@@ -21,8 +23,20 @@ export async function withDb<T>(config: OutboxConfig, fn: (db: Db) => T | Promis
   }
 }
 
-/** Connects to Redis (checked, fail fast), runs `fn`, disconnects. */
+/**
+ * Connects to Redis (checked, fail fast), runs `fn`, disconnects. With the default URL and nothing
+ * listening on its port, starts the managed Redis first and says so on stderr; `config.redisUrl`
+ * then names it, password included, for whatever the command runs next (lab's child).
+ */
 export async function withRedis<T>(config: OutboxConfig, fn: (redis: Redis) => T | Promise<T>, needs: RedisNeeds = {}): Promise<T> {
+  const managed = await ensureManagedRedis(config.dir, config.redisUrl);
+  if (managed.started) {
+    config.redisUrl = managed.url;
+    const dirOption = config.dir === resolve(defaultDir()) ? '' : ` --dir ${config.dir}`;
+    console.error(
+      `outbox: started redis-server on ${MANAGED_HOST}:${managedRedisPort()} (data in ${managedRedisDir(config.dir)}); stop it with "outbox redis stop${dirOption}"`,
+    );
+  }
   const { closeRedis, connectRedis } = await import('../../shared/redis/connect.js');
   const redis = await connectRedis(config.redisUrl, { name: 'outbox-cli', namespace: config.namespace, ...needs });
   try {

@@ -1,30 +1,26 @@
-import { spawn } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
-import { createConnection } from 'node:net';
-import { join } from 'node:path';
 import { defaultDir } from '../../shared/config.js';
+import { managedRedisDir, managedRedisPort, MANAGED_SETTINGS, portOpen, spawnManagedRedis } from '../../shared/local/managed-redis.js';
 import { createLogger } from '../../shared/logger.js';
+import { EXIT_CONFIG } from '../../shared/run-app.js';
 
 /**
- * outbox-redis: the Redis that ecosystem.config.cjs runs when REDIS_URL is not set. It starts
- * `redis-server` (append-only file under <data dir>/redis, fsynced every second; never evicting)
+ * outbox-redis: the Redis that ecosystem.config.cjs runs when REDIS_URL is not set. It starts the
+ * managed redis-server (shared/local/managed-redis.ts: append-only file under <data dir>/redis,
+ * fsynced every second, never evicting, the generated password of <data dir>/redis/password)
  * unless something already listens on the port, in which case the apps use that one and this
  * process only waits for pm2 to stop it.
  */
 const log = createLogger('outbox-redis');
-const port = Number(process.env.OUTBOX_REDIS_PORT ?? 6379);
-const dataDir = join(defaultDir(), 'redis');
-
-function listening(): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = createConnection({ port, host: '127.0.0.1' });
-    socket.once('connect', () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.once('error', () => resolve(false));
-  });
+function portOrExit(): number {
+  try {
+    return managedRedisPort();
+  } catch (error) {
+    log.error((error as Error).message);
+    process.exit(EXIT_CONFIG);
+  }
 }
+const port = portOrExit();
+const dir = defaultDir();
 
 function idle(reason: string): void {
   const timer = setInterval(() => {}, 1 << 30);
@@ -39,14 +35,10 @@ function idle(reason: string): void {
   log.info(reason, { port });
 }
 
-if (await listening()) {
+if (await portOpen(port)) {
   idle(`something already listens on 127.0.0.1:${port}: the apps use it, no redis-server started`);
 } else {
-  mkdirSync(dataDir, { recursive: true });
-  // Stated explicitly rather than left to redis-server's defaults: outbox's state must survive a
-  // restart (AOF, fsynced every second) and must never be evicted.
-  const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dataDir, '--appendonly', 'yes', '--appendfsync', 'everysec', '--maxmemory-policy', 'noeviction', '--save', ''];
-  const server = spawn('redis-server', args, { stdio: 'inherit' });
+  const server = spawnManagedRedis(dir, port, { daemonize: false });
   server.once('error', (error: NodeJS.ErrnoException) => {
     if (error.code === 'ENOENT') {
       idle('redis-server is not installed: apt-get install redis-server, or set REDIS_URL to a running Redis');
@@ -55,7 +47,7 @@ if (await listening()) {
       process.exit(1);
     }
   });
-  server.once('spawn', () => log.info('redis-server started', { port, dataDir, appendonly: 'yes', appendfsync: 'everysec', maxmemoryPolicy: 'noeviction' }));
+  server.once('spawn', () => log.info('redis-server started', { port, dataDir: managedRedisDir(dir), ...MANAGED_SETTINGS }));
   server.once('exit', (code, signal) => {
     log.info('redis-server exited', { code, signal });
     process.exit(code ?? 1);

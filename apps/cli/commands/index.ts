@@ -13,6 +13,7 @@ import * as orderCheck from './order-check.js';
 import * as parked from './parked.js';
 import * as placeOrder from './place-order.js';
 import * as prune from './prune.js';
+import * as redis from './redis.js';
 import * as relay from './relay.js';
 import * as relayCrash from './relay-crash.js';
 import * as replay from './replay.js';
@@ -50,4 +51,5 @@ export const commands = [
   chaos,
   bench,
   lab,
+  redis,
 ] as unknown as CommandModule[];

@@ -1,0 +1,57 @@
+import type { ArgumentsCamelCase, Argv } from 'yargs';
+import { ConflictError } from '../../../shared/errors/conflict-error.js';
+import {
+  ensureManagedRedis,
+  MANAGED_HOST,
+  managedRedisDir,
+  managedRedisPort,
+  managedRedisState,
+  managedRedisUrl,
+  redisAnswers,
+  stopManagedRedis,
+} from '../../../shared/local/managed-redis.js';
+import { configOf, type GlobalArgs } from '../options.js';
+
+interface Args extends GlobalArgs {
+  action: 'start' | 'stop' | 'status';
+}
+
+export const command = 'redis <action>';
+export const describe = 'the managed Redis (<dir>/redis, started by outbox when the default URL finds none): start, stop or status';
+
+export const builder = (yargs: Argv<GlobalArgs>) =>
+  yargs.positional('action', {
+    choices: ['start', 'stop', 'status'] as const,
+    describe: 'start: start it unless something listens on its port; stop: stop it (its data stays); status: exit 0 when it runs, 3 when not',
+  });
+
+/** Exit code of `outbox redis status` when the managed Redis does not run (see the README's exit codes). */
+const NOT_RUNNING = 3;
+
+export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
+  const { dir } = configOf(argv);
+  const port = managedRedisPort();
+  const data = managedRedisDir(dir);
+  const running = managedRedisState(dir);
+  const elsewhere = async () =>
+    (await redisAnswers(port)) ? `; the Redis on ${MANAGED_HOST}:${port} is not the one outbox started for ${dir}: left alone` : '';
+
+  if (argv.action === 'start') {
+    if (running.state === 'running') return console.log(`redis-server already runs on ${MANAGED_HOST}:${running.port ?? port} (pid ${running.pid}; data in ${data})`);
+    const { started } = await ensureManagedRedis(dir, managedRedisUrl(dir));
+    console.log(started ? `started redis-server on ${MANAGED_HOST}:${port} (data in ${data})` : `something already listens on ${MANAGED_HOST}:${port}: no redis-server started`);
+  } else if (argv.action === 'stop') {
+    if (running.state === 'stopped') return console.log(`no redis-server started by outbox runs for ${dir}: nothing to stop${await elsewhere()}`);
+    if (running.underPm2) {
+      throw new ConflictError(`redis-server (pid ${running.pid}) runs under pm2 as outbox-redis, which would start it again: stop it with "npx pm2 stop outbox-redis"`);
+    }
+    await stopManagedRedis(running.pid);
+    console.log(`stopped redis-server on ${MANAGED_HOST}:${running.port ?? port} (pid ${running.pid}); its data stays in ${data}`);
+  } else if (running.state === 'running') {
+    const by = running.underPm2 ? 'under pm2 as outbox-redis' : 'started by outbox';
+    console.log(`redis-server runs on ${MANAGED_HOST}:${running.port ?? port} (pid ${running.pid}, ${by}; data and password in ${data})`);
+  } else {
+    console.log(`no redis-server started by outbox runs for ${dir}${await elsewhere()}`);
+    process.exitCode = NOT_RUNNING;
+  }
+}
