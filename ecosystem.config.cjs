@@ -26,6 +26,10 @@ if (!existsSync(path.join(root, 'dist', 'apps', 'relay', 'main.js'))) {
 const managedRedis = !process.env.REDIS_URL;
 const managedPort = Number(process.env.OUTBOX_REDIS_PORT || 6379);
 if (managedRedis) {
+  if (!Number.isInteger(managedPort) || managedPort < 1 || managedPort > 65535) {
+    console.error(`outbox: OUTBOX_REDIS_PORT must be a port number from 1 to 65535, got "${process.env.OUTBOX_REDIS_PORT}"`);
+    process.exit(1);
+  }
   const portOpen = spawnSync(process.execPath, [
     '-e',
     `require('net').connect(${managedPort}, '127.0.0.1').on('connect', () => process.exit(0)).on('error', () => process.exit(1))`,

@@ -104,6 +104,12 @@ describe('ecosystem.config.cjs', () => {
     assert.notEqual(result.status, 0);
     assert.match(result.stderr, /^outbox: no Redis on 127\.0\.0\.1:\d+ and redis-server is not installed: apt-get install redis-server, or set REDIS_URL to a running Redis\n$/);
   });
+
+  it('refuses an OUTBOX_REDIS_PORT that is not a port, in one line', () => {
+    const result = loadEcosystem({ OUTBOX_REDIS_PORT: '63a', OUTBOX_DIR: tempDir() });
+    assert.notEqual(result.status, 0);
+    assert.equal(result.stderr, 'outbox: OUTBOX_REDIS_PORT must be a port number from 1 to 65535, got "63a"\n');
+  });
 });
 
 describe('outbox-redis (the managed Redis app)', () => {

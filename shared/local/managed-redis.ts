@@ -1,5 +1,4 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { linkSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createConnection } from 'node:net';
 import { join } from 'node:path';
@@ -58,7 +57,8 @@ export function ensureManagedPassword(dir: string): string {
   const existing = readManagedPassword(dir);
   if (existing) return existing;
   const temp = `${passwordPath(dir)}.${process.pid}.tmp`;
-  writeFileSync(temp, `${randomBytes(32).toString('hex')}\n`, { mode: 0o600 });
+  const random = Buffer.from(globalThis.crypto.getRandomValues(new Uint8Array(32))).toString('hex');
+  writeFileSync(temp, `${random}\n`, { mode: 0o600 });
   try {
     linkSync(temp, passwordPath(dir));
   } catch (error) {
@@ -137,20 +137,29 @@ export function spawnManagedRedis(dir: string, port: number, options: ManagedRed
   return server;
 }
 
-/** Whether a Redis answers on the port: anything in RESP to an inline PING (+PONG, or -NOAUTH). */
-export function redisAnswers(port: number, host = MANAGED_HOST): Promise<boolean> {
+/**
+ * Sends an inline `PING` on a plain socket (no client library: none is loaded for it) and resolves
+ * the first bytes of the answer, or undefined when the port is closed, the server hangs up without
+ * a word, or says nothing within `timeoutMs`.
+ */
+export function pingReply(port: number, host = MANAGED_HOST, timeoutMs = 1000): Promise<string | undefined> {
   return new Promise((resolve) => {
     const socket = createConnection({ port, host });
-    const done = (value: boolean) => {
+    const done = (value: string | undefined) => {
       socket.destroy();
       resolve(value);
     };
-    socket.setTimeout(1000, () => done(false));
+    socket.setTimeout(timeoutMs, () => done(undefined));
     socket.on('connect', () => socket.write('PING\r\n'));
-    socket.on('data', (data) => done(/^[+-]/.test(data.toString('latin1'))));
-    socket.on('error', () => done(false));
-    socket.on('close', () => done(false));
+    socket.on('data', (data) => done(data.toString('latin1')));
+    socket.on('error', () => done(undefined));
+    socket.on('close', () => done(undefined));
   });
+}
+
+/** Whether a Redis answers on the port: anything in RESP to a PING (+PONG, or -NOAUTH with a password). */
+export async function redisAnswers(port: number, host = MANAGED_HOST): Promise<boolean> {
+  return /^[+-]/.test((await pingReply(port, host)) ?? '');
 }
 
 /** Whether anything accepts connections on the port (Redis or not). */

@@ -1,9 +1,10 @@
 import { Redis } from 'ioredis';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { createConnection, createServer } from 'node:net';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pingReply } from './managed-redis.js';
 import { waitFor } from './wait-for.js';
 
 export function freePort(): Promise<number> {
@@ -17,21 +18,8 @@ export function freePort(): Promise<number> {
   });
 }
 
-function ping(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = createConnection({ port, host: '127.0.0.1' });
-    socket.setTimeout(500);
-    socket.on('connect', () => socket.write('PING\r\n'));
-    socket.on('data', (data) => {
-      socket.destroy();
-      resolve(data.toString().startsWith('+PONG'));
-    });
-    socket.on('error', () => resolve(false));
-    socket.on('timeout', () => {
-      socket.destroy();
-      resolve(false);
-    });
-  });
+async function ping(port: number): Promise<boolean> {
+  return (await pingReply(port, '127.0.0.1', 500))?.startsWith('+PONG') ?? false;
 }
 
 /** A private redis-server on a free port (tests, `outbox chaos`), which may be stopped and started again. */
