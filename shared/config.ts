@@ -1,7 +1,5 @@
 import { homedir } from 'node:os';
-import { join, resolve } from 'node:path';
-import { InvalidInputError } from './errors/invalid-input-error.js';
-import { managedRedisUrl } from './local/managed-redis.js';
+import { join } from 'node:path';
 
 /** Where the stores are. Every app and command reads the same two settings. */
 export interface OutboxConfig {
@@ -26,49 +24,27 @@ export function defaultDir(env: NodeJS.ProcessEnv = process.env): string {
   return env.OUTBOX_DIR || join(homedir(), 'outbox');
 }
 
-export function defaultRedisUrl(env: NodeJS.ProcessEnv = process.env, dir = defaultDir(env)): string {
-  return env.REDIS_URL || managedRedisUrl(dir, env);
-}
-
-export function defaultNamespace(env: NodeJS.ProcessEnv = process.env): string {
-  return env.OUTBOX_NAMESPACE ?? '';
-}
-
 /** Letters, digits, ".", "_" and "-": no ":" (the separator) and nothing SCAN would read as a pattern. */
 const NAMESPACE = /^[A-Za-z0-9._-]{1,64}$/;
 
-export function withDefaults(partial: Partial<OutboxConfig>, env: NodeJS.ProcessEnv = process.env): OutboxConfig {
-  const dir = resolve(partial.dir || defaultDir(env));
-  return {
-    dir,
-    redisUrl: partial.redisUrl || defaultRedisUrl(env, dir),
-    namespace: partial.namespace ?? defaultNamespace(env),
-  };
-}
-
-/** Checks the settings before any connection is opened. */
-export function validate(config: OutboxConfig): OutboxConfig {
+/** Why `raw` is not a Redis URL outbox can use, or undefined. */
+export function redisUrlProblem(raw: string): string | undefined {
   let url: URL;
   try {
-    url = new URL(config.redisUrl);
+    url = new URL(raw);
   } catch {
-    throw new InvalidInputError(`--redis must be a URL like redis://127.0.0.1:6379, got "${redactUrl(config.redisUrl)}"`);
+    return `must be a URL like ${DEFAULT_REDIS_URL}, got "${redactUrl(raw)}"`;
   }
-  if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
-    throw new InvalidInputError(`--redis must start with redis:// or rediss://, got "${redactUrl(config.redisUrl)}"`);
-  }
-  if (config.namespace !== '' && !NAMESPACE.test(config.namespace)) {
-    throw new InvalidInputError(
-      `--namespace / OUTBOX_NAMESPACE must be 1-64 letters, digits, ".", "_" or "-", got ${JSON.stringify(config.namespace)}`,
-    );
-  }
-  const clash = clashWithUnprefixedKeys(config.namespace);
-  if (clash) {
-    throw new InvalidInputError(
-      `--namespace / OUTBOX_NAMESPACE ${JSON.stringify(config.namespace)} would share keys with the deployment without a namespace (${clash}): choose another name`,
-    );
-  }
-  return config;
+  if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') return `must start with redis:// or rediss://, got "${redactUrl(raw)}"`;
+  return undefined;
+}
+
+/** Why `namespace` cannot be used ('' is none), or undefined. */
+export function namespaceProblem(namespace: string): string | undefined {
+  if (namespace !== '' && !NAMESPACE.test(namespace)) return `must be 1-64 letters, digits, ".", "_" or "-", got ${JSON.stringify(namespace)}`;
+  const clash = clashWithUnprefixedKeys(namespace);
+  if (clash) return `${JSON.stringify(namespace)} would share keys with the deployment without a namespace (${clash}): choose another name`;
+  return undefined;
 }
 
 /**

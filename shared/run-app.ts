@@ -1,6 +1,14 @@
+import { resolve } from 'node:path';
+import yargs from 'yargs';
+import { hideBin } from 'yargs/helpers';
+import { defaultDir } from './config.js';
+import { flagOptions, readSettings, type Argv, type Settings, type ValuesOf } from './config/settings.js';
+import { ConfigError } from './errors/config-error.js';
+import { InvalidInputError } from './errors/invalid-input-error.js';
 import { OutboxError } from './errors/outbox-error.js';
 import { RedisSettingsError } from './errors/redis-settings-error.js';
 import { keepFilesPrivate } from './local/private-files.js';
+import { clearRefusal, recordRefusal } from './local/refusals.js';
 import { createLogger, type Logger } from './logger.js';
 import { closeOnSignals } from './shutdown.js';
 
@@ -10,27 +18,50 @@ import { closeOnSignals } from './shutdown.js';
  */
 export const EXIT_CONFIG = 78;
 
-/** Starts what an app runs; resolves the function that closes it all. */
-export type AppStart = (log: Logger, signal: AbortSignal) => Promise<() => Promise<void>>;
+/** Starts what an app runs with its checked settings; resolves the function that closes it all. */
+export type AppStart<C> = (config: C, log: Logger, signal: AbortSignal) => Promise<() => Promise<void>>;
+
+/** The command line as yargs reads it against `settings`' flags; an unknown flag or a flag without its value is a config error. */
+function parseArgv(app: string, settings: Settings, args: string[]): Argv {
+  return yargs(args)
+    .scriptName(app)
+    .usage('$0 [options]: settings come from these flags, else from the environment variables named, else the defaults')
+    .options(flagOptions(settings))
+    .strict()
+    .version(false)
+    .help()
+    .wrap(null)
+    .fail((message, error) => {
+      throw error ?? new InvalidInputError(`${message} (see --help)`);
+    })
+    .parseSync() as Argv;
+}
 
 /**
- * Runs a long-lived app: files it creates private (0600 / 0700), JSON logs, SIGINT/SIGTERM handled from the first instant (also while it
- * is still connecting), a failed start logged as one line with exit code 1 (pm2 restarts it), or
- * `EXIT_CONFIG` when Redis's settings are refused (pm2 does not).
+ * Runs a long-lived app: its settings read from the flags and the environment and checked before
+ * anything connects or listens, JSON logs, SIGINT/SIGTERM handled from the first instant (also
+ * while it is still connecting). A setting it cannot run with (a bad value, a retired variable, a
+ * taken port, a Redis that may evict keys) is refused: one JSON line, the refusal recorded in
+ * `<dir>/refused/<app>.json` for `outbox status`, exit code `EXIT_CONFIG`, which pm2 does not
+ * restart. Any other failed start is one line and exit code 1 (pm2 restarts it). Once the app
+ * started, an earlier refusal is forgotten.
  */
-export function runApp(app: string, start: AppStart): void {
+export function runApp<S extends Settings>(app: string, settings: S, start: AppStart<ValuesOf<S>>, args = hideBin(process.argv), env = process.env): void {
   keepFilesPrivate();
   const log = createLogger(app);
+  const { config, dir } = loadAppConfig(app, settings, log, args, env);
   const stopping = new AbortController();
   let close: (() => Promise<void>) | undefined;
-  const started = start(log, stopping.signal).then(
+  const started = start(config, log, stopping.signal).then(
     (closeApp) => {
       close = closeApp;
+      clearRefusal(dir, app);
     },
     (error: Error) => {
       if (stopping.signal.aborted) return;
+      if (error instanceof ConfigError || error instanceof RedisSettingsError) refuse(app, dir, log, error);
       log.error(error instanceof OutboxError ? error.message : 'cannot start', { error, stack: error instanceof OutboxError ? undefined : error.stack });
-      process.exit(error instanceof RedisSettingsError ? EXIT_CONFIG : 1);
+      process.exit(1);
     },
   );
   closeOnSignals(
@@ -41,4 +72,37 @@ export function runApp(app: string, start: AppStart): void {
     },
     { log },
   );
+}
+
+/**
+ * An app's settings from `args` and `env`, checked; a bad one is refused (see `runApp`). `dir` is
+ * where the refusal was or would be recorded.
+ */
+export function loadAppConfig<S extends Settings>(app: string, settings: S, log: Logger, args = hideBin(process.argv), env = process.env): { config: ValuesOf<S>; dir: string } {
+  let argv: Argv = {};
+  try {
+    argv = parseArgv(app, settings, args);
+    return { config: readSettings(settings, argv, env), dir: dataDirOf(argv, env) };
+  } catch (error) {
+    if (!(error instanceof OutboxError)) throw error;
+    refuse(app, dataDirOf(argv, env), log, error);
+  }
+}
+
+/** The data dir where the refusal goes, even when the settings did not parse: `--dir`, else OUTBOX_DIR, else ~/outbox. */
+function dataDirOf(argv: Argv, env: NodeJS.ProcessEnv): string {
+  return resolve(typeof argv.dir === 'string' && argv.dir !== '' ? argv.dir : defaultDir(env));
+}
+
+/** One JSON line, the refusal recorded (or why it could not be, in the same line), exit `EXIT_CONFIG`. */
+export function refuse(app: string, dir: string, log: Logger, error: OutboxError): never {
+  const refusal = { app, at: new Date().toISOString(), exitCode: EXIT_CONFIG, message: error.message };
+  let notRecorded: string | undefined;
+  try {
+    recordRefusal(dir, refusal);
+  } catch (writeError) {
+    notRecorded = (writeError as Error).message;
+  }
+  log.error(error.message, { exitCode: EXIT_CONFIG, ...(notRecorded ? { refusalNotRecorded: notRecorded } : {}) });
+  process.exit(EXIT_CONFIG);
 }

@@ -15,7 +15,7 @@ const h = useHarness();
 const startApp = (script: string, args: string[] = [], env: Record<string, string> = {}): App => startAppOn(h.env, script, args, env);
 
 const RELAY = 'dist/apps/relay/main.js';
-const FAST = ['--every', '300', '--slice', '300'];
+const FAST = ['--every', '300ms', '--slice', '300ms'];
 
 describe('relay app (BullMQ)', () => {
   it('two relay processes never run a pass at the same time, and every row is relayed', async () => {

@@ -280,7 +280,7 @@ describe('namespaces', () => {
 
 /** The relay app as a real process in `dir` and `namespace`. */
 function startRelayApp(dir: string, namespace: string) {
-  const app = startApp({ dir, redisUrl: h.env.redisUrl }, 'dist/apps/relay/main.js', ['--every', '300', '--slice', '300'], { OUTBOX_NAMESPACE: namespace });
+  const app = startApp({ dir, redisUrl: h.env.redisUrl }, 'dist/apps/relay/main.js', ['--every', '300ms', '--slice', '300ms'], { OUTBOX_NAMESPACE: namespace });
   return { output: app.output, stop: () => stopApp(app) };
 }
 

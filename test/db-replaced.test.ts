@@ -118,7 +118,7 @@ describe('the producer\'s traffic generator', () => {
 
 describe('app.db deleted or replaced under the relay app', () => {
   it('stops relaying from the old file, logs it once; a new store with the old Redis is refused, and after init --force it relays from the new file', async () => {
-    const relay = startApp('dist/apps/relay/main.js', ['--every', '300', '--slice', '300']);
+    const relay = startApp('dist/apps/relay/main.js', ['--every', '300ms', '--slice', '300ms']);
     try {
       await h.cli('place-order');
       await waitFor(async () => (await h.client.llen('outbox.events')) === 1);
@@ -147,7 +147,7 @@ describe('the apps never create app.db', () => {
     removeDatabase();
     await h.client.flushall();
     const { app: producer, call } = await startProducer();
-    const relay = startApp('dist/apps/relay/main.js', ['--every', '300', '--slice', '300']);
+    const relay = startApp('dist/apps/relay/main.js', ['--every', '300ms', '--slice', '300ms']);
     try {
       await waitFor(() => /"msg":"relay started"/.test(relay.output()));
       for (const app of [producer, relay]) {

@@ -142,7 +142,7 @@ describe('expected errors in the apps: JSON lines only', () => {
   it('a queue key of the wrong type is named once by the relay and by the consumer, not every second', async () => {
     await h.client.set('outbox.events', 'not a list');
     await h.cli('place-order');
-    const relay = startApp(h.env, RELAY, ['--every', '200', '--slice', '200']);
+    const relay = startApp(h.env, RELAY, ['--every', '200ms', '--slice', '200ms']);
     const consumer = startApp(h.env, CONSUMER);
     const named = /Redis (key|one of the keys) [^"]*outbox\.events[^"]* holds another type than outbox keeps there/g;
     try {

@@ -199,7 +199,7 @@ describe('consumer app: a failing handler is retried, a poison event dead-letter
 
   it('stops a handler that hangs after --handler-timeout and retries its lane', async () => {
     await writeAndRelay(lifecycle);
-    const app = startConsumerApp({ OUTBOX_HANDLER_FAIL: 'hang-first:1@1:1', OUTBOX_HANDLER_TIMEOUT_MS: '300' });
+    const app = startConsumerApp({ OUTBOX_HANDLER_FAIL: 'hang-first:1@1:1', OUTBOX_HANDLER_TIMEOUT: '300ms' });
     try {
       await waitFor(async () => (await h.client.hlen('processed')) === EVENTS, { message: 'not every event was applied' });
     } finally {
@@ -269,13 +269,13 @@ describe('consumer app: a failing handler is retried, a poison event dead-letter
     assert.equal(await h.client.hget('outbox:stats', 'handlerFailures'), '5', 'attempts before and after the crash add up to the limit');
   });
 
-  it('refuses a bad OUTBOX_HANDLER_FAIL or OUTBOX_MAX_ATTEMPTS in one line', async () => {
+  it('refuses a bad OUTBOX_HANDLER_FAIL or OUTBOX_MAX_ATTEMPTS in one line, exit 78', async () => {
     for (const [env, pattern] of [
       [{ OUTBOX_HANDLER_FAIL: 'explode:2' }, /"msg":"OUTBOX_HANDLER_FAIL must be .*got \\"explode:2\\": fix it, or unset it/],
-      [{ OUTBOX_MAX_ATTEMPTS: '0' }, /"msg":"--max-attempts \/ OUTBOX_MAX_ATTEMPTS must be a whole number from 1 to 1000, got \\"0\\""/],
+      [{ OUTBOX_MAX_ATTEMPTS: '0' }, /"msg":"OUTBOX_MAX_ATTEMPTS must be a whole number from 1 to 1000, got \\"0\\""/],
     ] as const) {
       const app = startConsumerApp(env);
-      assert.equal(await app.exited, 1);
+      assert.equal(await app.exited, 78);
       assert.match(app.output(), pattern);
       assert.doesNotMatch(app.output(), /\n\s+at /, 'no stack trace');
     }

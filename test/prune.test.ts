@@ -148,7 +148,7 @@ describe('outbox prune', () => {
 
   it('the relay app prunes on a schedule when OUTBOX_PRUNE_OLDER_THAN is set, and waits for the consumer', async () => {
     await h.cli('place-order', '--count', '20');
-    const relay = spawn(process.execPath, [join(REPO_ROOT, 'dist/apps/relay/main.js'), '--every', '300', '--slice', '300'], {
+    const relay = spawn(process.execPath, [join(REPO_ROOT, 'dist/apps/relay/main.js'), '--every', '300ms', '--slice', '300ms'], {
       env: { ...process.env, OUTBOX_DIR: h.env.dir, REDIS_URL: h.env.redisUrl, OUTBOX_PRUNE_OLDER_THAN: '0s', OUTBOX_PRUNE_EVERY: '500ms' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });

@@ -17,7 +17,7 @@ const h = useHarness();
 const RELAY = 'dist/apps/relay/main.js';
 const BATCH = 1000;
 const LOCK_MS = 2000;
-const RELAY_ARGS = ['--every', '300', '--slice', '300', '--lock-duration', String(LOCK_MS), '--batch-size', String(BATCH)];
+const RELAY_ARGS = ['--every', '300ms', '--slice', '300ms', '--lock-duration', `${LOCK_MS}ms`, '--batch-size', String(BATCH)];
 
 const pending = (dir: string) => count(dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'");
 const pushes = async () => Number((await h.client.get(keys.enqueued)) ?? 0);

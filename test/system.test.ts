@@ -66,7 +66,7 @@ before(async () => {
     PORT: String(port),
     OUTBOX_LOG_DIR: logDir,
     // Some CPU per event, so that the two handler threads really overlap.
-    OUTBOX_HANDLER_CPU_MS: '0.2',
+    OUTBOX_HANDLER_CPU: '0.2ms',
   });
   const started = await pm2.run('start', 'ecosystem.config.cjs');
   assert.equal(started.code, 0, started.stderr);

@@ -66,7 +66,7 @@ describe('Redis over TLS with a password', () => {
     const dir = tempDir();
     assert.equal((await runCli(['init'], tlsEnv(dir))).code, 0);
     assert.equal((await runCli(['place-order', '--count', '2'], tlsEnv(dir))).code, 0);
-    const relay = spawn(process.execPath, [join(REPO_ROOT, 'dist/apps/relay/main.js'), '--every', '300', '--slice', '300'], {
+    const relay = spawn(process.execPath, [join(REPO_ROOT, 'dist/apps/relay/main.js'), '--every', '300ms', '--slice', '300ms'], {
       env: { ...process.env, OUTBOX_DIR: dir, REDIS_URL: tlsUrl, NODE_EXTRA_CA_CERTS: join(certs, 'ca.pem') },
       stdio: ['ignore', 'pipe', 'pipe'],
     });

@@ -1,21 +1,10 @@
 import type { Options } from 'yargs';
-import { DEFAULT_REDIS_URL, validate, withDefaults, type OutboxConfig } from '../../shared/config.js';
+import type { OutboxConfig } from '../../shared/config.js';
+import { flagOptions } from '../../shared/config/settings.js';
+import { storeConfigOf, storeSettings } from '../../shared/config/store-settings.js';
 
-/** The options every command takes, defined once. */
-export const globalOptions = {
-  dir: {
-    type: 'string',
-    describe: 'data directory holding app.db and the artifacts [env OUTBOX_DIR, default ~/outbox]',
-  },
-  redis: {
-    type: 'string',
-    describe: `Redis URL [env REDIS_URL, default ${DEFAULT_REDIS_URL} (port: env OUTBOX_REDIS_PORT) with the password of <dir>/redis/password; started there when nothing listens]`,
-  },
-  namespace: {
-    type: 'string',
-    describe: 'prefix of every Redis key and BullMQ queue, so deployments can share a Redis [env OUTBOX_NAMESPACE, default none]',
-  },
-} satisfies Record<string, Options>;
+/** The options every command takes, defined once (shared/config/store-settings.ts, which the apps read too). */
+export const globalOptions = flagOptions(storeSettings);
 
 /** `init --force` and `lab` refuse while an app has app.db open (see shared/local/attached-apps.ts). */
 export const ignoreAttachedOption = {
@@ -30,6 +19,7 @@ export interface GlobalArgs {
   namespace?: string;
 }
 
+/** The stores' settings: each flag, else its variable, else the default; an error names the one that was set. */
 export function configOf(argv: GlobalArgs): OutboxConfig {
-  return validate(withDefaults({ dir: argv.dir, redisUrl: argv.redis, namespace: argv.namespace }));
+  return storeConfigOf(argv as Record<string, unknown>);
 }

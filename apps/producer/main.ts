@@ -1,44 +1,42 @@
 import { createServer } from 'node:http';
-import yargs from 'yargs';
-import { hideBin } from 'yargs/helpers';
+import { producerSettings } from '../../shared/config/producer-config.js';
 import { watchDatabase } from '../../shared/db/live-database.js';
+import { ConfigError } from '../../shared/errors/config-error.js';
 import { attachApp } from '../../shared/local/attached-apps.js';
 import { createOrderApi } from '../../shared/producer/http-api.js';
 import { createLiveOrderService } from '../../shared/producer/live-order-service.js';
 import { startTraffic } from '../../shared/producer/traffic.js';
 import { runApp } from '../../shared/run-app.js';
-import { configOf, globalOptions } from '../cli/options.js';
 
-const env = process.env;
-const argv = yargs(hideBin(process.argv))
-  .options({
-    ...globalOptions,
-    port: { type: 'number', default: Number(env.PORT ?? 3000), describe: 'HTTP port [env PORT]' },
-    host: { type: 'string', default: env.HOST ?? '127.0.0.1', describe: 'address to bind [env HOST]' },
-    rate: { type: 'number', default: Number(env.OUTBOX_RATE ?? 0), describe: 'built-in traffic, operations/s; 0 = off [env OUTBOX_RATE]' },
-    duration: { type: 'number', default: Number(env.OUTBOX_DURATION ?? 0), describe: 'traffic duration in s; 0 = until stopped [env OUTBOX_DURATION]' },
-    seed: { type: 'number', default: Number(env.OUTBOX_SEED ?? 1), describe: 'traffic random seed [env OUTBOX_SEED]' },
-  })
-  .strict()
-  .parseSync();
+/** Why the producer cannot listen where it was told to, as a config error (pm2 does not restart it into the same refusal); other errors as they are. */
+function listenError(error: NodeJS.ErrnoException, host: string, port: number): Error {
+  const where = `${host}:${port}`;
+  const fix = 'set PORT (--port) or HOST (--host) to another one';
+  if (error.code === 'EADDRINUSE') return new ConfigError(`cannot listen on ${where}: the port is in use (EADDRINUSE): stop what listens there, or ${fix}`);
+  if (error.code === 'EACCES') return new ConfigError(`cannot listen on ${where}: not allowed (EACCES; ports below 1024 need privileges): ${fix}`);
+  if (error.code === 'EADDRNOTAVAIL' || error.code === 'ENOTFOUND') return new ConfigError(`cannot listen on ${where}: no such local address (${error.code}): ${fix}`);
+  return error;
+}
 
-runApp('outbox-producer', async (log) => {
-  const config = configOf(argv);
+runApp('outbox-producer', producerSettings, async (config, log) => {
+  const { port, host } = config;
+  // Listening first: a port that is taken refuses the start before app.db is touched.
+  const server = createServer();
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', (error) => reject(listenError(error, host, port)));
+    server.listen(port, host, resolve);
+  });
   const detach = attachApp(config.dir, 'outbox-producer');
   // Without a valid app.db it still listens, answering 503 until `outbox init` made one.
   const database = watchDatabase(config.dir, { log, app: 'producer', stopped: 'refusing writes' });
   const service = createLiveOrderService(database);
   const unavailable = () => (database.check() ? undefined : database.reason());
-  const server = createServer(createOrderApi(service, log, { unavailable }));
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(argv.port, argv.host, resolve);
-  });
-  log.info('producer listening', { url: `http://${argv.host}:${argv.port}`, db: `${config.dir}/app.db` });
+  server.on('request', createOrderApi(service, log, { unavailable }));
+  log.info('producer listening', { url: `http://${host}:${port}`, db: `${config.dir}/app.db` });
 
-  const traffic = argv.rate > 0 ? startTraffic(service, { rate: argv.rate, durationMs: argv.duration * 1000, seed: argv.seed }, log) : undefined;
+  const traffic = config.rate > 0 ? startTraffic(service, { rate: config.rate, durationMs: config.durationMs, seed: config.seed }, log) : undefined;
   if (traffic) {
-    log.info('traffic started', { rate: argv.rate, durationS: argv.duration, seed: argv.seed });
+    log.info('traffic started', { rate: config.rate, durationMs: config.durationMs, seed: config.seed });
     void traffic.done.then((stats) => log.info('traffic stopped', { ...stats }));
   }
 

@@ -1,7 +1,7 @@
-import { defaultDir } from '../../shared/config.js';
-import { managedRedisDir, managedRedisPort, MANAGED_SETTINGS, portOpen, spawnManagedRedis } from '../../shared/local/managed-redis.js';
+import { managedRedisSettings } from '../../shared/config/redis-config.js';
+import { managedRedisDir, MANAGED_SETTINGS, portOpen, spawnManagedRedis } from '../../shared/local/managed-redis.js';
 import { createLogger } from '../../shared/logger.js';
-import { EXIT_CONFIG } from '../../shared/run-app.js';
+import { loadAppConfig } from '../../shared/run-app.js';
 
 /**
  * outbox-redis: the Redis that ecosystem.config.cjs runs when REDIS_URL is not set. It starts the
@@ -11,16 +11,9 @@ import { EXIT_CONFIG } from '../../shared/run-app.js';
  * process only waits for pm2 to stop it.
  */
 const log = createLogger('outbox-redis');
-function portOrExit(): number {
-  try {
-    return managedRedisPort();
-  } catch (error) {
-    log.error((error as Error).message);
-    process.exit(EXIT_CONFIG);
-  }
-}
-const port = portOrExit();
-const dir = defaultDir();
+// A bad OUTBOX_REDIS_PORT is refused like the other apps' settings: one line, exit 78, recorded for `outbox status`.
+const { config } = loadAppConfig('outbox-redis', managedRedisSettings, log);
+const { port, dir } = config;
 
 function idle(reason: string): void {
   const timer = setInterval(() => {}, 1 << 30);

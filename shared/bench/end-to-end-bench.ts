@@ -40,7 +40,7 @@ export async function benchEndToEnd(workspace: string, rate: number, durationMs:
     PORT: String(await freePort()),
     OUTBOX_LOG_DIR: join(workspace, 'e2e-logs'),
     OUTBOX_RATE: String(rate),
-    OUTBOX_DURATION: String(durationMs / 1000),
+    OUTBOX_DURATION: `${durationMs}ms`,
   });
   // What `outbox init` does: the apps never create app.db.
   createDatabase(dataDir);

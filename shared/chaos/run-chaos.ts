@@ -24,7 +24,7 @@ import type { ChaosTarget } from './targets.js';
 /** The `prune` fault's `--older-than`: everything the consumer applied more than a second ago goes. */
 const PRUNE_AGE_MS = 1000;
 
-/** The relays' BullMQ job lock in a chaos run (OUTBOX_RELAY_LOCK_MS): shorter than the default 4 s, to keep runs short. */
+/** The relays' BullMQ job lock in a chaos run (OUTBOX_RELAY_LOCK): shorter than the default 4 s, to keep runs short. */
 export const CHAOS_RELAY_LOCK_MS = 2000;
 /** Relay processes: a paused or killed one is taken over by the other. */
 const RELAY_INSTANCES = 2;
@@ -180,7 +180,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     OUTBOX_CRASH_MODE: 'armed',
     OUTBOX_CRASH_LOG: crashLog,
     OUTBOX_RELAY_INSTANCES: String(RELAY_INSTANCES),
-    OUTBOX_RELAY_LOCK_MS: String(CHAOS_RELAY_LOCK_MS),
+    OUTBOX_RELAY_LOCK: `${CHAOS_RELAY_LOCK_MS}ms`,
     // The handler-fail fault's switch; the retry budget it is sized for.
     OUTBOX_HANDLER_FAIL: '',
     OUTBOX_HANDLER_FAIL_FILE: handlerFailFile,

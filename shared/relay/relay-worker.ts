@@ -64,7 +64,7 @@ function withDefaults(options: RelayWorkerOptions): Required<RelayWorkerOptions>
     stalledIntervalMs: options.stalledIntervalMs ?? 2000,
   };
   if (!(Number.isInteger(lockDurationMs) && lockDurationMs >= 100)) {
-    throw new OutboxError(`relay lock duration must be an integer of at least 100 ms, got ${lockDurationMs}: pass e.g. --lock-duration 4000`, 2);
+    throw new OutboxError(`relay lock duration must be an integer of at least 100 ms, got ${lockDurationMs}: pass e.g. --lock-duration 4s`, 2);
   }
   if (!(Number.isInteger(config.busyTimeoutMs) && config.busyTimeoutMs >= 0 && config.busyTimeoutMs <= lockDurationMs / 2)) {
     throw new OutboxError(`relay busy timeout must be an integer from 0 to half the lock duration (${lockDurationMs / 2} ms), got ${config.busyTimeoutMs}: leave it unset`, 2);

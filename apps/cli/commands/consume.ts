@@ -1,7 +1,7 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { createConsumer, DEFAULT_MAX_ATTEMPTS } from '../../../shared/consumer/consumer.js';
-import { InvalidInputError } from '../../../shared/errors/invalid-input-error.js';
-import { parseCount } from '../../../shared/orders/validate.js';
+import { consumerBatchSize, consumerId, maxAttempts } from '../../../shared/config/consumer-config.js';
+import { flagOptions, forCommand, readSettings } from '../../../shared/config/settings.js';
+import { createConsumer } from '../../../shared/consumer/consumer.js';
 import { keys } from '../../../shared/redis/keys.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { withRedis } from '../stores.js';
@@ -15,29 +15,20 @@ interface Args extends GlobalArgs {
 export const command = 'consume';
 export const describe = 'drain outbox.events through the idempotent consumer, then exit';
 
-export const builder = (yargs: Argv<GlobalArgs>) =>
-  yargs
-    .option('consumer-id', {
-      type: 'string',
-      default: 'cli',
-      describe: 'names the processing list; a rerun with the same id recovers what a crash left there',
-    })
-    .option('batch-size', { type: 'string', default: '1000', describe: 'messages taken per round' })
-    .option('max-attempts', {
-      type: 'string',
-      default: String(DEFAULT_MAX_ATTEMPTS),
-      describe: 'handler attempts at an event before it is dead-lettered; a failed one is retried in the same run after a backoff',
-    });
+/** The consumer app's definitions (shared/config/consumer-config.ts), read from the flags only, with the command's own defaults. */
+const settings = {
+  consumerId: forCommand(consumerId, 'cli'),
+  batchSize: forCommand(consumerBatchSize, '1000'),
+  maxAttempts: forCommand(maxAttempts),
+};
+
+export const builder = (yargs: Argv<GlobalArgs>) => yargs.options(flagOptions(settings));
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
-  if (!/^[A-Za-z0-9._-]{1,64}$/.test(argv.consumerId)) {
-    throw new InvalidInputError(`--consumer-id must be 1-64 letters, digits, ".", "_" or "-", got ${JSON.stringify(argv.consumerId)}`);
-  }
-  const batchSize = parseCount(argv.batchSize, '--batch-size', 100_000);
-  const maxAttempts = parseCount(argv.maxAttempts, '--max-attempts', 1000);
+  const options = readSettings(settings, argv);
   await withRedis(configOf(argv), async (redis) => {
     const problems = new Set<string>();
-    const consumer = createConsumer(redis, { consumerId: argv.consumerId, batchSize, maxAttempts, onProblem: (problem) => problems.add(problem) });
+    const consumer = createConsumer(redis, { ...options, onProblem: (problem) => problems.add(problem) });
     const s = await consumer.drain();
     for (const problem of problems) console.error(`outbox: bad state in Redis: ${problem}`);
     console.log(

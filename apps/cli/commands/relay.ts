@@ -1,7 +1,8 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { parseCount } from '../../../shared/orders/validate.js';
+import { relayBatchSize } from '../../../shared/config/relay-config.js';
+import { flagOptions, forCommand, readSettings } from '../../../shared/config/settings.js';
 import { keys } from '../../../shared/redis/keys.js';
-import { createRelay, DEFAULT_RELAY_BATCH_SIZE } from '../../../shared/relay/relay.js';
+import { createRelay } from '../../../shared/relay/relay.js';
 import { describePairing } from '../../../shared/relay/store-pairing.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { withStores } from '../stores.js';
@@ -13,15 +14,13 @@ export interface RelayArgs extends GlobalArgs {
 export const command = 'relay';
 export const describe = 'move every PENDING outbox row onto outbox.events and mark it PUBLISHED';
 
-export const builder = (yargs: Argv<GlobalArgs>) =>
-  yargs.option('batch-size', {
-    type: 'string',
-    default: String(DEFAULT_RELAY_BATCH_SIZE),
-    describe: 'rows per batch (one push script and one UPDATE transaction each)',
-  });
+/** The relay app's definitions (shared/config/relay-config.ts), read from the flags only. */
+const settings = { batchSize: forCommand(relayBatchSize) };
+
+export const builder = (yargs: Argv<GlobalArgs>) => yargs.options(flagOptions(settings));
 
 export async function handler(argv: ArgumentsCamelCase<RelayArgs>): Promise<void> {
-  const batchSize = parseCount(argv.batchSize, '--batch-size', 100_000);
+  const { batchSize } = readSettings(settings, argv);
   await withStores(configOf(argv), async (db, redis) => {
     const started = performance.now();
     const onPairing = (pairing: Parameters<typeof describePairing>[0]) => {
