@@ -72,10 +72,12 @@ function app(name, script, extra = {}) {
     merge_logs: true,
     // The apps close within 4 s of SIGINT (shared/shutdown.ts); pm2 sends SIGKILL after this.
     kill_timeout: 5000,
-    restart_delay: 200,
+    // No restart_delay: with one, pm2 7 lists an app that exited with a stop_exit_codes code as
+    // "waiting restart" (though it never restarts it) instead of "stopped".
     min_uptime: 2000,
     max_restarts: 100,
-    // 78 (EX_CONFIG): the app refused Redis's settings (shared/run-app.ts); a restart would be refused again.
+    // 78 (EX_CONFIG): the app refused a setting (its own, or Redis's) and says why in one log line and
+    // in `outbox status` (shared/run-app.ts); a restart would be refused again.
     stop_exit_codes: [78],
     ...extra.options,
   };
