@@ -35,7 +35,7 @@ export const relaySettings = {
   /** Prune PUBLISHED rows older than this, on a schedule of its own. Default off. */
   pruneOlderThanMs: optionalDuration({ flag: 'prune-older-than', env: 'OUTBOX_PRUNE_OLDER_THAN', describe: 'prune PUBLISHED rows the consumer applied once they are older than this, e.g. 7d; off: no pruning' }),
   /** How often to prune, when pruning is on. Default 1h. */
-  pruneEveryMs: duration({ flag: 'prune-every', env: 'OUTBOX_PRUNE_EVERY', default: '1h', min: 1000, max: 7 * 86_400_000, describe: 'how often to prune, when OUTBOX_PRUNE_OLDER_THAN is set' }),
+  pruneEveryMs: duration({ flag: 'prune-every', env: 'OUTBOX_PRUNE_EVERY', default: '1h', min: 100, max: 7 * 86_400_000, describe: 'how often to prune, when OUTBOX_PRUNE_OLDER_THAN is set' }),
 };
 
 export type RelayConfig = ValuesOf<typeof relaySettings>;
