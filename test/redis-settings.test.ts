@@ -3,6 +3,7 @@ import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Pm2, REPO_ROOT } from '../shared/local/pm2.js';
+import { readRefusals } from '../shared/local/refusals.js';
 import { RedisServer, testClient } from '../shared/local/redis-server.js';
 import { waitFor } from '../shared/local/wait-for.js';
 import { useHarness } from './helpers/harness.js';
@@ -59,6 +60,8 @@ describe('a Redis that may evict keys (allkeys-lru, CONFIG disabled) is refused'
       assert.deepEqual([entry.level, entry.app], ['error', app]);
       assert.match(entry.msg, new RegExp(`^Redis at redis://127\\.0\\.0\\.1:${lru.port} ${EVICTS}$`));
       assert.equal(entry.stack, undefined);
+      // Recorded like any refused setting: outbox status says why the app is stopped.
+      assert.deepEqual(readRefusals(h.env.dir).map(({ app: name, exitCode, message }) => [name, exitCode, message]), [[app, 78, entry.msg]]);
     });
   }
 
