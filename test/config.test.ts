@@ -112,7 +112,7 @@ describe('an app with a setting it cannot run with refuses to start: exit 78, on
   });
 
   it('the managed Redis app with a bad OUTBOX_REDIS_PORT', async () => {
-    await assertRefused(REDIS, 'outbox-redis', [], { OUTBOX_REDIS_PORT: '70000' }, /^OUTBOX_REDIS_PORT must be a whole number from 1 to 65535, got "70000"$/);
+    await assertRefused(REDIS, 'outbox-redis', [], { OUTBOX_REDIS_PORT: '70000' }, /^OUTBOX_REDIS_PORT must be a port number from 1 to 65535, got "70000"$/);
   });
 });
 
