@@ -9,6 +9,9 @@ import type { OutboxEvent } from '../../shared/events.js';
 import { parseCount } from '../../shared/orders/validate.js';
 import { closeRedis, connectUntilReady } from '../../shared/redis/connect.js';
 import { runApp } from '../../shared/run-app.js';
+import { consumerHealth } from '../../shared/consumer/consumer-health.js';
+import { HEALTH_PORT_SETTINGS, healthEndpointOf, statsEveryMsOf } from '../../shared/health/health-settings.js';
+import { startHealthServer } from '../../shared/health/health-server.js';
 import { configOf, globalOptions } from '../cli/options.js';
 
 const env = process.env;
@@ -49,6 +52,8 @@ runApp('outbox-consumer', async (log, signal) => {
   // Checked here so that a bad value stops the app with one line; each task carries the fault in force.
   const fault = parseHandlerFault(env.OUTBOX_HANDLER_FAIL);
   const faultNow = handlerFaultSource(fault, env.OUTBOX_HANDLER_FAIL_FILE || undefined, log);
+  const healthEndpoint = healthEndpointOf('consumer');
+  const statsIntervalMs = statsEveryMsOf();
   // A fixed pool: piscina's default idleTimeout of 0 would stop an idle thread and start it again (module loading
   // included) for the next task, adding tens of ms of latency.
   const pool = new Piscina({
@@ -67,7 +72,11 @@ runApp('outbox-consumer', async (log, signal) => {
   };
   const redis = await connectUntilReady(config.redisUrl, { name: 'outbox-consumer', log, signal, namespace: config.namespace, requireNoEviction: true });
   const connectBlocking = () => connectUntilReady(config.redisUrl, { name: 'outbox-consumer-take', log, signal, reconnect: false, namespace: config.namespace });
-  const consumer = startConsumer(redis, connectBlocking, log, { consumerId: argv['consumer-id'], handler, lanes: argv.threads, batchSize: argv['batch-size'], maxAttempts });
+  let health: Awaited<ReturnType<typeof startHealthServer>> | undefined;
+  const consumerId = argv['consumer-id'];
+  const consumer = startConsumer(redis, connectBlocking, log, { consumerId, handler, lanes: argv.threads, batchSize: argv['batch-size'], maxAttempts, statsIntervalMs, healthUrl: () => health?.url ?? null });
+  const identity = { app: 'outbox-consumer', dir: config.dir, namespace: config.namespace, consumerId };
+  health = await startHealthServer(healthEndpoint, HEALTH_PORT_SETTINGS.consumer.env, () => consumerHealth(identity, redis, consumer.consumerStats), log);
   log.info('consumer started', {
     redis: config.redisUrl,
     consumerId: argv['consumer-id'],
@@ -79,6 +88,7 @@ runApp('outbox-consumer', async (log, signal) => {
     ...(env.OUTBOX_HANDLER_FAIL_FILE ? { injectedHandlerFailuresFile: env.OUTBOX_HANDLER_FAIL_FILE } : {}),
   });
   return async () => {
+    await health?.close();
     await consumer.stop();
     await pool.destroy();
     await closeRedis(redis);

@@ -5,6 +5,7 @@ import { watchDatabase } from '../../shared/db/live-database.js';
 import { attachApp } from '../../shared/local/attached-apps.js';
 import { createOrderApi } from '../../shared/producer/http-api.js';
 import { createLiveOrderService } from '../../shared/producer/live-order-service.js';
+import { producerHealth } from '../../shared/producer/producer-health.js';
 import { startTraffic } from '../../shared/producer/traffic.js';
 import { runApp } from '../../shared/run-app.js';
 import { configOf, globalOptions } from '../cli/options.js';
@@ -28,8 +29,8 @@ runApp('outbox-producer', async (log) => {
   // Without a valid app.db it still listens, answering 503 until `outbox init` made one.
   const database = watchDatabase(config.dir, { log, app: 'producer', stopped: 'refusing writes' });
   const service = createLiveOrderService(database);
-  const unavailable = () => (database.check() ? undefined : database.reason());
-  const server = createServer(createOrderApi(service, log, { unavailable }));
+  const health = () => producerHealth({ app: 'outbox-producer', dir: config.dir, namespace: config.namespace }, database);
+  const server = createServer(createOrderApi(service, log, { health }));
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(argv.port, argv.host, resolve);

@@ -7,6 +7,9 @@ import { parseDuration } from '../../shared/duration.js';
 import { startPruneWorker } from '../../shared/relay/prune-worker.js';
 import { startRelayWorker } from '../../shared/relay/relay-worker.js';
 import { runApp } from '../../shared/run-app.js';
+import { HEALTH_PORT_SETTINGS, healthEndpointOf, statsEveryMsOf } from '../../shared/health/health-settings.js';
+import { startHealthServer } from '../../shared/health/health-server.js';
+import { relayHealth } from '../../shared/relay/relay-health.js';
 import { configOf, globalOptions } from '../cli/options.js';
 
 const env = process.env;
@@ -34,6 +37,8 @@ runApp('outbox-relay', async (log, signal) => {
   const pruneSchedule = pruneOlderThan
     ? { olderThanMs: parseDuration(pruneOlderThan, '--prune-older-than'), everyMs: parseDuration(argv['prune-every'], '--prune-every') }
     : undefined;
+  const healthEndpoint = healthEndpointOf('relay');
+  const statsEveryMs = statsEveryMsOf();
   const detach = attachApp(config.dir, 'outbox-relay');
   // Without a valid app.db it waits (relay passes do nothing) until `outbox init` made one.
   const database = watchDatabase(config.dir, { log, app: 'relay', stopped: 'not relaying' });
@@ -44,10 +49,14 @@ runApp('outbox-relay', async (log, signal) => {
     pollMs: argv.poll,
     batchSize: argv['batch-size'],
     lockDurationMs: argv['lock-duration'],
+    statsEveryMs,
   });
+  const identity = { app: 'outbox-relay', dir: config.dir, namespace: config.namespace };
+  const health = await startHealthServer(healthEndpoint, HEALTH_PORT_SETTINGS.relay.env, () => relayHealth(identity, database, redis, worker.stats), log);
   const pruner = pruneSchedule ? await startPruneWorker(database, redis, config.redisUrl, log, pruneSchedule) : undefined;
   log.info('relay started', { redis: config.redisUrl, db: `${config.dir}/app.db`, everyMs: argv.every, sliceMs: argv.slice, lockDurationMs: argv['lock-duration'], pruneOlderThan: pruneOlderThan ?? 'off' });
   return async () => {
+    await health.close();
     await pruner?.close();
     await worker.close();
     await closeRedis(redis);
