@@ -1,6 +1,8 @@
 // pm2 runs the system from here: `npx pm2 start ecosystem.config.cjs`.
 // Settings come from the environment: OUTBOX_DIR (data dir, default ~/outbox), REDIS_URL,
-// PORT / HOST (producer), OUTBOX_LOG_DIR (default ./logs), and the apps' own OUTBOX_* options.
+// PORT / HOST (producer), OUTBOX_LOG_DIR (default ./logs), and the apps' own OUTBOX_* options
+// (OUTBOX_RELAY_HEALTH_PORT / OUTBOX_CONSUMER_HEALTH_PORT: health endpoints on 3100 / 3200, plus the
+// pm2 instance number).
 const { spawnSync } = require('node:child_process');
 const { existsSync } = require('node:fs');
 const { homedir } = require('node:os');

@@ -3,6 +3,8 @@ import { redactUrl } from './config.js';
 export type LogFields = Record<string, unknown>;
 
 export interface Logger {
+  /** Per-batch and per-event detail: written only when OUTBOX_LOG_LEVEL is `debug`. */
+  debug: (msg: string, fields?: LogFields) => void;
   info: (msg: string, fields?: LogFields) => void;
   warn: (msg: string, fields?: LogFields) => void;
   error: (msg: string, fields?: LogFields) => void;
@@ -25,5 +27,6 @@ export function createLogger(app: string, write: (line: string) => void = (line)
     for (const [key, value] of Object.entries(fields)) entry[key] = plain(value);
     write(`${JSON.stringify(entry)}\n`);
   };
-  return { info: log('info'), warn: log('warn'), error: log('error') };
+  const debug = process.env.OUTBOX_LOG_LEVEL === 'debug' ? log('debug') : () => {};
+  return { debug, info: log('info'), warn: log('warn'), error: log('error') };
 }

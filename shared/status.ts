@@ -1,4 +1,7 @@
+import { dirname } from 'node:path';
 import type { Redis } from 'ioredis';
+import { readHeartbeats, type ConsumerHeartbeat } from './consumer/heartbeats.js';
+import { healthTargetsOf, probeHealth, type AppHealth } from './health/app-health.js';
 import type { Db } from './db/open-database.js';
 import { hasPublished, storeIdOf } from './db/store-meta.js';
 import { parseMessage } from './parse-message.js';
@@ -43,6 +46,10 @@ export interface SystemStatus {
   consumerStats: Record<string, number>;
   /** The relay app's last finished job, null when it never ran. */
   relayLastRun: { ageMs: number; events: number; batches: number; durationMs: number } | null;
+  /** Each consumer app's last heartbeat (`outbox:consumers`), stale and stopped ones included. */
+  consumers: ConsumerHeartbeat[];
+  /** What each app's health endpoint answered (or that none did); empty when not asked. */
+  apps: AppHealth[];
   /** Persistence and eviction: whether outbox's state survives a restart and memory pressure. */
   redis: RedisSettings;
   /** Settings under which Redis may lose outbox's state, one sentence each. */
@@ -97,7 +104,17 @@ function settingsWarnings(settings: RedisSettings): string[] {
   return warnings;
 }
 
-export async function collectStatus(db: Db, redis: Redis, now = Date.now()): Promise<SystemStatus> {
+export interface StatusOptions {
+  /** Ask the apps' health endpoints (see `healthTargetsOf`, read from `env`), 500 ms each, in parallel. Default true. */
+  probeApps?: boolean;
+  env?: NodeJS.ProcessEnv;
+}
+
+export async function collectStatus(db: Db, redis: Redis, now = Date.now(), options: StatusOptions = {}): Promise<SystemStatus> {
+  const consumers = await readHeartbeats(redis, now);
+  // Asked while Redis is read below; an app that is down or frozen costs at most the probe's timeout.
+  const expected = { dir: dirname(db.name), namespace: keyPrefixOfConnection(redis).slice(0, -1) };
+  const apps = options.probeApps === false ? Promise.resolve([]) : Promise.all(healthTargetsOf(consumers, options.env).map((target) => probeHealth(target, expected)));
   const pending = db
     .prepare<[], { n: number; oldest: number | null }>("SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM outbox WHERE status = 'PENDING'")
     .get()!;
@@ -146,6 +163,8 @@ export async function collectStatus(db: Db, redis: Redis, now = Date.now()): Pro
     relayLastRun: lastRun.at
       ? { ageMs: now - Number(lastRun.at), events: Number(lastRun.events), batches: Number(lastRun.batches), durationMs: Number(lastRun.durationMs) }
       : null,
+    consumers,
+    apps: await apps,
     redis: settings,
     warnings: settingsWarnings(settings),
   };
@@ -178,6 +197,29 @@ function persistence(r: RedisSettings): string {
   return `${aof}, ${rdb}, maxmemory-policy ${r.maxmemoryPolicy}`;
 }
 
+function formatApp(a: AppHealth): string {
+  const where = `${a.app} ${a.url.replace(/^http:\/\//, '')}`;
+  if (a.state === 'ok') {
+    const details = a.report?.checks ?? {};
+    const pass = details.passes?.lastPassAgeMs;
+    const lag = details.lag;
+    const extra = typeof pass === 'number' ? `, last relay pass ${age(pass)} ago` : lag ? `, lag ${age(lag.lagMs as number)}, queued ${String(lag.queued)}` : '';
+    return `${where}: ok (pid ${a.report?.pid}${extra})`;
+  }
+  if (a.state === 'unhealthy') return `${where}: WARN unhealthy (pid ${a.report?.pid}): ${a.reason}`;
+  if (a.state === 'elsewhere') return `${where}: WARN ${a.reason}`;
+  return `${where}: not running / no answer (${a.reason})`;
+}
+
+function formatHeartbeat(c: ConsumerHeartbeat, now: number): string {
+  if (c.state === 'unreadable') return `${c.consumerId}: WARN heartbeat entry is not readable`;
+  const beat = `heartbeat ${age(c.ageMs)} ago`;
+  const numbers = `applied ${c.applied ?? 0}, lag ${age(c.lagMs ?? null)}, queued ${c.queued ?? '-'}`;
+  if (c.state === 'stopped') return `${c.consumerId} pid ${c.pid}: stopped ${age(now - (c.stoppedAt ?? now))} ago (${numbers})`;
+  if (c.state === 'stale') return `${c.consumerId} pid ${c.pid}: WARN stale, ${beat} (stopped, frozen, killed, or cut off from Redis)`;
+  return `${c.consumerId} pid ${c.pid}: ${beat}, ${numbers}`;
+}
+
 function formatBlocked(b: BlockedAggregate): string {
   const waiting = b.waitingSeqs.length === 0 ? 'none waiting yet' : `${b.waitingSeqs.length} waiting: seq ${b.waitingSeqs.join(', ')}`;
   return `order ${b.aggregateId} (seq ${b.deadSeq} dead-lettered, ${waiting})`;
@@ -194,6 +236,10 @@ export function formatStatus(s: SystemStatus, now = Date.now()): string[] {
     `processing  ${lists.length === 0 ? 'none in flight' : lists.map(([key, n]) => `${key} ${n}`).join(', ')}`,
     `consumer    processed ${s.processed}, duplicates skipped ${stats.duplicates ?? 0}, parked ${s.parked} now (${stats.parked ?? 0} ever), dead-lettered ${s.deadLettered}, waiting for a handler retry ${s.retrying}`,
     ...(s.blocked.length > 0 ? [`blocked     ${s.blocked.map(formatBlocked).join(', ')}: "outbox dead-letter retry" once the handler is fixed`] : []),
+    ...s.apps.map((a, i) => `${i === 0 ? 'apps       ' : '           '} ${formatApp(a)}`),
+    ...(s.consumers.length === 0
+      ? ['heartbeats  none: no consumer app has run on this Redis']
+      : s.consumers.map((c, i) => `${i === 0 ? 'heartbeats ' : '           '} ${formatHeartbeat(c, now)}`)),
     `redis       ${persistence(s.redis)}`,
     ...s.warnings.map((warning) => `WARN        ${warning}`),
   ];

@@ -78,7 +78,9 @@ describe('one relay pass at a time, with app.db locked or full', () => {
     const batch = 100;
     const args = [...RELAY_ARGS.slice(0, -1), String(batch)];
     await h.cli('place-order', '--count', String(rows));
-    const relays = [startApp(h.env, RELAY, args), startApp(h.env, RELAY, args)];
+    // `batch relayed` (a debug line) tells when each relay last marked a batch.
+    const debug = { OUTBOX_LOG_LEVEL: 'debug' };
+    const relays = [startApp(h.env, RELAY, args, debug), startApp(h.env, RELAY, args, debug)];
     try {
       await waitFor(() => linesMatching(logsOf(relays), /"msg":"relay started"/) === 2, { timeoutMs: 10_000 });
       // Freeze the relay that is relaying right now: the one that logged a batch last.

@@ -6,6 +6,9 @@ import { startConsumer } from '../../shared/consumer/run-consumer.js';
 import type { OutboxEvent } from '../../shared/events.js';
 import { closeRedis, connectUntilReady } from '../../shared/redis/connect.js';
 import { runApp } from '../../shared/run-app.js';
+import { consumerHealth } from '../../shared/consumer/consumer-health.js';
+import { healthEndpointOf, HEALTH_PORT_SETTINGS } from '../../shared/health/health-settings.js';
+import { startHealthServer } from '../../shared/health/health-server.js';
 
 /** What a rejected pool task means, in the words of the log line. */
 function taskError(error: Error, timeoutMs: number): Error {
@@ -33,7 +36,20 @@ runApp('outbox-consumer', consumerSettings, async (config, log, signal) => {
   };
   const redis = await connectUntilReady(config.redisUrl, { name: 'outbox-consumer', log, signal, namespace: config.namespace, requireNoEviction: true });
   const connectBlocking = () => connectUntilReady(config.redisUrl, { name: 'outbox-consumer-take', log, signal, reconnect: false, namespace: config.namespace });
-  const consumer = startConsumer(redis, connectBlocking, log, { consumerId: config.consumerId, handler, lanes: threads, batchSize: config.batchSize, maxAttempts: config.maxAttempts });
+  let health: Awaited<ReturnType<typeof startHealthServer>> | undefined;
+  const { consumerId } = config;
+  const consumer = startConsumer(redis, connectBlocking, log, {
+    consumerId,
+    handler,
+    lanes: threads,
+    batchSize: config.batchSize,
+    maxAttempts: config.maxAttempts,
+    statsIntervalMs: config.statsEveryMs,
+    healthUrl: () => health?.url ?? null,
+  });
+  const identity = { app: 'outbox-consumer', dir: config.dir, namespace: config.namespace, consumerId };
+  const healthEndpoint = healthEndpointOf('consumer', config.healthPort, config.healthHost);
+  health = await startHealthServer(healthEndpoint, HEALTH_PORT_SETTINGS.consumer.env, () => consumerHealth(identity, redis, consumer.consumerStats), log);
   log.info('consumer started', {
     redis: config.redisUrl,
     consumerId: config.consumerId,
@@ -46,6 +62,7 @@ runApp('outbox-consumer', consumerSettings, async (config, log, signal) => {
     ...(config.handlerFaultFile ? { injectedHandlerFailuresFile: config.handlerFaultFile } : {}),
   });
   return async () => {
+    await health?.close();
     await consumer.stop();
     await pool.destroy();
     await closeRedis(redis);

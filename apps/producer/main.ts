@@ -5,6 +5,7 @@ import { ConfigError } from '../../shared/errors/config-error.js';
 import { attachApp } from '../../shared/local/attached-apps.js';
 import { createOrderApi } from '../../shared/producer/http-api.js';
 import { createLiveOrderService } from '../../shared/producer/live-order-service.js';
+import { producerHealth } from '../../shared/producer/producer-health.js';
 import { startTraffic } from '../../shared/producer/traffic.js';
 import { runApp } from '../../shared/run-app.js';
 
@@ -30,8 +31,8 @@ runApp('outbox-producer', producerSettings, async (config, log) => {
   // Without a valid app.db it still listens, answering 503 until `outbox init` made one.
   const database = watchDatabase(config.dir, { log, app: 'producer', stopped: 'refusing writes' });
   const service = createLiveOrderService(database);
-  const unavailable = () => (database.check() ? undefined : database.reason());
-  server.on('request', createOrderApi(service, log, { unavailable }));
+  const health = () => producerHealth({ app: 'outbox-producer', dir: config.dir }, database);
+  server.on('request', createOrderApi(service, log, { health }));
   log.info('producer listening', { url: `http://${host}:${port}`, db: `${config.dir}/app.db` });
 
   const traffic = config.rate > 0 ? startTraffic(service, { rate: config.rate, durationMs: config.durationMs, seed: config.seed }, log) : undefined;

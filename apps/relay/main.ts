@@ -5,6 +5,9 @@ import { closeRedis, connectUntilReady } from '../../shared/redis/connect.js';
 import { startPruneWorker } from '../../shared/relay/prune-worker.js';
 import { startRelayWorker } from '../../shared/relay/relay-worker.js';
 import { runApp } from '../../shared/run-app.js';
+import { healthEndpointOf, HEALTH_PORT_SETTINGS } from '../../shared/health/health-settings.js';
+import { startHealthServer } from '../../shared/health/health-server.js';
+import { relayHealth } from '../../shared/relay/relay-health.js';
 
 runApp('outbox-relay', relaySettings, async (config, log, signal) => {
   const detach = attachApp(config.dir, 'outbox-relay');
@@ -17,7 +20,11 @@ runApp('outbox-relay', relaySettings, async (config, log, signal) => {
     pollMs: config.pollMs,
     batchSize: config.batchSize,
     lockDurationMs: config.lockDurationMs,
+    statsEveryMs: config.statsEveryMs,
   });
+  const identity = { app: 'outbox-relay', dir: config.dir, namespace: config.namespace };
+  const healthEndpoint = healthEndpointOf('relay', config.healthPort, config.healthHost);
+  const health = await startHealthServer(healthEndpoint, HEALTH_PORT_SETTINGS.relay.env, () => relayHealth(identity, database, redis, worker.stats), log);
   const pruneOlderThanMs = config.pruneOlderThanMs;
   const pruner = pruneOlderThanMs === undefined ? undefined : await startPruneWorker(database, redis, config.redisUrl, log, { olderThanMs: pruneOlderThanMs, everyMs: config.pruneEveryMs });
   log.info('relay started', {
@@ -31,6 +38,7 @@ runApp('outbox-relay', relaySettings, async (config, log, signal) => {
     pruneOlderThanMs: pruneOlderThanMs ?? 'off',
   });
   return async () => {
+    await health.close();
     await pruner?.close();
     await worker.close();
     await closeRedis(redis);

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import { verifyStores, type Ledger } from '../checks/verify.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../consumer/consumer.js';
-import { HEARTBEAT_TTL_MS } from '../consumer/orphans.js';
+import { HEARTBEAT_TTL_MS } from '../consumer/heartbeats.js';
 import { backoffMs } from '../consumer/retries.js';
 import { CRASH_POINTS } from '../crash-point.js';
 import { openDatabase, type Db } from '../db/open-database.js';
@@ -220,7 +220,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       incidents.push(await done());
     };
     const sample = async () => {
-      const status = await collectStatus(db!, client!).catch(() => undefined);
+      const status = await collectStatus(db!, client!, Date.now(), { probeApps: false }).catch(() => undefined);
       if (!status) return;
       maxPendingAgeMs = Math.max(maxPendingAgeMs, status.oldestPendingAgeMs ?? 0);
       const injected = Object.values(faults).reduce((a, b) => a + b, 0);

@@ -1,6 +1,7 @@
 import { DEFAULT_MAX_ATTEMPTS } from '../consumer/consumer.js';
 import { parseHandlerFault } from '../consumer/handler-fault.js';
 import { count, custom, duration, readSettings, text, type Argv, type ValuesOf } from './settings.js';
+import { healthSettings } from './health-config.js';
 import { storeSettings } from './store-settings.js';
 
 const CONSUMER_ID = /^[A-Za-z0-9._-]{1,64}$/;
@@ -55,6 +56,7 @@ export const consumerSettings = {
   handlerFault: custom({ env: 'OUTBOX_HANDLER_FAIL', default: '', defaultText: 'off', describe: 'injected handler failures', parse: (raw) => parseHandlerFault(raw) }),
   /** A file whose contents, while it exists, replace `handlerFault`. Default none. */
   handlerFaultFile: text({ env: 'OUTBOX_HANDLER_FAIL_FILE', default: '', defaultText: 'off', describe: 'a file whose contents replace OUTBOX_HANDLER_FAIL while it exists' }),
+  ...healthSettings('consumer'),
 };
 
 export type ConsumerConfig = ValuesOf<typeof consumerSettings>;

@@ -1,5 +1,6 @@
 import { DEFAULT_RELAY_BATCH_SIZE } from '../relay/relay.js';
 import { count, duration, optionalDuration, readSettings, type Argv, type ValuesOf } from './settings.js';
+import { healthSettings } from './health-config.js';
 import { storeSettings } from './store-settings.js';
 
 /** Rows per relay batch: the relay app and `outbox relay` share the definition. */
@@ -36,6 +37,7 @@ export const relaySettings = {
   pruneOlderThanMs: optionalDuration({ flag: 'prune-older-than', env: 'OUTBOX_PRUNE_OLDER_THAN', describe: 'prune PUBLISHED rows the consumer applied once they are older than this, e.g. 7d; off: no pruning' }),
   /** How often to prune, when pruning is on. Default 1h. */
   pruneEveryMs: duration({ flag: 'prune-every', env: 'OUTBOX_PRUNE_EVERY', default: '1h', min: 100, max: 7 * 86_400_000, describe: 'how often to prune, when OUTBOX_PRUNE_OLDER_THAN is set' }),
+  ...healthSettings('relay'),
 };
 
 export type RelayConfig = ValuesOf<typeof relaySettings>;

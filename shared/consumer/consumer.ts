@@ -6,7 +6,7 @@ import { keys } from '../redis/keys.js';
 import { applyEvents, deadLetter, defineScripts, handlerFailed, take as takeMessages, type ApplyOutcome, type EventToApply } from '../redis/scripts.js';
 import { sleep } from '../sleep.js';
 import { decodeEntry } from './decode-entry.js';
-import { startHeartbeat } from './orphans.js';
+import { startHeartbeat } from './heartbeats.js';
 import { computeEffects, type Effect, type HandlerResult } from './effect.js';
 import { backoffMs, createRetryQueue } from './retries.js';
 

@@ -3,23 +3,6 @@ import type { Logger } from '../logger.js';
 import { keys } from '../redis/keys.js';
 import { processingLists } from '../redis/processing-lists.js';
 
-/** How long a consumer counts as alive after its last heartbeat. */
-export const HEARTBEAT_TTL_MS = 15_000;
-export const HEARTBEAT_EVERY_MS = 3_000;
-
-/** Keeps `outbox:consumer-alive:<id>` alive until the returned function is called. */
-export function startHeartbeat(redis: Redis, consumerId: string): () => Promise<void> {
-  const key = keys.consumerAlive(consumerId);
-  const beat = () => redis.set(key, String(Date.now()), 'PX', HEARTBEAT_TTL_MS).catch(() => {});
-  void beat();
-  const timer = setInterval(() => void beat(), HEARTBEAT_EVERY_MS);
-  timer.unref();
-  return async () => {
-    clearInterval(timer);
-    await redis.del(key).catch(() => {});
-  };
-}
-
 /**
  * Moves every message of a processing list whose consumer shows no heartbeat back to the head of
  * the queue, in order (a consumer SIGKILLed and never started again under its id). A consumer that

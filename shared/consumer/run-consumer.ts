@@ -5,15 +5,20 @@ import { incidentLog } from '../incident-log.js';
 import type { Logger } from '../logger.js';
 import { keys } from '../redis/keys.js';
 import { sleep } from '../sleep.js';
-import { createConsumer, emptyStats, type ConsumerOptions, type Handled } from './consumer.js';
-import { reclaimOrphans, startHeartbeat } from './orphans.js';
+import { everyInterval } from '../stats-interval.js';
+import { createConsumer, type ConsumerOptions, type Handled } from './consumer.js';
+import { createConsumerStats, type ConsumerStats } from './consumer-stats.js';
+import { startHeartbeat } from './heartbeats.js';
+import { reclaimOrphans } from './orphans.js';
 
 export interface RunConsumerOptions extends ConsumerOptions {
   consumerId: string;
   /** BLMOVE timeout in seconds: how long an idle take waits. Default 1. */
   blockTimeoutSeconds?: number;
-  /** Interval of the throughput log line, ms (0 = never). Default 10000. */
+  /** Interval of the `consumer stats` line, ms (0 = never). Default 10000. */
   statsIntervalMs?: number;
+  /** This consumer's health endpoint URL (null: none), written into its heartbeat. Default none. */
+  healthUrl?: () => string | null;
   /** How often to look for processing lists of consumers that are gone, ms. Default 10000. */
   reclaimEveryMs?: number;
 }
@@ -29,9 +34,11 @@ export interface RunConsumerOptions extends ConsumerOptions {
  */
 export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis>, log: Logger, options: RunConsumerOptions) {
   const blockTimeout = options.blockTimeoutSeconds ?? 1;
+  const consumerStats: ConsumerStats = createConsumerStats(options.batchSize ?? 1000);
   // Each distinct problem once a minute: a corrupt field meets every round until an operator fixes it.
   const reported = new Map<string, number>();
   const onProblem = (problem: string) => {
+    consumerStats.error();
     const now = Date.now();
     if ((reported.get(problem) ?? 0) > now - 60_000) return;
     reported.set(problem, now);
@@ -39,7 +46,7 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
   };
   const consumer = createConsumer(redis, { ...options, onProblem });
   const { processingList } = consumer;
-  const stats = emptyStats();
+  const stats = consumerStats.counters;
   let stopping = false;
   let blocking: Redis | undefined;
   let needResync = true;
@@ -51,7 +58,7 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
   function report(handled: Handled[]): void {
     for (const { outcome, event, raw, reason, attempt, retryInMs } of handled) {
       const ids = { eventId: event?.eventId, aggregateId: event?.aggregateId, seq: event?.seq };
-      if (outcome === 'duplicate') log.info('duplicate skipped', ids);
+      if (outcome === 'duplicate') log.debug('duplicate skipped', ids);
       else if (outcome === 'retry') log.warn('handler failed: the event waits in the processing list for its next attempt', { ...ids, attempt, error: reason, retryInMs });
       else if (outcome === 'parked') log.warn('gap: event parked until the missing one arrives', ids);
       else if (outcome === 'dead') log.warn('dead-lettered', { reason, message: raw.toString().slice(0, 200) });
@@ -73,6 +80,7 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
       (error: Error) => {
         // The messages stay in the processing list: dispatch it again once Redis answers.
         needResync = true;
+        consumerStats.error();
         applyFailures.warn('cannot apply a round, will retry', { error: explainError(error)?.message ?? error.message });
       },
     );
@@ -85,12 +93,18 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
    */
   async function take(connection: Redis): Promise<Buffer[]> {
     const queued = await consumer.take(connection);
+    consumerStats.taken(queued.length);
     if (queued.length > 0) return queued;
     const retryInMs = consumer.nextRetryInMs();
     if (retryInMs === 0) return [];
     const timeout = retryInMs === null ? blockTimeout : Math.min(blockTimeout, Math.max(retryInMs, 10) / 1000);
-    const first = await connection.blmoveBuffer(keys.events, processingList, 'LEFT', 'RIGHT', timeout);
-    return first ? [first] : [];
+    consumerStats.blocking(true);
+    try {
+      const first = await connection.blmoveBuffer(keys.events, processingList, 'LEFT', 'RIGHT', timeout);
+      return first ? [first] : [];
+    } finally {
+      consumerStats.blocking(false);
+    }
   }
 
   // A BLMOVE re-sent after a reconnect could move a second message while the first one's reply was
@@ -120,21 +134,28 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
         blocking = undefined;
         if (stopping) return;
         needResync = true;
+        consumerStats.error();
         takeFailures.warn('cannot take from the queue, retrying', { error: explainError(error)?.message ?? (error as Error).message });
         await sleep(500);
       }
     }
   }
 
-  const statsTimer =
-    (options.statsIntervalMs ?? 10_000) > 0
-      ? setInterval(() => {
-          if (stats.received > 0) log.info('consumer stats', { ...stats });
-        }, options.statsIntervalMs ?? 10_000)
-      : undefined;
-  statsTimer?.unref();
+  // One line per interval at info: what happened in it, and the lag now.
+  const stopStats = everyInterval(
+    options.statsIntervalMs ?? 10_000,
+    async () => {
+      const { received, applied, duplicates, parked, dead, retried, errors } = consumerStats.interval();
+      const queued = await redis.llen(keys.events).catch(() => null);
+      log.info('consumer stats', { received, applied, duplicates, parked, dead, retried, errors, lagMs: consumerStats.lagMs(), queued });
+    },
+    log,
+  );
 
-  const stopHeartbeat = startHeartbeat(redis, options.consumerId);
+  const stopHeartbeat = startHeartbeat(redis, options.consumerId, {
+    details: async () => ({ applied: stats.applied, lagMs: consumerStats.lagMs(), queued: await redis.llen(keys.events), health: options.healthUrl?.() ?? null }),
+    onBeat: (at) => consumerStats.heartbeat(at),
+  });
   const reclaim = () => reclaimOrphans(redis, options.consumerId, log).catch((error: Error) => log.warn('cannot reclaim orphaned processing lists', { error: error.message }));
   void reclaim();
   const reclaimTimer = setInterval(() => void reclaim(), options.reclaimEveryMs ?? 10_000);
@@ -144,6 +165,8 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
 
   return {
     stats,
+    /** The app's numbers: counters, lag, heartbeat (see `createConsumerStats`). */
+    consumerStats,
     processingList,
     /**
      * Stops taking, lets the rounds already sent finish, then hands what is still in the
@@ -151,7 +174,7 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
      */
     async stop(): Promise<void> {
       stopping = true;
-      if (statsTimer) clearInterval(statsTimer);
+      stopStats();
       clearInterval(reclaimTimer);
       blocking?.disconnect();
       await loop;

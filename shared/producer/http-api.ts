@@ -3,6 +3,8 @@ import { ConflictError } from '../errors/conflict-error.js';
 import { InvalidInputError } from '../errors/invalid-input-error.js';
 import { NotFoundError } from '../errors/not-found-error.js';
 import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
+import type { HealthReport } from '../health/health-report.js';
+import { HEALTH_PATH, sendHealth } from '../health/health-server.js';
 import type { Logger } from '../logger.js';
 import type { OrderService, OrderWrite } from '../orders/order-service.js';
 import { parseOrderId, parseQty, parseSku } from '../orders/validate.js';
@@ -10,8 +12,8 @@ import { parseOrderId, parseQty, parseSku } from '../orders/validate.js';
 export interface OrderApiOptions {
   /** Largest accepted request body, in bytes. Default 16384. */
   maxBodyBytes?: number;
-  /** Why the service cannot take writes now (GET /healthz answers 503 with it), or undefined. */
-  unavailable?: () => string | undefined;
+  /** What GET /healthz answers (200 when ok, else 503). Default `{ok: true}`. */
+  health?: () => HealthReport;
 }
 
 class HttpError extends Error {
@@ -98,7 +100,7 @@ const STATUS_OF = new Map<Function, number>([
  *   POST /orders/:id/qty {qty}    -> 200
  *   POST /orders/:id/cancel       -> 200
  *   GET  /orders/:id              -> 200 {id, sku, qty, status, version}
- *   GET  /healthz                 -> 200 {ok: true}, or 503 {ok: false, reason}
+ *   GET  /healthz                 -> 200 {ok: true, checks}, or 503 {ok: false, reason, checks}
  *   HEAD on a GET route           -> the same status and headers, no body
  *
  * Without a usable app.db (missing, deleted or replaced under the app) every order call is a 503.
@@ -118,10 +120,9 @@ export function createOrderApi(service: OrderService, log: Logger, options: Orde
       }
     };
 
-    if (path === '/healthz') {
+    if (path === HEALTH_PATH) {
       allow('GET');
-      const reason = options.unavailable?.();
-      return reason ? send(res, 503, { ok: false, reason }) : send(res, 200, { ok: true });
+      return sendHealth(res, options.health?.() ?? { ok: true });
     }
     if (path === '/orders') {
       allow('POST');

@@ -14,6 +14,11 @@ export const keys = {
   processing: (consumerId: string) => `outbox.events:processing:${consumerId}`,
   /** String with a TTL: consumer `consumerId` is alive while it exists. */
   consumerAlive: (consumerId: string) => `outbox:consumer-alive:${consumerId}`,
+  /**
+   * Hash consumer id -> JSON {pid, at, applied, lagMs, queued, health, stoppedAt?}: each consumer
+   * app's last heartbeat, for `outbox status`. Entries of consumers that are gone stay (shown stale).
+   */
+  consumers: 'outbox:consumers',
   /** Pattern matching every consumer's processing list. */
   processingPattern: 'outbox.events:processing:*',
   /** String, SET NX: the dedupe marker of one event. */

@@ -14,6 +14,8 @@ import { OutboxError } from '../errors/outbox-error.js';
 import { describePairing } from './store-pairing.js';
 import { StoreMismatchError } from '../errors/store-mismatch-error.js';
 import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
+import { everyInterval } from '../stats-interval.js';
+import { createRelayStats, type PassOutcome } from './relay-stats.js';
 
 export const RELAY_QUEUE = 'outbox-relay';
 export const RELAY_SCHEDULER_ID = 'relay-pass';
@@ -41,11 +43,16 @@ export interface RelayWorkerOptions {
   busyTimeoutMs?: number;
   /** How often workers look for stalled jobs (ms). Default 2000. */
   stalledIntervalMs?: number;
+  /** Interval of the `relay stats` line (ms; 0 = never). Default 10000. */
+  statsEveryMs?: number;
 }
 
 export interface RelayJobResult {
   events: number;
   batches: number;
+  /** How the pass ended (see `PassOutcome`), and why when not `ok`. */
+  outcome: PassOutcome;
+  reason?: string;
 }
 
 /** The first pause after app.db refused a write, and the longest one (ms); it doubles in between. */
@@ -62,6 +69,7 @@ function withDefaults(options: RelayWorkerOptions): Required<RelayWorkerOptions>
     lockDurationMs,
     busyTimeoutMs: options.busyTimeoutMs ?? Math.floor(lockDurationMs / 4),
     stalledIntervalMs: options.stalledIntervalMs ?? 2000,
+    statsEveryMs: options.statsEveryMs ?? 10_000,
   };
   if (!(Number.isInteger(lockDurationMs) && lockDurationMs >= 100)) {
     throw new OutboxError(`relay lock duration must be an integer of at least 100 ms, got ${lockDurationMs}: pass e.g. --lock-duration 4s`, 2);
@@ -106,6 +114,7 @@ export async function startRelayWorker(database: DatabaseWatch, redis: Redis, ur
     return current.relay;
   };
   const closing = new AbortController();
+  const stats = createRelayStats();
 
   /** Why the relay refuses to push (app.db and Redis belong to different stores), while it does. */
   let refused: string | undefined;
@@ -118,6 +127,7 @@ export async function startRelayWorker(database: DatabaseWatch, redis: Redis, ur
   async function backOff(cause: string, signal: AbortSignal): Promise<void> {
     if (blocked !== cause) log.warn(cause);
     blocked = cause;
+    stats.blockedBy(cause);
     await sleep(backoffMs, signal);
     backoffMs = Math.min(backoffMs * 2, BACKOFF_MAX_MS);
   }
@@ -126,20 +136,28 @@ export async function startRelayWorker(database: DatabaseWatch, redis: Redis, ur
     if (blocked === undefined) return;
     log.info('app.db accepts the relay\'s writes again: relaying resumes');
     blocked = undefined;
+    stats.unblocked();
     backoffMs = BACKOFF_FIRST_MS;
   }
 
   async function process(job: Job, token?: string): Promise<RelayJobResult> {
     const lock = await holdJobLock(job, token!, { durationMs: config.lockDurationMs, marginMs: config.busyTimeoutMs });
+    stats.passStarted();
+    let result: RelayJobResult;
     try {
-      return await relaySlice(job, lock);
+      result = await relaySlice(job, lock);
     } catch (error) {
-      if (!(error instanceof LockLostError)) throw error;
+      if (!(error instanceof LockLostError)) {
+        stats.passEnded('failed', { events: 0, batches: 0 }, explainError(error)?.message ?? (error as Error).message);
+        throw error;
+      }
       log.warn(error.message, { jobId: job.id });
-      return { events: 0, batches: 0 };
+      result = { events: 0, batches: 0, outcome: 'lock-lost', reason: error.message };
     } finally {
       lock.release();
     }
+    stats.passEnded(result.outcome, result, result.reason);
+    return result;
   }
 
   /**
@@ -165,14 +183,14 @@ export async function startRelayWorker(database: DatabaseWatch, redis: Redis, ur
         const cause = writeBlockedCause(error);
         if (cause !== undefined) {
           await backOff(cause, stop);
-          return { events, batches };
+          return { events, batches, outcome: 'write-blocked', reason: cause };
         }
         if (!(error instanceof StoreMismatchError)) throw error;
         // Said once, not every second; relaying resumes by itself once the pair matches again.
         if (refused !== error.message) log.error(error.message);
         refused = error.message;
         await sleep(Math.max(0, deadline - Date.now()), stop);
-        return { events, batches };
+        return { events, batches, outcome: 'store-mismatch', reason: error.message };
       } finally {
         release();
       }
@@ -187,7 +205,8 @@ export async function startRelayWorker(database: DatabaseWatch, redis: Redis, ur
         pass = await relayOn(live).relayAll({
           onBatch: (batch) => {
             void lock.extend();
-            log.info('batch relayed', { count: batch.count, firstId: batch.firstId, lastId: batch.lastId, durationMs: Number(batch.durationMs.toFixed(2)) });
+            stats.batchRelayed(batch.count);
+            log.debug('batch relayed', { count: batch.count, firstId: batch.firstId, lastId: batch.lastId, durationMs: Number(batch.durationMs.toFixed(2)) });
           },
           deadline,
           beforeWrite: lock.assertHeld,
@@ -211,7 +230,8 @@ export async function startRelayWorker(database: DatabaseWatch, redis: Redis, ur
     if (lock.lost.aborted) lock.assertHeld();
     const durationMs = Date.now() - started;
     await redis.hset(keys.relayLastRun, { at: Date.now(), jobId: job.id ?? '', events, batches, durationMs });
-    return { events, batches };
+    if (!database.check()) return { events, batches, outcome: 'no-database', reason: database.reason() };
+    return { events, batches, outcome: closing.signal.aborted ? 'stopped' : 'ok' };
   }
 
   const failures = incidentLog(log);
@@ -236,11 +256,38 @@ export async function startRelayWorker(database: DatabaseWatch, redis: Redis, ur
     },
   });
 
+  // One line per interval at info: what was relayed in it, and the age of the oldest PENDING row now.
+  const stopStats = everyInterval(
+    config.statsEveryMs,
+    () => {
+      const { relayed, batches, passes, errors } = stats.interval();
+      log.info('relay stats', { relayed, batches, passes, errors, lagMs: oldestPendingAgeMs(database) });
+    },
+    log,
+  );
+
   return {
+    /** This relay's numbers: counters, its last pass, a pass running now (see `createRelayStats`). */
+    stats,
     /** Finishes the current batch, stops taking jobs, closes the BullMQ connections. */
     async close(): Promise<void> {
+      stopStats();
       closing.abort();
       await scheduled.close();
     },
   };
+}
+
+/** Age of the oldest PENDING row of the live app.db (ms): the relay's lag; 0 when none, null without a live app.db. */
+export function oldestPendingAgeMs(database: DatabaseWatch, now = Date.now()): number | null {
+  if (!database.check()) return null;
+  const live = database.current();
+  const release = live.hold();
+  try {
+    // The partial index holds (status, rowid): the lowest PENDING id, read in index order.
+    const oldest = live.db.prepare("SELECT created_at FROM outbox WHERE status = 'PENDING' ORDER BY id LIMIT 1").pluck().get() as number | undefined;
+    return oldest === undefined ? 0 : Math.max(0, now - oldest);
+  } finally {
+    release();
+  }
 }

@@ -9,10 +9,13 @@ export interface App {
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
-/** Starts a built app (e.g. `dist/apps/relay/main.js`) on `env`'s data dir and Redis, collecting its output. */
+/**
+ * Starts a built app (e.g. `dist/apps/relay/main.js`) on `env`'s data dir and Redis, collecting its
+ * output. Health endpoints are off unless `extraEnv` sets their ports (test files run side by side).
+ */
 export function startApp(env: CliEnv, script: string, args: string[] = [], extraEnv: Record<string, string> = {}): App {
   const child = spawn(process.execPath, [join(REPO_ROOT, script), ...args], {
-    env: { ...process.env, OUTBOX_DIR: env.dir, REDIS_URL: env.redisUrl, ...extraEnv },
+    env: { ...process.env, OUTBOX_DIR: env.dir, REDIS_URL: env.redisUrl, OUTBOX_RELAY_HEALTH_PORT: 'off', OUTBOX_CONSUMER_HEALTH_PORT: 'off', ...extraEnv },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
