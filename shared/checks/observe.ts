@@ -178,23 +178,28 @@ function readSqlite(db: Db, horizonOrNone: number | undefined) {
   })();
 }
 
-/** The consumer's state at one instant: every hash the checks compare, in one MULTI. */
-async function readConsumerState(redis: Redis) {
-  const replies = await redis
-    .multi()
-    .hgetall(keys.meta)
-    .hlen(keys.processed)
-    .hgetall(keys.applyCount)
-    .hgetall(keys.appliedSeq)
-    .hgetall(keys.inventory)
-    .hgetall(keys.stats)
-    .hgetall(keys.parked)
-    .llen(keys.deadLetter)
-    .exec();
-  const values = replies!.map(([error, value]) => {
+/** Runs a MULTI and resolves its replies, throwing the first error. */
+async function execAll(multi: ReturnType<Redis['multi']>): Promise<unknown[]> {
+  return (await multi.exec())!.map(([error, value]) => {
     if (error) throw error;
     return value;
   });
+}
+
+/** The consumer's state at one instant: every hash the checks compare, in one MULTI. */
+async function readConsumerState(redis: Redis) {
+  const values = await execAll(
+    redis
+      .multi()
+      .hgetall(keys.meta)
+      .hlen(keys.processed)
+      .hgetall(keys.applyCount)
+      .hgetall(keys.appliedSeq)
+      .hgetall(keys.inventory)
+      .hgetall(keys.stats)
+      .hgetall(keys.parked)
+      .llen(keys.deadLetter),
+  );
   const [meta, processedCount, applyCounts, appliedSeqs, inventory, stats, parked, dead] = values as [
     Record<string, string>,
     number,
@@ -291,10 +296,7 @@ export async function whereIs(redis: Redis, events: { event_id: string; aggregat
       multi.hexists(keys.processed, e.event_id).hexists(keys.parked, `${e.aggregate_id}:${e.seq}`);
       for (const list of lists) multi.lpos(list, e.message);
     }
-    const replies = (await multi.exec())!.map(([error, value]) => {
-      if (error) throw error;
-      return value;
-    });
+    const replies = await execAll(multi);
     const per = 2 + lists.length;
     chunk.forEach((e, j) => {
       const [applied, parked, ...positions] = replies.slice(j * per, (j + 1) * per);
