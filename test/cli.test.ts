@@ -116,8 +116,10 @@ describe('outbox report and verify', () => {
 
     const [lost] = await h.client.hkeys('processed');
     await h.client.hdel('processed', lost);
-    const result = await runCli(['verify'], h.env);
+    // Not applied: in flight as far as the snapshot can tell, so verify waits the window, then names it.
+    const result = await runCli(['verify', '--settle', '1s'], h.env);
     assert.equal(result.code, 1);
+    assert.match(result.stdout, /in flight at the snapshot \/ applied within 1s +- +1 \/ 0 +info/);
     assert.match(result.stdout, /events lost \(never applied, not in Redis\) +0 +1 +FAIL\n +e\.g\. /);
     assert.ok(result.stdout.includes(lost));
     assert.match(result.stdout, /processed_unique = outbox rows +4 +3 +FAIL/);
@@ -129,11 +131,19 @@ describe('outbox report and verify', () => {
     await h.cli('place-order', '--sku', 'SKU-B');
     await h.client.hincrby('inventory:reserved', 'SKU-A', 1);
     await h.client.hset('outbox.events:parked', '3:5', JSON.stringify({ reason: 'gap', message: '{}' }));
-    const result = await runCli(['verify'], h.env);
+    // The strict snapshot: the PENDING row is judged at once.
+    const result = await runCli(['verify', '--settle', '0s'], h.env);
     assert.equal(result.code, 1);
     assert.match(result.stdout, /PENDING outbox rows +0 +1 +FAIL/);
     assert.match(result.stdout, /SKUs whose reserved qty != live orders +0 +2 +FAIL\n +e\.g\. SKU-A: reserved 9, orders say 8, SKU-B: reserved 0, orders say 1\n/);
     assert.match(result.stdout, /parked events \(waiting for a gap\) +0 +1 +FAIL/);
     assert.match(result.stdout, /aggregates whose applied seq != last seq +0 +1 +FAIL/);
+    assert.match(result.stdout, /in flight at the snapshot \/ applied within 0s +- +1 \/ 0 +info/);
+  });
+
+  it('--settle takes a duration with a unit', async () => {
+    const result = await runCli(['verify', '--settle', '5'], h.env);
+    assert.equal(result.code, 2);
+    assert.match(result.stderr, /^outbox: --settle must be a duration like 60s, 500ms or 2m, got "5" without a unit/);
   });
 });

@@ -18,9 +18,15 @@ export interface EndToEndFigures {
   p95Ms: number;
   p99Ms: number;
   maxMs: number;
-  /** Where the time goes: commit -> published (relay) and published -> applied (consumer), p99. */
+  /**
+   * Where the time goes, p99 of each part: commit -> in Redis's queue (relay: the row's created_at
+   * to its published_at, Redis's clock when the push reached the queue) and in the queue -> applied
+   * (consumer: published_at to appliedAt, Redis's clock when the apply script ran).
+   */
   relayP99Ms: number;
   consumerP99Ms: number;
+  /** Events whose relay or consumer part came out negative (0 unless a clock stepped back). */
+  negativeLags: number;
 }
 
 const WARM_UP_MS = 2000;
@@ -28,7 +34,10 @@ const WARM_UP_MS = 2000;
 /**
  * Commit -> effect applied, under pm2 as in production: the producer's traffic generator commits,
  * the BullMQ-scheduled relay publishes, the consumer applies. Latency is the processed entry's
- * appliedAt minus the outbox row's created_at (one machine, one clock).
+ * appliedAt minus the outbox row's created_at (one machine, one clock). Each timestamp is taken
+ * where its step happens: created_at by the producer in the transaction, published_at by Redis
+ * (TIME in the push script) as the messages reach the queue, appliedAt by Redis (TIME in the apply
+ * script) as the event is applied.
  */
 export async function benchEndToEnd(workspace: string, rate: number, durationMs: number): Promise<EndToEndFigures> {
   const dataDir = join(workspace, 'e2e');
@@ -70,15 +79,19 @@ export async function benchEndToEnd(workspace: string, rate: number, durationMs:
       const latencies: number[] = [];
       const relayLags: number[] = [];
       const consumerLags: number[] = [];
+      let negativeLags = 0;
       for (let i = 0; i < measured.length; i += 1000) {
         const chunk = measured.slice(i, i + 1000);
         const values = await client.hmget(keys.processed, ...chunk.map((row) => row.event_id));
         values.forEach((value, j) => {
           if (!value) return;
           const { appliedAt } = JSON.parse(value) as { appliedAt: number };
+          const relayLag = chunk[j].published_at - chunk[j].created_at;
+          const consumerLag = appliedAt - chunk[j].published_at;
+          if (relayLag < 0 || consumerLag < 0) negativeLags += 1;
           latencies.push(appliedAt - chunk[j].created_at);
-          relayLags.push(chunk[j].published_at - chunk[j].created_at);
-          consumerLags.push(appliedAt - chunk[j].published_at);
+          relayLags.push(relayLag);
+          consumerLags.push(consumerLag);
         });
       }
       for (const list of [latencies, relayLags, consumerLags]) list.sort((a, b) => a - b);
@@ -93,6 +106,7 @@ export async function benchEndToEnd(workspace: string, rate: number, durationMs:
         maxMs: latencies[latencies.length - 1] ?? NaN,
         relayP99Ms: percentile(relayLags, 99),
         consumerP99Ms: percentile(consumerLags, 99),
+        negativeLags,
       };
     } finally {
       db.close();

@@ -23,11 +23,17 @@ export interface RssFigures {
 export interface GrowthFigures {
   published: number;
   pending: number;
-  /** Relaying `pending` rows with no PUBLISHED row in the table. */
+  /**
+   * Relaying `pending` rows with no PUBLISHED row in the table: the median of every round. The
+   * two tables are measured in the order empty, full, full, empty (ABBA), so that neither always
+   * runs first on a cold process.
+   */
   relayEmptyTable: Rate;
   /** The same with `published` PUBLISHED rows in the table. */
   relayFullTable: Rate;
-  /** One relay poll that finds nothing PENDING, in microseconds. */
+  /** The cost ratio (empty-table rate / full-table rate) of each half: empty measured first, then full first. */
+  costRatioByOrder: { emptyFirst: number; fullFirst: number };
+  /** One relay poll that finds nothing PENDING, in microseconds (the mean of both passes of each table). */
   idlePollEmptyUs: number;
   idlePollFullUs: number;
   /** Pruning the `published` old rows, 1000 per transaction. */
@@ -76,7 +82,25 @@ async function relayCost(db: Db, redis: Redis, pending: number) {
     for (let i = 0; i < polls; i += 1) await relay.relayAll();
   });
   await redis.del(keys.events);
-  return { rate: median(rounds), idleUs: (idle.ms * 1000) / polls };
+  return { rounds, idleUs: (idle.ms * 1000) / polls };
+}
+
+type Cost = Awaited<ReturnType<typeof relayCost>>;
+
+/** The empty and the full table in the order A B B A, so that warm-up favours neither. */
+async function relayCostAbba(empty: Db, full: Db, redis: Redis, pending: number) {
+  const emptyFirst = await relayCost(empty, redis, pending);
+  const fullSecond = await relayCost(full, redis, pending);
+  const fullFirst = await relayCost(full, redis, pending);
+  const emptySecond = await relayCost(empty, redis, pending);
+  const ratio = (a: Cost, b: Cost) => median(a.rounds).perSecond / median(b.rounds).perSecond;
+  return {
+    relayEmptyTable: median([...emptyFirst.rounds, ...emptySecond.rounds]),
+    relayFullTable: median([...fullSecond.rounds, ...fullFirst.rounds]),
+    costRatioByOrder: { emptyFirst: ratio(emptyFirst, fullSecond), fullFirst: ratio(emptySecond, fullFirst) },
+    idlePollEmptyUs: (emptyFirst.idleUs + emptySecond.idleUs) / 2,
+    idlePollFullUs: (fullSecond.idleUs + fullFirst.idleUs) / 2,
+  };
 }
 
 function rssMb(pid: number): number {
@@ -120,8 +144,7 @@ export async function benchGrowth(workspace: string, redis: Redis, redisUrl: str
   createDatabase(fullDir);
   const empty = openDatabase(emptyDir);
   const full = openDatabase(fullDir);
-  let relayEmpty;
-  let relayFull;
+  let costs;
   let pruned: PruneResult;
   try {
     const bar = progress(`growth: ${published} PUBLISHED rows`, 2);
@@ -129,8 +152,7 @@ export async function benchGrowth(workspace: string, redis: Redis, redisUrl: str
     insertPublished(full, published);
     seedPending(full, pending);
     bar.tick();
-    relayEmpty = await relayCost(empty, redis, pending);
-    relayFull = await relayCost(full, redis, pending);
+    costs = await relayCostAbba(empty, full, redis, pending);
     bar.finish();
     await markPublishedApplied(redis, published);
     const pruneBar = progress(`prune: ${published} old rows`, published);
@@ -161,10 +183,7 @@ export async function benchGrowth(workspace: string, redis: Redis, redisUrl: str
   return {
     published,
     pending,
-    relayEmptyTable: relayEmpty.rate,
-    relayFullTable: relayFull.rate,
-    idlePollEmptyUs: relayEmpty.idleUs,
-    idlePollFullUs: relayFull.idleUs,
+    ...costs,
     prune: pruned!,
     rssEvents,
     relayRss,

@@ -21,7 +21,8 @@ export interface BenchSizes {
   growthPublished: number;
   growthPending: number;
   rssEvents: number;
-  e2eRate: number;
+  /** End to end under pm2, one run per rate (operations/s). */
+  e2eRates: number[];
   e2eDurationMs: number;
   cliRuns: number;
 }
@@ -36,7 +37,7 @@ export const FULL: BenchSizes = {
   growthPublished: 1_000_000,
   growthPending: 20_000,
   rssEvents: 1_000_000,
-  e2eRate: 2_000,
+  e2eRates: [2_000, 5_000],
   e2eDurationMs: 30_000,
   cliRuns: 20,
 };
@@ -50,7 +51,7 @@ export const QUICK: BenchSizes = {
   growthPublished: 20_000,
   growthPending: 2_000,
   rssEvents: 20_000,
-  e2eRate: 300,
+  e2eRates: [300, 600],
   e2eDurationMs: 5_000,
   cliRuns: 3,
 };
@@ -63,7 +64,8 @@ export interface BenchResult {
   relay?: RelayFigures;
   consumer?: ConsumerFigures;
   growth?: GrowthFigures;
-  e2e?: EndToEndFigures;
+  /** One per rate of `sizes.e2eRates`, in that order. */
+  e2e?: EndToEndFigures[];
   cli?: CliFigures;
 }
 
@@ -91,7 +93,10 @@ export async function runBench(stages: BenchStage[], sizes: BenchSizes): Promise
       result.growth = await benchGrowth(workspace, client, redis.url, sizes.growthPublished, sizes.growthPending, sizes.rssEvents);
       await client.flushall();
     }
-    if (stages.includes('e2e')) result.e2e = await benchEndToEnd(workspace, sizes.e2eRate, sizes.e2eDurationMs);
+    if (stages.includes('e2e')) {
+      result.e2e = [];
+      for (const rate of sizes.e2eRates) result.e2e.push(await benchEndToEnd(join(workspace, `e2e-${rate}`), rate, sizes.e2eDurationMs));
+    }
     if (stages.includes('cli')) result.cli = await benchCli(workspace, client, redis.url, sizes.cliRuns);
     return result;
   } finally {

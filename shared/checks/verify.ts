@@ -1,11 +1,11 @@
 import type { Redis } from 'ioredis';
 import type { Db } from '../db/open-database.js';
-import { eventIdOf } from '../events.js';
+import { eventIdOf, toMessage, type OutboxRow } from '../events.js';
 import { keys } from '../redis/keys.js';
-import { processingLists } from '../redis/processing-lists.js';
 import { readEnvelope } from '../redis/envelope.js';
-import { readList } from '../redis/read-list.js';
-import { hasPublished } from '../db/store-meta.js';
+import { hasPublished, storeIdOf } from '../db/store-meta.js';
+import { sleep } from '../sleep.js';
+import { applyOrderOf, observe, stillInFlight, whereIs, type Observation } from './observe.js';
 
 export interface InvariantCheck {
   name: string;
@@ -18,7 +18,6 @@ export interface InvariantCheck {
 }
 
 const EXAMPLES = 5;
-const CHUNK = 1000;
 
 function check(name: string, expected: number, actual: number, examples: string[] = []): InvariantCheck {
   return {
@@ -28,35 +27,6 @@ function check(name: string, expected: number, actual: number, examples: string[
     status: expected === actual ? 'ok' : 'FAIL',
     examples: expected === actual ? undefined : examples.slice(0, EXAMPLES),
   };
-}
-
-/** Looks up `fields` in a hash in chunks; resolves the values in the same order. */
-async function hashValues(redis: Redis, key: string, fields: string[]): Promise<(string | null)[]> {
-  const chunks: Promise<(string | null)[]>[] = [];
-  for (let i = 0; i < fields.length; i += CHUNK) chunks.push(redis.hmget(key, ...fields.slice(i, i + CHUNK)));
-  return (await Promise.all(chunks)).flat();
-}
-
-/** Event ids on their way in a list: queued or in a processing list (parked ones are added by the caller). */
-async function inFlight(redis: Redis): Promise<{ ids: Set<string>; queued: number; processing: number }> {
-  const ids = new Set<string>();
-  const add = (message: string) => {
-    const id = eventIdOf(message);
-    if (id) ids.add(id);
-  };
-  let queued = 0;
-  let processing = 0;
-  for await (const message of readList(redis, keys.events)) {
-    queued += 1;
-    add(message);
-  }
-  for await (const list of processingLists(redis)) {
-    for await (const message of readList(redis, list)) {
-      processing += 1;
-      add(message);
-    }
-  }
-  return { ids, queued, processing };
 }
 
 const INTEGER = /^-?\d+$/;
@@ -80,9 +50,8 @@ function outOfOrder(events: { aggregate_id: number; seq: number }[], processed: 
   const last = new Map<number, number>();
   const broken = new Set<number>();
   events.forEach((event, i) => {
-    const value = processed[i];
-    if (value === null) return;
-    const order = (JSON.parse(value) as { applyOrder?: number }).applyOrder ?? 0;
+    const order = applyOrderOf(processed[i]);
+    if (order === null) return;
     if (order <= (last.get(event.aggregate_id) ?? 0)) broken.add(event.aggregate_id);
     last.set(event.aggregate_id, order);
   });
@@ -97,10 +66,31 @@ function prunedAggregates(db: Db): string[] {
     .map((p) => `order ${p.aggregate_id} seq 1-${p.through_seq}`);
 }
 
+export interface VerifyOptions {
+  /**
+   * How long to wait for what was in flight at the snapshot (PENDING rows, events not applied yet)
+   * before judging, in ms. 0 (the default here; the CLI's is 5 s): judge the snapshot as it is.
+   */
+  settleMs?: number;
+}
+
+export interface SettleFigures {
+  windowMs: number;
+  /** Events of the snapshot that were PENDING or not applied yet. */
+  inFlight: number;
+  /** Of those, applied (and marked PUBLISHED) within the window. */
+  cleared: number;
+  /** How long verify waited for them. */
+  waitedMs: number;
+  /** Events committed after the snapshot, not applied yet when verify looked last: not judged. */
+  newerInFlight: number;
+}
+
 export interface Ledger {
   checks: InvariantCheck[];
   /** Outbox events that were never applied and are nowhere in Redis: what `--repair` republishes. */
   lost: string[];
+  settle: SettleFigures;
   figures: {
     orders: number;
     outbox: number;
@@ -122,114 +112,162 @@ export interface Ledger {
   };
 }
 
-/**
- * Reconciles SQLite (the source of truth) with what the consumer applied in Redis. Meaningful when
- * the system is quiescent: while events are still in flight, the delivery checks fail by design.
- */
-export async function verifyStores(db: Db, redis: Redis): Promise<Ledger> {
-  // Events deleted by `outbox prune` count as present: they were published long ago.
-  const incomplete = db
-    .prepare<[], { id: number }>(
-      `SELECT o.id FROM orders o LEFT JOIN outbox_pruned p ON p.aggregate_id = o.id
-        WHERE (SELECT COUNT(*) FROM outbox e WHERE e.aggregate_id = o.id) + COALESCE(p.events, 0) <> o.version
-           OR (NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = o.id AND e.seq = o.version)
-               AND COALESCE(p.through_seq, 0) < o.version)`,
-    )
-    .all();
-  const pruned = db.prepare<[], { n: number }>('SELECT COALESCE(SUM(events), 0) AS n FROM outbox_pruned').get()!.n;
-  const orphans = db
-    .prepare<[], { event_id: string }>('SELECT event_id FROM outbox e WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = e.aggregate_id)')
-    .all();
-  const pending = db.prepare<[], { id: number }>("SELECT id FROM outbox WHERE status = 'PENDING' ORDER BY id").all();
-  // Ordered by aggregate and seq, for the out-of-order check.
-  const events = db.prepare<[], { event_id: string; aggregate_id: number; seq: number }>('SELECT event_id, aggregate_id, seq FROM outbox ORDER BY aggregate_id, seq').all();
-  const eventIds = events.map((e) => e.event_id);
-  const orders = db.prepare<[], { id: number; version: number }>('SELECT id, version FROM orders ORDER BY id').all();
-  const reservedBySku = new Map(
-    db
-      .prepare<[], { sku: string; qty: number }>("SELECT sku, SUM(qty) AS qty FROM orders WHERE status = 'PLACED' GROUP BY sku")
-      .all()
-      .map((row) => [row.sku, row.qty]),
-  );
+/** Events of the snapshot still on their way: PENDING, or not applied by the observation's instant. */
+function inFlightOf(o: Observation): string[] {
+  return o.events.filter((e, i) => e.status === 'PENDING' || !appliedBy(o.processed[i], o.appliedCounter)).map((e) => e.event_id);
+}
 
-  // Each hash is read once: the same values serve the invariants and the corruption check.
-  const [meta, processedCount, processed, applyCounts, appliedSeqs, inventory, stats, parked, dead, flight] = await Promise.all([
-    redis.hgetall(keys.meta),
-    redis.hlen(keys.processed),
-    hashValues(redis, keys.processed, eventIds),
-    redis.hgetall(keys.applyCount),
-    redis.hgetall(keys.appliedSeq),
-    redis.hgetall(keys.inventory),
-    redis.hgetall(keys.stats),
-    redis.hgetall(keys.parked),
-    redis.llen(keys.deadLetter),
-    inFlight(redis),
-  ]);
-  for (const envelope of Object.values(parked)) {
+function appliedBy(value: string | null, counter: number): boolean {
+  const order = applyOrderOf(value);
+  return order !== null && order <= counter;
+}
+
+const POLL_MS = 100;
+
+/**
+ * Reconciles SQLite (the source of truth) with what the consumer applied in Redis, at any time.
+ *
+ * It takes a snapshot (see `observe` for the order of the reads). Events committed after it are not
+ * judged, but the effects Redis applied from them are accounted for, so traffic never shows as a
+ * mismatch. What the snapshot held must be applied: an event PENDING or not applied yet is in
+ * flight, and with `settleMs` verify waits (polling only those events) until every one was applied
+ * or the window ended, then looks again with the same horizon and judges that look. A lost event
+ * (never applied, in no list) does not become applied, so it fails after the window, named.
+ */
+export async function verifyStores(db: Db, redis: Redis, options: VerifyOptions = {}): Promise<Ledger> {
+  const windowMs = options.settleMs ?? 0;
+  const started = performance.now();
+  const deadline = started + windowMs;
+  let o = await observe(db, redis);
+  const atSnapshot = inFlightOf(o);
+  let waiting = atSnapshot;
+  while (waiting.length > 0 && performance.now() < deadline) {
+    while (waiting.length > 0 && performance.now() < deadline) {
+      await sleep(Math.min(POLL_MS, deadline - performance.now()));
+      waiting = await stillInFlight(db, redis, waiting);
+    }
+    o = await observe(db, redis, o.horizon);
+    waiting = inFlightOf(o);
+  }
+  const waitedMs = atSnapshot.length > 0 ? performance.now() - started : 0;
+  const stillWaiting = new Set(waiting);
+  const settle: SettleFigures = {
+    windowMs,
+    inFlight: atSnapshot.length,
+    cleared: atSnapshot.filter((id) => !stillWaiting.has(id)).length,
+    waitedMs,
+    newerInFlight: o.pendingNewer + o.processedNewer.filter((v) => v === null).length,
+  };
+  return judge(db, redis, o, settle);
+}
+
+async function judge(db: Db, redis: Redis, o: Observation, settle: SettleFigures): Promise<Ledger> {
+  const N = o.appliedCounter;
+  const eventIds = o.events.map((e) => e.event_id);
+  const newerApplied = o.newer.filter((_, i) => appliedBy(o.processedNewer[i], N));
+  const newerIds = new Set(o.newer.map((e) => e.event_id));
+  const parkedOfSnapshot = Object.values(o.parked).filter((envelope) => {
     const message = readEnvelope(envelope)?.message;
     const id = message === undefined ? undefined : eventIdOf(message);
-    if (id) flight.ids.add(id);
-  }
-  const parkedCount = Object.keys(parked).length;
+    return id === undefined || !newerIds.has(id);
+  }).length;
   const corrupt = corruptEntries(
-    { [keys.appliedSeq]: appliedSeqs, [keys.inventory]: inventory, [keys.stats]: stats, [keys.applyCount]: applyCounts },
-    parked,
+    { [keys.appliedSeq]: o.appliedSeqs, [keys.inventory]: o.inventory, [keys.stats]: o.stats, [keys.applyCount]: o.applyCounts },
+    o.parked,
   );
 
-  const lost = eventIds.filter((id, i) => processed[i] === null && !flight.ids.has(id));
+  // Lost: PUBLISHED, not applied and in no list we read; confirmed by one atomic look, since the
+  // list reads can miss a message that moves meanwhile.
+  let lost = o.events.filter((e, i) => e.status === 'PUBLISHED' && o.processed[i] === null && !o.flight.ids.has(e.event_id));
+  if (lost.length > 0 && lost.length <= 500) {
+    const storeId = storeIdOf(db);
+    const rows = db
+      .prepare<[string], OutboxRow>('SELECT id, event_id, aggregate_id, seq, event_type, payload FROM outbox WHERE event_id IN (SELECT value FROM json_each(?))')
+      .all(JSON.stringify(lost.map((e) => e.event_id)));
+    const nowhere = new Set(await whereIs(redis, rows.map((row) => ({ ...row, message: toMessage(row, storeId) }))));
+    lost = lost.filter((e) => nowhere.has(e.event_id));
+  }
+  const lostIds = lost.map((e) => e.event_id);
   // The per-event evidence, kept in the same step as the effect: more than 1 is a double effect.
-  const appliedTwice = eventIds.flatMap((id) => (Number(applyCounts[id] ?? 0) > 1 ? [`${id} (${applyCounts[id]} times)`] : []));
-  const redisStateLost = meta.store === undefined && hasPublished(db);
-  const unrecoverable = Number(meta.unrecoverable ?? 0);
-  const disordered = outOfOrder(events, processed);
-  const seqMismatch = orders.filter((o) => Number(appliedSeqs[String(o.id)] ?? 0) !== o.version).map((o) => `order ${o.id}`);
-  const skus = new Set([...reservedBySku.keys(), ...Object.keys(inventory)]);
+  const appliedTwice = eventIds.flatMap((id) => (Number(o.applyCounts[id] ?? 0) > 1 ? [`${id} (${o.applyCounts[id]} times)`] : []));
+  const redisStateLost = o.meta.store === undefined && hasPublished(db);
+  const unrecoverable = Number(o.meta.unrecoverable ?? 0);
+  const disordered = outOfOrder(o.events, o.processed);
+
+  // At the MULTI's instant: the snapshot's last seqs, raised by the newer events applied by then.
+  const newerSeq = new Map<number, number>();
+  for (const e of newerApplied) newerSeq.set(e.aggregate_id, Math.max(newerSeq.get(e.aggregate_id) ?? 0, e.seq));
+  const seqMismatch = o.orders
+    .filter((order) => Number(o.appliedSeqs[String(order.id)] ?? 0) !== Math.max(order.lastSeq, newerSeq.get(order.id) ?? 0))
+    .map((order) => `order ${order.id}`);
+  // The same for the inventory: the snapshot's live orders plus the newer effects applied by then.
+  const expectedBySku = new Map(o.reservedBySku);
+  for (const e of newerApplied) if (e.sku !== undefined) expectedBySku.set(e.sku, (expectedBySku.get(e.sku) ?? 0) + e.delta);
+  const skus = new Set([...expectedBySku.keys(), ...Object.keys(o.inventory)]);
   const inventoryMismatch = [...skus]
-    .filter((sku) => Number(inventory[sku] ?? 0) !== (reservedBySku.get(sku) ?? 0))
-    .map((sku) => `${sku}: reserved ${inventory[sku] ?? 0}, orders say ${reservedBySku.get(sku) ?? 0}`);
+    .filter((sku) => Number(o.inventory[sku] ?? 0) !== (expectedBySku.get(sku) ?? 0))
+    .map((sku) => `${sku}: reserved ${o.inventory[sku] ?? 0}, orders say ${expectedBySku.get(sku) ?? 0}`);
+  // Processed entries at that instant, less the newer events': the snapshot's events and the pruned ones.
+  const processedUnique = o.processedCount - newerApplied.length;
 
   const checks: InvariantCheck[] = [
     {
       name: 'Redis serves this store',
       expected: 'yes',
-      actual: redisStateLost ? 'no: Redis lost its state' : meta.store === undefined ? 'not yet (nothing published)' : 'yes',
+      actual: redisStateLost ? 'no: Redis lost its state' : o.meta.store === undefined ? 'not yet (nothing published)' : 'yes',
       status: redisStateLost ? 'FAIL' : 'ok',
       examples: redisStateLost ? ['the relay rebuilds it from SQLite on its next pass; by hand: outbox verify --repair'] : undefined,
     },
     check('pruned events Redis lost (effects cannot be rebuilt)', 0, unrecoverable, unrecoverable > 0 ? prunedAggregates(db) : []),
-    check('orders with missing events', 0, incomplete.length, incomplete.map((o) => `order ${o.id}`)),
-    check('events without an order', 0, orphans.length, orphans.map((e) => e.event_id)),
-    check('PENDING outbox rows', 0, pending.length, pending.map((p) => `row ${p.id}`)),
-    check(pruned > 0 ? 'processed_unique = outbox rows + pruned' : 'processed_unique = outbox rows', eventIds.length + pruned, processedCount),
-    check('events lost (never applied, not in Redis)', 0, lost.length, lost),
+    check('orders with missing events', 0, o.incomplete.length, o.incomplete.map((id) => `order ${id}`)),
+    check('events without an order', 0, o.orphans.length, o.orphans),
+    check('PENDING outbox rows', 0, o.pending.length, o.pending.map((id) => `row ${id}`)),
+    check(o.pruned > 0 ? 'processed_unique = outbox rows + pruned' : 'processed_unique = outbox rows', eventIds.length + o.pruned, processedUnique),
+    check('events lost (never applied, not in Redis)', 0, lostIds.length, lostIds),
     check('events applied more than once', 0, appliedTwice.length, appliedTwice),
     check('aggregates applied out of seq order', 0, disordered.length, disordered),
     check('aggregates whose applied seq != last seq', 0, seqMismatch.length, seqMismatch),
     check('SKUs whose reserved qty != live orders', 0, inventoryMismatch.length, inventoryMismatch),
-    check('parked events (waiting for a gap)', 0, parkedCount),
+    check('parked events (waiting for a gap)', 0, parkedOfSnapshot),
     check('corrupt entries in Redis (not a number / not JSON)', 0, corrupt.length, corrupt),
-    { name: 'dead-lettered entries', expected: '-', actual: String(dead), status: 'info' },
-    { name: 'still queued / in processing lists', expected: '-', actual: `${flight.queued} / ${flight.processing}`, status: 'info' },
+    { name: 'dead-lettered entries', expected: '-', actual: String(o.dead), status: 'info' },
+    { name: 'still queued / in processing lists', expected: '-', actual: `${o.flight.queued} / ${o.flight.processing}`, status: 'info' },
   ];
+  if (settle.inFlight > 0) {
+    checks.push({
+      name: `in flight at the snapshot / applied within ${formatMs(settle.windowMs)}`,
+      expected: '-',
+      actual: `${settle.inFlight} / ${settle.cleared}`,
+      status: 'info',
+    });
+  }
+  if (settle.newerInFlight > 0) {
+    checks.push({ name: 'newer events in flight (after the snapshot, not judged)', expected: '-', actual: String(settle.newerInFlight), status: 'info' });
+  }
   return {
     checks,
-    lost,
+    lost: lostIds,
+    settle,
     figures: {
-      orders: orders.length,
+      orders: o.orders.length,
       outbox: eventIds.length,
-      pruned,
-      processedUnique: processedCount,
-      lost: lost.length,
+      pruned: o.pruned,
+      processedUnique,
+      lost: lostIds.length,
       outOfOrder: disordered.length,
       appliedTwice: appliedTwice.length,
       inventoryMismatches: inventoryMismatch.length,
-      parked: parkedCount,
-      deadLettered: dead,
-      inFlight: flight.queued + flight.processing,
+      parked: parkedOfSnapshot,
+      deadLettered: o.dead,
+      inFlight: o.flight.queued + o.flight.processing,
       redisStateLost,
       unrecoverable,
     },
   };
+}
+
+function formatMs(ms: number): string {
+  return ms % 1000 === 0 ? `${ms / 1000}s` : `${ms}ms`;
 }
 
 export function formatChecks(checks: InvariantCheck[]): string[] {

@@ -59,7 +59,7 @@ export interface EventToApply {
   seq: number;
   sku: string;
   delta: number;
-  /** JSON object stored in the processed hash (the script adds applyOrder and appliedAt). */
+  /** JSON object stored in the processed hash (the script adds applyOrder and appliedAt, Redis's TIME when it applied the event). */
   result: string;
 }
 
@@ -73,7 +73,7 @@ export interface ApplyResult {
 /** See lua/apply-events-11.lua: applies `events` in order, resolving one outcome per event. */
 export async function applyEvents(redis: Redis, processingList: string, events: EventToApply[], dedupeTtlSeconds: number): Promise<ApplyResult> {
   // The markers' keys are derived in the script, so their prefix carries the namespace itself.
-  const args: (string | number)[] = [keyPrefixOfConnection(redis) + keys.seen(''), dedupeTtlSeconds, Date.now()];
+  const args: (string | number)[] = [keyPrefixOfConnection(redis) + keys.seen(''), dedupeTtlSeconds];
   for (const e of events) args.push(e.raw, e.eventId, e.aggregateId, e.seq, e.sku, e.delta, e.result, e.storeId);
   const [outcomes, problems] = (await client(redis).applyEvents(
     processingList,
@@ -92,12 +92,16 @@ export async function applyEvents(redis: Redis, processingList: string, events: 
   return { outcomes, problems };
 }
 
-export type PushResult = { status: 'ok'; pushed: number } | { status: 'unclaimed' } | { status: 'foreign'; servedStore: string };
+export type PushResult =
+  /** `pushedAt`: Redis's clock (ms since epoch) when the messages reached the queue. */
+  | { status: 'ok'; pushed: number; pushedAt: number }
+  | { status: 'unclaimed' }
+  | { status: 'foreign'; servedStore: string };
 
 /** See lua/push-events-3.lua: pushes `messages` of store `storeId` when this Redis serves that store. */
 export async function pushEvents(redis: Redis, storeId: string, messages: string[]): Promise<PushResult> {
-  const [status, detail] = (await client(redis).pushEvents(keys.events, keys.enqueued, keys.meta, storeId, ...messages)) as [string, string | number];
-  if (status === 'ok') return { status, pushed: Number(detail) };
+  const [status, detail, pushedAt] = (await client(redis).pushEvents(keys.events, keys.enqueued, keys.meta, storeId, ...messages)) as [string, string | number, string?];
+  if (status === 'ok') return { status, pushed: Number(detail), pushedAt: Number(pushedAt) };
   if (status === 'foreign') return { status, servedStore: String(detail) };
   return { status: 'unclaimed' };
 }

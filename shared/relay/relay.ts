@@ -46,6 +46,8 @@ interface UnmarkedBatch {
   rows: OutboxRow[];
   generation: number;
   started: number;
+  /** Redis's clock when the push reached the queue: the rows' published_at. */
+  pushedAt: number;
 }
 
 /**
@@ -75,16 +77,17 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
    * `generation`: those rows may be among these, and they must be pushed again, not marked (a
    * relay paused between push and mark would otherwise undo the replay). Resolves false then.
    */
-  const markPublished = db.transaction((rows: OutboxRow[], now: number, generation: number): boolean => {
+  const markPublished = db.transaction((rows: OutboxRow[], pushedAt: number, generation: number): boolean => {
     if (replayGeneration() !== generation) return false;
     const half = rows.length >> 1;
-    markRows.run(now, JSON.stringify(rows.slice(0, half).map((row) => row.id)));
+    markRows.run(pushedAt, JSON.stringify(rows.slice(0, half).map((row) => row.id)));
     crashPoint('relay.mid-batch', () => `crash point relay.mid-batch: dying with rows ${rows[0].id}-${rows[half - 1]?.id ?? rows[0].id} marked, uncommitted`);
-    markRows.run(now, JSON.stringify(rows.slice(half).map((row) => row.id)));
+    markRows.run(pushedAt, JSON.stringify(rows.slice(half).map((row) => row.id)));
     return true;
   });
 
-  async function push(rows: OutboxRow[]): Promise<void> {
+  /** Pushes `rows`; resolves Redis's clock when they reached the queue (their published_at). */
+  async function push(rows: OutboxRow[]): Promise<number> {
     let result;
     try {
       result = await pushEvents(
@@ -99,6 +102,7 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
     if (result.status === 'unclaimed') throw new StateLostError();
     if (result.status === 'foreign') throw mismatch(db, redis, storeId, result.servedStore);
     crashPoint('relay.after-push', () => `crash point relay.after-push: pushed rows ${rows[0].id}-${rows[rows.length - 1].id}, dying before marking them PUBLISHED`);
+    return result.pushedAt;
   }
 
   function summary(rows: OutboxRow[], started: number): RelayBatch {
@@ -134,8 +138,8 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
     const total = { batches: 0, events: 0 };
     while (unmarked.length > 0) {
       beforeWrite?.();
-      const { rows, generation, started } = unmarked[0];
-      const marked = markPublished.immediate(rows, Date.now(), generation);
+      const { rows, generation, started, pushedAt } = unmarked[0];
+      const marked = markPublished.immediate(rows, pushedAt, generation);
       unmarked.shift();
       // Not marked: a replay set rows back to PENDING since; the pass below pushes them again.
       if (marked) count(total, rows, started, onBatch);
@@ -167,12 +171,13 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
    * Marks `batch`; when that fails, remembers it as unmarked, and `inFlight` too once Redis
    * acknowledged its push, then throws.
    */
-  async function markOrOwe(batch: UnmarkedBatch, inFlight?: { batch: UnmarkedBatch; pushing: Promise<void> }): Promise<boolean> {
+  async function markOrOwe(batch: UnmarkedBatch, inFlight?: { batch: Omit<UnmarkedBatch, 'pushedAt'>; pushing: Promise<number> }): Promise<boolean> {
     try {
-      return markPublished.immediate(batch.rows, Date.now(), batch.generation);
+      return markPublished.immediate(batch.rows, batch.pushedAt, batch.generation);
     } catch (error) {
       unmarked = [batch];
-      if (inFlight && (await inFlight.pushing.then(() => true, () => false))) unmarked.push(inFlight.batch);
+      const pushedAt = await inFlight?.pushing.catch(() => undefined);
+      if (inFlight && pushedAt !== undefined) unmarked.push({ ...inFlight.batch, pushedAt });
       throw error;
     }
   }
@@ -186,9 +191,9 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
     let rows = selectPending.all(0, batchSize);
     if (rows.length === 0) return total;
     beforeWrite?.();
-    let pushing: Promise<void> = push(rows);
+    let pushing: Promise<number> = push(rows);
     for (;;) {
-      await pushing;
+      const pushedAt = await pushing;
       const next = Date.now() < deadline ? selectPending.all(rows[rows.length - 1].id, batchSize) : [];
       const nextStarted = performance.now();
       if (next.length > 0) {
@@ -200,7 +205,7 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
       let marked: boolean;
       try {
         beforeWrite?.();
-        marked = await markOrOwe({ rows, generation, started }, next.length > 0 ? { batch: { rows: next, generation, started: nextStarted }, pushing } : undefined);
+        marked = await markOrOwe({ rows, generation, started, pushedAt }, next.length > 0 ? { batch: { rows: next, generation, started: nextStarted }, pushing } : undefined);
       } finally {
         if (next.length > 0) pushing.catch(() => {});
       }

@@ -1,5 +1,6 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
 import type { Redis } from 'ioredis';
+import { parseDuration } from '../../../shared/duration.js';
 import { formatChecks, verifyStores, type Ledger } from '../../../shared/checks/verify.js';
 import type { Db } from '../../../shared/db/open-database.js';
 import { CheckFailedError } from '../../../shared/errors/check-failed-error.js';
@@ -12,6 +13,7 @@ import { withStores } from '../stores.js';
 
 interface Args extends GlobalArgs, GuardArgs {
   repair: boolean;
+  settle: string;
 }
 
 export const command = 'verify';
@@ -24,11 +26,18 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
       default: false,
       describe: 'republish exactly the events found lost (never applied and nowhere in Redis)',
     })
+    .option('settle', {
+      type: 'string',
+      default: '5s',
+      requiresArg: true,
+      describe: 'how long to wait for events in flight at the snapshot before judging (a unit is required; 0s: judge the snapshot as it is)',
+    })
     .options(guardOptions);
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
+  const settleMs = parseDuration(argv.settle, '--settle');
   await withStores(configOf(argv), async (db, redis) => {
-    const ledger = await verifyStores(db, redis);
+    const ledger = await verifyStores(db, redis, { settleMs });
     const { checks, lost, figures } = ledger;
     console.log(formatChecks(checks).join('\n'));
     if (argv.repair && (figures.redisStateLost || lost.length > 0)) {

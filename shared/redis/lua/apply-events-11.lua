@@ -22,12 +22,15 @@
     ARGV[1] dedupe marker key prefix; the marker of an event is <prefix><event_id>. (Derived, not
             declared: like the rest of this project, the script expects one Redis, not a Cluster.)
     ARGV[2] dedupe marker TTL in seconds (0 = never expires)
-    ARGV[3] now, ms since epoch
-    then 8 values per event, from ARGV[4]:
+    then 8 values per event, from ARGV[3]:
       raw message exactly as it sits in the processing list, event_id, aggregate_id, seq (an
       integer), sku, inventory delta (an integer, may be negative), processed value (a JSON object,
-      to which the script adds "applyOrder", the stats hash's 'applied' counter, and "appliedAt",
-      ARGV[3]), store id of the message
+      to which the script adds "applyOrder", the stats hash's 'applied' counter, and "appliedAt"),
+      store id of the message
+
+  Time: appliedAt, parkedAt and deadAt are Redis's clock (TIME, ms since epoch) when the script
+  runs, i.e. when the event was applied, not when the consumer built the call. (TIME is allowed in
+  a script that writes: Redis >= 5 replicates a script's effects, not the script.)
 
   Output: { outcomes, problems }
     outcomes, one per event, in order:
@@ -42,9 +45,10 @@
     problems: one line per piece of bad state met (empty when none)
 ]]
 local rcall = redis.call
-local prefix, ttl, now = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local prefix, ttl = ARGV[1], tonumber(ARGV[2])
 local FIELDS = 8
-local count = (#ARGV - 3) / FIELDS
+local FIRST = 3
+local count = (#ARGV - FIRST + 1) / FIELDS
 if not ttl or count ~= math.floor(count) then
   return redis.error_reply('apply-events: ttl must be a number and each event needs 8 values')
 end
@@ -58,6 +62,9 @@ local function integer(text)
   return n
 end
 local function int(n) return string.format('%d', n) end
+
+local clock = rcall('TIME')
+local now = int(tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
 
 local problems = {}
 local function problem(text) problems[#problems + 1] = text end
@@ -78,7 +85,7 @@ local applied = statOk.applied and (integer(statValues[1] or '0')) or nil
 local head = rcall('LRANGE', KEYS[1], 0, count - 1)
 local atHead = #head == count
 for i = 0, count - 1 do
-  if not atHead or head[i + 1] ~= ARGV[4 + i * FIELDS] then
+  if not atHead or head[i + 1] ~= ARGV[FIRST + i * FIELDS] then
     atHead = false
     break
   end
@@ -88,7 +95,7 @@ local lastOf, inventoryOf, badAggregate, badSku = {}, {}, {}, {}
 local present = {}
 local plan = {}
 for i = 0, count - 1 do
-  local base = 4 + i * FIELDS
+  local base = FIRST + i * FIELDS
   local e = {
     raw = ARGV[base], eventId = ARGV[base + 1], aggregate = ARGV[base + 2], seqText = ARGV[base + 3],
     sku = ARGV[base + 4], result = ARGV[base + 6], store = ARGV[base + 7],

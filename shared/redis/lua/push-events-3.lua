@@ -11,8 +11,10 @@
     ARGV[1] store id of the messages
     ARGV[2..] the messages, in order
 
-  Output: { status, detail }
-    { 'ok', n }          pushed n messages and raised the counter by n
+  Output: { status, detail[, pushedAt] }
+    { 'ok', n, t }       pushed n messages and raised the counter by n, at t: Redis's clock (TIME, ms
+                         since epoch) when the messages reached the queue; the relay records it as
+                         the rows' published_at
     { 'unclaimed', '' }  the meta hash names no store (Redis lost its state, or was never used): nothing done
     { 'foreign', id }    this Redis serves store id: nothing done
 ]]
@@ -31,4 +33,5 @@ for first = 2, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[1], unpack(ARGV, first, math.min(first + 999, #ARGV)))
 end
 redis.call('INCRBY', KEYS[2], n)
-return { 'ok', n }
+local clock = redis.call('TIME')
+return { 'ok', n, string.format('%d', tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)) }

@@ -1,0 +1,91 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { freePort } from '../shared/local/redis-server.js';
+import { waitFor } from '../shared/local/wait-for.js';
+import { startApp, stopApp, type App } from './helpers/apps.js';
+import { runCli } from './helpers/cli.js';
+import { useHarness } from './helpers/harness.js';
+import { count } from './helpers/stores.js';
+
+// verify against a live system: a producer generating traffic, a relay and a consumer, real
+// processes. Events in flight must not fail it; a lost event must, traffic or not.
+const h = useHarness();
+
+const RELAY = 'dist/apps/relay/main.js';
+const CONSUMER = 'dist/apps/consumer/main.js';
+const PRODUCER = 'dist/apps/producer/main.js';
+const RATE = '300';
+
+async function startSystem(): Promise<App[]> {
+  const port = await freePort();
+  const apps = [startApp(h.env, RELAY), startApp(h.env, CONSUMER), startApp(h.env, PRODUCER, [], { PORT: String(port), OUTBOX_RATE: RATE })];
+  // Traffic is flowing end to end.
+  await waitFor(async () => (await h.client.hlen('processed')) >= 300, { timeoutMs: 30_000, message: 'no traffic got through' });
+  return apps;
+}
+
+describe('verify under traffic', () => {
+  it(`--settle 5s exits 0 run after run while orders flow at ${RATE} operations/s, though events are in flight at each snapshot`, async () => {
+    const apps = await startSystem();
+    try {
+      let inFlightSeen = 0;
+      for (let run = 0; run < 4; run += 1) {
+        const result = await runCli(['verify', '--settle', '5s'], h.env);
+        assert.equal(result.code, 0, result.stdout + result.stderr);
+        assert.match(result.stdout, /VERIFY OK/);
+        const settled = /in flight at the snapshot \/ applied within 5s +- +(\d+) \/ (\d+) +info/.exec(result.stdout);
+        if (settled) {
+          assert.equal(settled[2], settled[1], 'every event in flight at the snapshot was applied within the window');
+          inFlightSeen += 1;
+        }
+      }
+      // The test means something only if the snapshots caught events in flight.
+      assert.ok(inFlightSeen >= 1, 'no snapshot caught an event in flight');
+      // The strict snapshot of the same traffic fails on them: what verify did before --settle.
+      let strictFailures = 0;
+      for (let run = 0; run < 5 && strictFailures === 0; run += 1) {
+        const strict = await runCli(['verify', '--settle', '0s'], h.env);
+        if (strict.code === 1) strictFailures += 1;
+        else assert.equal(strict.code, 0, strict.stdout + strict.stderr);
+      }
+      assert.ok(strictFailures >= 1, 'the strict snapshot never caught an event in flight');
+    } finally {
+      await Promise.all(apps.map((app) => stopApp(app)));
+    }
+  });
+
+  it('names an event lost under traffic (deleted from the queue after the relay marked it) and exits 1', async () => {
+    const apps = await startSystem();
+    const consumer = apps[1];
+    let lost: string;
+    try {
+      // Hold the consumer so that a message stays in the queue, and take one the relay marked.
+      consumer.child.kill('SIGSTOP');
+      let message = '';
+      await waitFor(async () => {
+        message = (await h.client.lindex('outbox.events', 0)) ?? '';
+        return message !== '';
+      });
+      lost = JSON.parse(message).event_id;
+      await waitFor(() => count(h.env.dir, `SELECT COUNT(*) FROM outbox WHERE event_id = '${lost}' AND status = 'PUBLISHED'`) === 1);
+      assert.equal(await h.client.lrem('outbox.events', 0, message), 1);
+      consumer.child.kill('SIGCONT');
+
+      const result = await runCli(['verify', '--settle', '2s'], h.env);
+      assert.equal(result.code, 1, result.stdout + result.stderr);
+      assert.match(result.stdout, new RegExp(`events lost \\(never applied, not in Redis\\) +0 +1 +FAIL\\n +e\\.g\\. ${lost}\\n`));
+      assert.match(result.stdout, /VERIFY FAILED/);
+      // Traffic went on throughout: the rest was in flight, not lost.
+      assert.equal(count(h.env.dir, `SELECT COUNT(*) FROM outbox WHERE event_id = '${lost}' AND status = 'PUBLISHED'`), 1);
+    } finally {
+      consumer.child.kill('SIGCONT');
+      await Promise.all(apps.map((app) => stopApp(app)));
+    }
+
+    // verify --repair republishes exactly that event; once applied, verify is OK again.
+    const repaired = await runCli(['verify', '--repair', '--settle', '0s'], h.env);
+    assert.match(repaired.stdout, /republished 1 lost event/);
+    await h.cli('consume');
+    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+  });
+});
