@@ -2,21 +2,44 @@ import { resolve } from 'node:path';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { defaultDir } from './config.js';
-import { flagOptions, readSettings, type Argv, type Settings, type ValuesOf } from './config/settings.js';
+import { custom, flagOptions, readSettings, type Argv, type Settings, type ValuesOf } from './config/settings.js';
 import { ConfigError } from './errors/config-error.js';
 import { InvalidInputError } from './errors/invalid-input-error.js';
 import { OutboxError } from './errors/outbox-error.js';
 import { RedisSettingsError } from './errors/redis-settings-error.js';
 import { keepFilesPrivate } from './local/private-files.js';
 import { clearRefusal, recordRefusal } from './local/refusals.js';
-import { createLogger, type Logger } from './logger.js';
+import { createLogger, DEFAULT_LOG_LEVEL, LOG_LEVELS, parseLogLevel, type Logger, type LogLevel } from './logger.js';
 import { closeOnSignals } from './shutdown.js';
+import { routeStrayOutput } from './stray-output.js';
 
 /**
  * Exit code of an app refused by a configuration that a restart cannot fix (sysexits' EX_CONFIG):
  * ecosystem.config.cjs lists it in `stop_exit_codes`, so pm2 leaves the app stopped.
  */
 export const EXIT_CONFIG = 78;
+
+/** What every app reads besides its own settings. */
+export const logSettings = {
+  /** The lowest level written (`shared/logger.ts`). Default info. */
+  logLevel: custom({
+    env: 'OUTBOX_LOG_LEVEL',
+    default: DEFAULT_LOG_LEVEL,
+    describe: `lowest level logged: ${LOG_LEVELS.join(', ')}`,
+    parse: parseLogLevel,
+  }),
+};
+
+/**
+ * The logger an app writes with once its settings are read: at `level` (OUTBOX_LOG_LEVEL), and
+ * carrying what libraries print on their own (`routeStrayOutput`), so that the app writes JSON
+ * lines only.
+ */
+export function appLogger(app: string, level: LogLevel): Logger {
+  const log = createLogger(app, undefined, { level });
+  routeStrayOutput(log);
+  return log;
+}
 
 /** Starts what an app runs with its checked settings; resolves the function that closes it all. */
 export type AppStart<C> = (config: C, log: Logger, signal: AbortSignal) => Promise<() => Promise<void>>;
@@ -48,8 +71,9 @@ function parseArgv(app: string, settings: Settings, args: string[]): Argv {
  */
 export function runApp<S extends Settings>(app: string, settings: S, start: AppStart<ValuesOf<S>>, args = hideBin(process.argv), env = process.env): void {
   keepFilesPrivate();
-  const log = createLogger(app);
-  const { config, dir } = loadAppConfig(app, settings, log, args, env);
+  // A refusal is written before OUTBOX_LOG_LEVEL is known: at the default level.
+  const { config, dir } = loadAppConfig(app, settings, createLogger(app), args, env);
+  const log = appLogger(app, config.logLevel);
   const stopping = new AbortController();
   let close: (() => Promise<void>) | undefined;
   const started = start(config, log, stopping.signal).then(
@@ -78,11 +102,18 @@ export function runApp<S extends Settings>(app: string, settings: S, start: AppS
  * An app's settings from `args` and `env`, checked; a bad one is refused (see `runApp`). `dir` is
  * where the refusal was or would be recorded.
  */
-export function loadAppConfig<S extends Settings>(app: string, settings: S, log: Logger, args = hideBin(process.argv), env = process.env): { config: ValuesOf<S>; dir: string } {
+export function loadAppConfig<S extends Settings>(
+  app: string,
+  settings: S,
+  log: Logger,
+  args = hideBin(process.argv),
+  env = process.env,
+): { config: ValuesOf<S> & { logLevel: LogLevel }; dir: string } {
+  const all = { ...settings, ...logSettings };
   let argv: Argv = {};
   try {
-    argv = parseArgv(app, settings, args);
-    return { config: readSettings(settings, argv, env), dir: dataDirOf(argv, env) };
+    argv = parseArgv(app, all, args);
+    return { config: readSettings(all, argv, env) as ValuesOf<S> & { logLevel: LogLevel }, dir: dataDirOf(argv, env) };
   } catch (error) {
     if (!(error instanceof OutboxError)) throw error;
     refuse(app, dataDirOf(argv, env), log, error);

@@ -1,7 +1,7 @@
 import { managedRedisSettings } from '../../shared/config/redis-config.js';
 import { managedRedisDir, MANAGED_SETTINGS, portOpen, spawnManagedRedis } from '../../shared/local/managed-redis.js';
 import { createLogger } from '../../shared/logger.js';
-import { loadAppConfig } from '../../shared/run-app.js';
+import { appLogger, loadAppConfig } from '../../shared/run-app.js';
 
 /**
  * outbox-redis: the Redis that ecosystem.config.cjs runs when REDIS_URL is not set. It starts the
@@ -10,10 +10,10 @@ import { loadAppConfig } from '../../shared/run-app.js';
  * unless something already listens on the port, in which case the apps use that one and this
  * process only waits for pm2 to stop it.
  */
-const log = createLogger('outbox-redis');
-// A bad OUTBOX_REDIS_PORT is refused like the other apps' settings: one line, exit 78, recorded for `outbox status`.
-const { config } = loadAppConfig('outbox-redis', managedRedisSettings, log);
+// A bad OUTBOX_REDIS_PORT (or OUTBOX_LOG_LEVEL) is refused like the other apps' settings: one line, exit 78, recorded for `outbox status`.
+const { config } = loadAppConfig('outbox-redis', managedRedisSettings, createLogger('outbox-redis'));
 const { port, dir } = config;
+const log = appLogger('outbox-redis', config.logLevel);
 
 function idle(reason: string): void {
   const timer = setInterval(() => {}, 1 << 30);

@@ -1,6 +1,7 @@
 import { Redis } from 'ioredis';
 import { explainError, isConnectionError } from '../errors/explain-error.js';
 import { incidentLog } from '../incident-log.js';
+import { addUrlSecret } from '../log-secrets.js';
 import type { Logger } from '../logger.js';
 import { closeRedis } from './connect.js';
 
@@ -10,6 +11,7 @@ import { closeRedis } from './connect.js';
  */
 export function bullConnections(url: string) {
   const connections: Redis[] = [];
+  addUrlSecret(url);
   return {
     connection(): Redis {
       const connection = new Redis(url, { maxRetriesPerRequest: null });

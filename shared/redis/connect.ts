@@ -4,6 +4,7 @@ import type { Redis as RedisClient } from 'ioredis';
 import { keyPrefixOf, redactUrl } from '../config.js';
 import { RedisSettingsError } from '../errors/redis-settings-error.js';
 import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
+import { addUrlSecret } from '../log-secrets.js';
 import type { Logger } from '../logger.js';
 import { sleep } from '../sleep.js';
 import { defineScripts } from './scripts.js';
@@ -83,6 +84,8 @@ export async function checkRedisVersion(redis: Redis, url: string): Promise<stri
  */
 export async function connectRedis(url: string, options: RedisConnectOptions = {}): Promise<Redis> {
   const reconnect = options.reconnect ?? false;
+  // Whatever ioredis or a caller puts in a log line later, this password is not in it.
+  addUrlSecret(url);
   const redis = new Redis(url, {
     lazyConnect: true,
     connectionName: options.name ?? 'outbox',
