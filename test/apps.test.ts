@@ -2,7 +2,6 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import { createLogger } from '../shared/logger.js';
 import { PRUNE_QUEUE, PRUNE_SCHEDULER_ID } from '../shared/relay/prune-worker.js';
 import { RELAY_QUEUE, RELAY_SCHEDULER_ID } from '../shared/relay/relay-worker.js';
 import { startApp as startAppOn, stopApp as stop, type App } from './helpers/apps.js';
@@ -179,17 +178,5 @@ describe('shutdown', () => {
     app.child.kill('SIGINT');
     assert.equal((await app.exited).code, 130);
     assert.match(app.output(), /"msg":"second signal: exiting now"/);
-  });
-});
-
-describe('logger', () => {
-  it('writes one JSON object per line and redacts passwords in Redis URLs', () => {
-    const lines: string[] = [];
-    createLogger('x', (line) => lines.push(line)).warn('redis unavailable', { url: 'rediss://user:pw@example:6380', error: new Error('boom') });
-    const entry = JSON.parse(lines[0]);
-    assert.equal(entry.url, 'rediss://user:***@example:6380');
-    assert.equal(entry.error, 'boom');
-    assert.deepEqual(Object.keys(entry).slice(0, 4), ['time', 'level', 'app', 'msg']);
-    assert.ok(lines[0].endsWith('\n'));
   });
 });
