@@ -188,7 +188,7 @@ describe('apps log JSON lines only', () => {
           assert.doesNotThrow(() => (entry = JSON.parse(line)), `not a JSON line: ${line}`);
           assert.equal(entry!.app, name, line);
           assert.ok(!line.includes(password), line);
-          if (name === 'outbox-relay') assert.doesNotMatch(line, /\n\s+at |"stack"|"msg":"batch relayed"/, line);
+          if (name === 'outbox-relay') assert.doesNotMatch(line, /\\n\s+at |"stack"|"msg":"batch relayed"/, line);
         }
       }
     });

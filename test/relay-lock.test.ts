@@ -18,6 +18,8 @@ const RELAY = 'dist/apps/relay/main.js';
 const BATCH = 1000;
 const LOCK_MS = 2000;
 const RELAY_ARGS = ['--every', '300ms', '--slice', '300ms', '--lock-duration', `${LOCK_MS}ms`, '--batch-size', String(BATCH)];
+// At debug: the tests read the `batch relayed` lines, and a stack (written only at debug) would show.
+const DEBUG = { OUTBOX_LOG_LEVEL: 'debug' };
 
 const pending = (dir: string) => count(dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'");
 const pushes = async () => Number((await h.client.get(keys.enqueued)) ?? 0);
@@ -49,7 +51,7 @@ describe('one relay pass at a time, with app.db locked or full', () => {
     const writer = new Database(join(h.env.dir, 'app.db'));
     writer.pragma('busy_timeout = 5000');
     writer.exec('BEGIN IMMEDIATE');
-    const relays = [startApp(h.env, RELAY, RELAY_ARGS), startApp(h.env, RELAY, RELAY_ARGS)];
+    const relays = [startApp(h.env, RELAY, RELAY_ARGS, DEBUG), startApp(h.env, RELAY, RELAY_ARGS, DEBUG)];
     try {
       try {
         await waitFor(async () => (await pushes()) > 0, { timeoutMs: 10_000, message: 'no relay pushed while the writer held app.db' });
@@ -79,8 +81,7 @@ describe('one relay pass at a time, with app.db locked or full', () => {
     const args = [...RELAY_ARGS.slice(0, -1), String(batch)];
     await h.cli('place-order', '--count', String(rows));
     // `batch relayed` (a debug line) tells when each relay last marked a batch.
-    const debug = { OUTBOX_LOG_LEVEL: 'debug' };
-    const relays = [startApp(h.env, RELAY, args, debug), startApp(h.env, RELAY, args, debug)];
+    const relays = [startApp(h.env, RELAY, args, DEBUG), startApp(h.env, RELAY, args, DEBUG)];
     try {
       await waitFor(() => linesMatching(logsOf(relays), /"msg":"relay started"/) === 2, { timeoutMs: 10_000 });
       // Freeze the relay that is relaying right now: the one that logged a batch last.
@@ -122,7 +123,7 @@ describe('one relay pass at a time, with app.db locked or full', () => {
     try {
       assert.equal((await runCli(['init'], env)).code, 0);
       await h.client.hset(keys.meta, 'store', storeIdIn(dir));
-      relays = [startApp(env, RELAY, RELAY_ARGS), startApp(env, RELAY, RELAY_ARGS)];
+      relays = [startApp(env, RELAY, RELAY_ARGS, DEBUG), startApp(env, RELAY, RELAY_ARGS, DEBUG)];
       await waitFor(() => linesMatching(logsOf(relays), /"msg":"relay started"/) === 2, { timeoutMs: 10_000 });
       const rows = 81;
       // Pushes wait in Redis while the orders are placed and the disk fills up: the marks find it full.

@@ -65,7 +65,7 @@ before(async () => {
     REDIS_URL: redis.url,
     PORT: String(port),
     OUTBOX_LOG_DIR: logDir,
-    // `batch relayed` is a debug line.
+    // `batch relayed` is a debug line; this also proves the ecosystem passes the level on.
     OUTBOX_LOG_LEVEL: 'debug',
     // Some CPU per event, so that the two handler threads really overlap.
     OUTBOX_HANDLER_CPU: '0.2ms',
