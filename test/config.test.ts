@@ -111,6 +111,12 @@ describe('an app with a setting it cannot run with refuses to start: exit 78, on
     await assertRefused(RELAY, 'outbox-relay', ['--evry', '1s'], {}, /^Unknown argument: evry/);
   });
 
+  it('a log level that is not one (OUTBOX_LOG_LEVEL=verbose), in the apps run by runApp and in the managed Redis app', async () => {
+    const level = /^OUTBOX_LOG_LEVEL must be one of trace, debug, info, warn, error, fatal, got "verbose"$/;
+    await assertRefused(RELAY, 'outbox-relay', [], { OUTBOX_LOG_LEVEL: 'verbose' }, level);
+    await assertRefused(REDIS, 'outbox-redis', [], { OUTBOX_LOG_LEVEL: 'verbose' }, level);
+  });
+
   it('the managed Redis app with a bad OUTBOX_REDIS_PORT', async () => {
     await assertRefused(REDIS, 'outbox-redis', [], { OUTBOX_REDIS_PORT: '70000' }, /^OUTBOX_REDIS_PORT must be a port number from 1 to 65535, got "70000"$/);
   });
