@@ -295,11 +295,11 @@ describe('the stats line', () => {
       await waitFor(() => sum(relay, 'relay stats', 'relayed') === 8, { timeoutMs: 15_000, message: 'relay stats did not count 7 more' });
       await waitFor(() => sum(consumer, 'consumer stats', 'applied') === 37, { timeoutMs: 15_000, message: 'consumer stats did not count 7 more' });
       const relayLine = linesOf(relay, 'relay stats').at(-1);
-      assert.deepEqual(Object.keys(relayLine), ['time', 'level', 'app', 'msg', 'relayed', 'batches', 'passes', 'errors', 'lagMs']);
+      assert.deepEqual(Object.keys(relayLine), ['level', 'time', 'app', 'msg', 'relayed', 'batches', 'passes', 'errors', 'lagMs']);
       assert.equal(relayLine.level, 'info');
       assert.equal(relayLine.errors, 0);
       const consumerLine = linesOf(consumer, 'consumer stats').at(-1);
-      assert.deepEqual(Object.keys(consumerLine), ['time', 'level', 'app', 'msg', 'received', 'applied', 'duplicates', 'parked', 'dead', 'retried', 'errors', 'lagMs', 'queued']);
+      assert.deepEqual(Object.keys(consumerLine), ['level', 'time', 'app', 'msg', 'received', 'applied', 'duplicates', 'parked', 'dead', 'retried', 'errors', 'lagMs', 'queued']);
       assert.equal(consumerLine.queued, 0);
       assert.equal(linesOf(relay, 'batch relayed').length, 0, 'batch lines are debug');
       assert.equal(linesOf(consumer, 'duplicate skipped').length, 0, 'duplicate lines are debug');
