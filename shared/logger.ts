@@ -40,6 +40,7 @@ export interface LoggerOptions {
 
 /** Keys whose values are secrets wherever they appear (ioredis options: password, sentinelPassword). */
 const SECRET_KEY = /password|passwd|secret/i;
+const isSecret = (key: string, value: unknown) => SECRET_KEY.test(key) && value !== undefined && value !== null && value !== '';
 /** Nesting beyond this is summarized: a log line is not a dump. */
 const MAX_DEPTH = 6;
 
@@ -51,9 +52,8 @@ export function errorLine(error: Error): string {
 }
 
 /**
- * A field value fit for a log line: errors as one line (plus, with `stacks`, their stack under
- * `<key>Stack`), strings without passwords (URLs or remembered secrets), `password`-like keys
- * replaced by `***`, at any depth.
+ * A field value fit for a log line, at any depth: errors as one line, strings without passwords
+ * (of URLs, or remembered secrets), the values of `password`-like keys replaced by `***`.
  */
 function clean(value: unknown, depth: number, seen: WeakSet<object>): unknown {
   if (typeof value === 'string') return scrubSecrets(value);
@@ -67,10 +67,11 @@ function clean(value: unknown, depth: number, seen: WeakSet<object>): unknown {
   seen.add(value);
   if (Array.isArray(value)) return value.map((item) => clean(item, depth + 1, seen));
   const out: LogFields = {};
-  for (const [key, item] of Object.entries(value)) out[key] = SECRET_KEY.test(key) && item !== undefined && item !== null && item !== '' ? '***' : clean(item, depth + 1, seen);
+  for (const [key, item] of Object.entries(value)) out[key] = isSecret(key, item) ? '***' : clean(item, depth + 1, seen);
   return out;
 }
 
+/** The object pino writes: `msg`, then the fields cleaned; stacks (`stack`, `<key>Stack` of an error) only with `stacks`. */
 function cleanFields(msg: string, fields: LogFields | undefined, stacks: boolean): LogFields {
   // msg is part of the object (not pino's msg argument) so that it comes before the fields.
   const entry: LogFields = { msg: scrubSecrets(msg) };
@@ -78,11 +79,7 @@ function cleanFields(msg: string, fields: LogFields | undefined, stacks: boolean
   const seen = new WeakSet<object>();
   for (const [key, value] of Object.entries(fields)) {
     if (key === 'stack' && !stacks) continue;
-    if (SECRET_KEY.test(key) && value !== undefined && value !== null && value !== '') {
-      entry[key] = '***';
-      continue;
-    }
-    entry[key] = clean(value, 1, seen);
+    entry[key] = isSecret(key, value) ? '***' : clean(value, 1, seen);
     if (stacks && value instanceof Error && value.stack && fields.stack === undefined && fields[`${key}Stack`] === undefined) entry[`${key}Stack`] = scrubSecrets(value.stack);
     else if (key === 'stack' && typeof value === 'string') entry.stack = scrubSecrets(value);
   }
