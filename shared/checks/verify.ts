@@ -141,11 +141,25 @@ export async function verifyStores(db: Db, redis: Redis, options: VerifyOptions 
   let o = await observe(db, redis);
   const atSnapshot = inFlightOf(o);
   let waiting = atSnapshot;
+  let fresh = true;
+  let lostCheckAt = started;
   while (waiting.length > 0 && performance.now() < deadline) {
-    while (waiting.length > 0 && performance.now() < deadline) {
-      await sleep(Math.min(POLL_MS, deadline - performance.now()));
-      waiting = await stillInFlight(db, redis, waiting);
+    // Waiting is of no use once every event still waited for is lost (PUBLISHED, nowhere in Redis
+    // at one instant): nothing brings it back but a replay or repair, which set it PENDING first.
+    if (performance.now() >= lostCheckAt) {
+      if ((await lostNow(db, redis, waiting)).length === waiting.length) break;
+      lostCheckAt = performance.now() + LOST_CHECK_MS;
     }
+    await sleep(Math.min(POLL_MS, deadline - performance.now()));
+    waiting = await stillInFlight(db, redis, waiting);
+    fresh = false;
+    if (waiting.length === 0 || performance.now() >= deadline) {
+      o = await observe(db, redis, o.horizon);
+      waiting = inFlightOf(o);
+      fresh = true;
+    }
+  }
+  if (!fresh) {
     o = await observe(db, redis, o.horizon);
     waiting = inFlightOf(o);
   }
@@ -159,6 +173,25 @@ export async function verifyStores(db: Db, redis: Redis, options: VerifyOptions 
     newerInFlight: o.pendingNewer + o.processedNewer.filter((v) => v === null).length,
   };
   return judge(db, redis, o, settle);
+}
+
+/** How often a settle checks whether what it waits for is lost rather than in flight. */
+const LOST_CHECK_MS = 1000;
+/** Above this many candidates the atomic look (LPOS per list and event) is skipped: they count as not confirmed. */
+const MAX_LOST_LOOKUP = 500;
+
+/**
+ * Of `eventIds`, those PUBLISHED, not applied and in no list nor parked, in one atomic look: lost,
+ * not in flight (the list reads of a snapshot can miss a message that moves meanwhile; this cannot).
+ */
+async function lostNow(db: Db, redis: Redis, eventIds: string[]): Promise<string[]> {
+  if (eventIds.length === 0 || eventIds.length > MAX_LOST_LOOKUP) return [];
+  const rows = db
+    .prepare<[string], OutboxRow>("SELECT id, event_id, aggregate_id, seq, event_type, payload FROM outbox WHERE status = 'PUBLISHED' AND event_id IN (SELECT value FROM json_each(?))")
+    .all(JSON.stringify(eventIds));
+  if (rows.length === 0) return [];
+  const storeId = storeIdOf(db);
+  return whereIs(redis, rows.map((row) => ({ ...row, message: toMessage(row, storeId) })));
 }
 
 async function judge(db: Db, redis: Redis, o: Observation, settle: SettleFigures): Promise<Ledger> {
@@ -179,12 +212,8 @@ async function judge(db: Db, redis: Redis, o: Observation, settle: SettleFigures
   // Lost: PUBLISHED, not applied and in no list we read; confirmed by one atomic look, since the
   // list reads can miss a message that moves meanwhile.
   let lost = o.events.filter((e, i) => e.status === 'PUBLISHED' && o.processed[i] === null && !o.flight.ids.has(e.event_id));
-  if (lost.length > 0 && lost.length <= 500) {
-    const storeId = storeIdOf(db);
-    const rows = db
-      .prepare<[string], OutboxRow>('SELECT id, event_id, aggregate_id, seq, event_type, payload FROM outbox WHERE event_id IN (SELECT value FROM json_each(?))')
-      .all(JSON.stringify(lost.map((e) => e.event_id)));
-    const nowhere = new Set(await whereIs(redis, rows.map((row) => ({ ...row, message: toMessage(row, storeId) }))));
+  if (lost.length > 0 && lost.length <= MAX_LOST_LOOKUP) {
+    const nowhere = new Set(await lostNow(db, redis, lost.map((e) => e.event_id)));
     lost = lost.filter((e) => nowhere.has(e.event_id));
   }
   const lostIds = lost.map((e) => e.event_id);
