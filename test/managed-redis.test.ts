@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, describe, it } from 'node:test';
+import { redisAnswers as redisAnswersOn } from '../shared/local/managed-redis.js';
 import { REPO_ROOT } from '../shared/local/pm2.js';
 import { freePort, RedisServer, testClient } from '../shared/local/redis-server.js';
 import { startApp, stopApp } from './helpers/apps.js';
@@ -234,10 +235,10 @@ describe('the CLI with the default Redis URL', () => {
     client.disconnect();
     const status = await runCli(['redis', 'status', '--dir', dir], { dir: '', redisUrl: '', env });
     assert.equal(status.code, 3);
-    assert.equal(status.stdout, `no redis-server started by outbox runs for ${dir}\n`);
+    assert.equal(status.stdout, `no redis-server started by outbox runs on 127.0.0.1:${port}\n`);
     const again = await stop();
     assert.equal(again.code, 0);
-    assert.equal(again.stdout, `no redis-server started by outbox runs for ${dir}: nothing to stop\n`);
+    assert.equal(again.stdout, `no redis-server started by outbox runs on 127.0.0.1:${port}: nothing to stop\n`);
     // Its data stayed: started again, it has the lab's keys.
     const restarted = await runCli(['redis', 'start', '--dir', dir], { dir: '', redisUrl: '', env });
     try {
@@ -247,6 +248,45 @@ describe('the CLI with the default Redis URL', () => {
       managed.disconnect();
     } finally {
       await stop();
+    }
+  });
+
+  it('a command with another data dir uses the managed Redis that holds the port (its password), and "outbox redis stop" from there stops it, unless a relay uses it', async () => {
+    const first = join(tempDir(), 'first');
+    const second = join(tempDir(), 'second');
+    const port = await freePort();
+    const env = { OUTBOX_REDIS_PORT: String(port) };
+    const cli = (dir: string, ...args: string[]) => runCli([...args, '--dir', dir], { dir: '', redisUrl: '', env });
+    const relayStandIn = spawn('sleep', ['60']);
+    try {
+      const lab = await cli(first, 'lab');
+      assert.equal(lab.code, 0, lab.stdout + lab.stderr);
+      // As the README's command examples do after the lab: a data dir of their own, the same Redis.
+      for (const args of [['init'], ['init', '--force'], ['place-order'], ['relay'], ['consume'], ['verify']]) {
+        const result = await cli(second, ...args);
+        assert.equal(result.code, 0, `${args.join(' ')}: ${result.stdout}${result.stderr}`);
+        assert.doesNotMatch(result.stderr, /NOAUTH|started redis-server/);
+      }
+      assert.equal(existsSync(join(second, 'redis', 'password')), false, 'no second password: one Redis on the port');
+      const status = await cli(second, 'redis', 'status');
+      assert.equal(status.code, 0, status.stderr);
+      assert.match(status.stdout, new RegExp(`\\(started for the data dir ${first}\\)\\n$`));
+
+      // A relay registered on the Redis's data dir keeps it running.
+      mkdirSync(join(first, 'attached'), { recursive: true });
+      writeFileSync(join(first, 'attached', `outbox-relay.${relayStandIn.pid}.json`), '{}');
+      const refused = await cli(second, 'redis', 'stop');
+      assert.equal(refused.code, 4, refused.stdout + refused.stderr);
+      assert.equal(refused.stderr, `outbox: outbox-relay (pid ${relayStandIn.pid}) uses this Redis: stop the apps first ("npx pm2 stop ecosystem.config.cjs"), or pass --ignore-attached\n`);
+      assert.equal(await redisAnswersOn(port), true);
+
+      const stopped = await cli(second, 'redis', 'stop', '--ignore-attached');
+      assert.equal(stopped.code, 0, stopped.stderr);
+      assert.match(stopped.stdout, new RegExp(`^stopped redis-server on 127\\.0\\.0\\.1:${port} \\(pid \\d+\\); its data stays in ${first}/redis \\(started for the data dir ${first}\\)\\n$`));
+      assert.equal(await redisAnswersOn(port), false);
+    } finally {
+      relayStandIn.kill();
+      await cli(first, 'redis', 'stop', '--ignore-attached');
     }
   });
 
@@ -263,7 +303,7 @@ describe('the CLI with the default Redis URL', () => {
       assert.equal(stop.code, 0);
       assert.equal(
         stop.stdout,
-        `no redis-server started by outbox runs for ${dir}: nothing to stop; the Redis on 127.0.0.1:${existing.port} is not the one outbox started for ${dir}: left alone\n`,
+        `no redis-server started by outbox runs on 127.0.0.1:${existing.port}: nothing to stop; the Redis on 127.0.0.1:${existing.port} is not one outbox started: left alone\n`,
       );
       const client = testClient(existing.url);
       assert.equal(await client.ping(), 'PONG');

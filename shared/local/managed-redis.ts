@@ -1,7 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { linkSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { linkSync, lstatSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createConnection } from 'node:net';
-import { join } from 'node:path';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { InvalidInputError } from '../errors/invalid-input-error.js';
 import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
 import { makePrivateDir, PRIVATE_UMASK } from './private-files.js';
@@ -70,11 +71,54 @@ export function ensureManagedPassword(dir: string): string {
 }
 
 /**
+ * While a managed Redis runs, which data dir it was started for: one file per port in a private
+ * runtime dir of this user (`$XDG_RUNTIME_DIR` or the temp dir, `outbox-<uid>/`, 0700; gone with a
+ * reboot, like the server). A command run with another `OUTBOX_DIR` then finds the Redis that holds
+ * the port, password included, instead of failing on NOAUTH with a password it never had.
+ */
+function ownersDir(env: NodeJS.ProcessEnv): string {
+  return join(env.XDG_RUNTIME_DIR || tmpdir(), `outbox-${process.getuid?.() ?? 'user'}`);
+}
+
+function ownerPath(port: number, env: NodeJS.ProcessEnv): string {
+  return join(ownersDir(env), `redis-${port}.dir`);
+}
+
+/** Records that the managed Redis on `port` serves `dir` (written whole, then renamed). */
+export function recordManagedOwner(dir: string, port: number, env: NodeJS.ProcessEnv = process.env): void {
+  try {
+    makePrivateDir(ownersDir(env));
+    const file = ownerPath(port, env);
+    writeFileSync(`${file}.${process.pid}.tmp`, `${resolve(dir)}\n`, { mode: 0o600 });
+    renameSync(`${file}.${process.pid}.tmp`, file);
+  } catch {
+    // Without the record, a command with another data dir cannot find this Redis's password: it says NOAUTH, as before.
+  }
+}
+
+/**
+ * The data dir whose managed Redis runs on `port`, or undefined: the record must be ours (a private
+ * dir owned by this user) and name a dir whose redis-server is alive.
+ */
+export function managedOwnerOf(port: number, env: NodeJS.ProcessEnv = process.env): string | undefined {
+  try {
+    const where = lstatSync(ownersDir(env));
+    if (!where.isDirectory() || (process.getuid && where.uid !== process.getuid()) || (where.mode & 0o077) !== 0) return undefined;
+    const dir = readFileSync(ownerPath(port, env), 'utf8').trim();
+    const running = dir === '' ? undefined : managedRedisState(dir);
+    return running?.state === 'running' && (running.port === undefined || running.port === port) ? dir : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
  * The default Redis URL (no `REDIS_URL`, no `--redis`): the managed Redis's port on 127.0.0.1,
- * with its password once `<dir>/redis/password` exists.
+ * with the password of the managed Redis that runs there (started for this data dir or another), else
+ * of this data dir's, once `<dir>/redis/password` exists.
  */
 export function managedRedisUrl(dir: string, env: NodeJS.ProcessEnv = process.env): string {
-  const password = readManagedPassword(dir);
+  const password = readManagedPassword(managedOwnerOf(managedRedisPort(env), env) ?? dir);
   const auth = password ? `:${encodeURIComponent(password)}@` : '';
   return `redis://${auth}${MANAGED_HOST}:${managedRedisPort(env)}`;
 }
@@ -134,6 +178,7 @@ export function spawnManagedRedis(dir: string, port: number, options: ManagedRed
   // An ENOENT (not installed) fails the spawn, and stdin with it: the caller hears of it through 'error'.
   server.stdin!.on('error', () => {});
   server.stdin!.end(managedRedisConfig(dir, port, password, options));
+  recordManagedOwner(dir, port);
   return server;
 }
 

@@ -3,6 +3,7 @@ import { ConflictError } from '../../../shared/errors/conflict-error.js';
 import {
   ensureManagedRedis,
   MANAGED_HOST,
+  managedOwnerOf,
   managedRedisDir,
   managedRedisPort,
   managedRedisState,
@@ -10,20 +11,24 @@ import {
   redisAnswers,
   stopManagedRedis,
 } from '../../../shared/local/managed-redis.js';
-import { configOf, type GlobalArgs } from '../options.js';
+import { attachedApps } from '../../../shared/local/attached-apps.js';
+import { configOf, ignoreAttachedOption, type GlobalArgs } from '../options.js';
 
 interface Args extends GlobalArgs {
   action: 'start' | 'stop' | 'status';
+  ignoreAttached: boolean;
 }
 
 export const command = 'redis <action>';
 export const describe = 'the managed Redis (<dir>/redis, started by outbox when the default URL finds none): start, stop or status';
 
 export const builder = (yargs: Argv<GlobalArgs>) =>
-  yargs.positional('action', {
-    choices: ['start', 'stop', 'status'] as const,
-    describe: 'start: start it unless something listens on its port; stop: stop it (its data stays); status: exit 0 when it runs, 3 when not',
-  });
+  yargs
+    .positional('action', {
+      choices: ['start', 'stop', 'status'] as const,
+      describe: 'start: start it unless something listens on its port; stop: stop it (its data stays); status: exit 0 when it runs, 3 when not',
+    })
+    .option('ignore-attached', { ...ignoreAttachedOption, describe: 'stop it even while apps (the relay) use it' });
 
 /** Exit code of `outbox redis status` when the managed Redis does not run (see the README's exit codes). */
 const NOT_RUNNING = 3;
@@ -31,27 +36,37 @@ const NOT_RUNNING = 3;
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const { dir } = configOf(argv);
   const port = managedRedisPort();
-  const data = managedRedisDir(dir);
-  const running = managedRedisState(dir);
+  // The managed Redis that holds the port, whichever data dir it was started for; else this dir's.
+  const serving = managedOwnerOf(port) ?? dir;
+  const data = managedRedisDir(serving);
+  const running = managedRedisState(serving);
+  const forOther = serving === dir ? '' : ` (started for the data dir ${serving})`;
   const elsewhere = async () =>
-    (await redisAnswers(port)) ? `; the Redis on ${MANAGED_HOST}:${port} is not the one outbox started for ${dir}: left alone` : '';
+    (await redisAnswers(port)) ? `; the Redis on ${MANAGED_HOST}:${port} is not one outbox started: left alone` : '';
 
   if (argv.action === 'start') {
-    if (running.state === 'running') return console.log(`redis-server already runs on ${MANAGED_HOST}:${running.port ?? port} (pid ${running.pid}; data in ${data})`);
+    if (running.state === 'running') return console.log(`redis-server already runs on ${MANAGED_HOST}:${running.port ?? port} (pid ${running.pid}; data in ${data})${forOther}`);
     const { started } = await ensureManagedRedis(dir, managedRedisUrl(dir));
-    console.log(started ? `started redis-server on ${MANAGED_HOST}:${port} (data in ${data})` : `something already listens on ${MANAGED_HOST}:${port}: no redis-server started`);
+    console.log(started ? `started redis-server on ${MANAGED_HOST}:${port} (data in ${managedRedisDir(dir)})` : `something already listens on ${MANAGED_HOST}:${port}: no redis-server started`);
   } else if (argv.action === 'stop') {
-    if (running.state === 'stopped') return console.log(`no redis-server started by outbox runs for ${dir}: nothing to stop${await elsewhere()}`);
+    if (running.state === 'stopped') return console.log(`no redis-server started by outbox runs on ${MANAGED_HOST}:${port}: nothing to stop${await elsewhere()}`);
     if (running.underPm2) {
       throw new ConflictError(`redis-server (pid ${running.pid}) runs under pm2 as outbox-redis, which would start it again: stop it with "npx pm2 stop outbox-redis"`);
     }
+    // The relay registers itself on its data dir while it runs; stopping its Redis under it leaves it
+    // retrying (and pm2 showing it online) until something starts Redis again.
+    const users = attachedApps(serving).filter((app) => app.app === 'outbox-relay');
+    if (users.length > 0 && !argv.ignoreAttached) {
+      const which = users.map((app) => `${app.app} (pid ${app.pid})`).join(', ');
+      throw new ConflictError(`${which} uses this Redis: stop the apps first ("npx pm2 stop ecosystem.config.cjs"), or pass --ignore-attached`);
+    }
     await stopManagedRedis(running.pid);
-    console.log(`stopped redis-server on ${MANAGED_HOST}:${running.port ?? port} (pid ${running.pid}); its data stays in ${data}`);
+    console.log(`stopped redis-server on ${MANAGED_HOST}:${running.port ?? port} (pid ${running.pid}); its data stays in ${data}${forOther}`);
   } else if (running.state === 'running') {
     const by = running.underPm2 ? 'under pm2 as outbox-redis' : 'started by outbox';
-    console.log(`redis-server runs on ${MANAGED_HOST}:${running.port ?? port} (pid ${running.pid}, ${by}; data and password in ${data})`);
+    console.log(`redis-server runs on ${MANAGED_HOST}:${running.port ?? port} (pid ${running.pid}, ${by}; data and password in ${data})${forOther}`);
   } else {
-    console.log(`no redis-server started by outbox runs for ${dir}${await elsewhere()}`);
+    console.log(`no redis-server started by outbox runs on ${MANAGED_HOST}:${port}${await elsewhere()}`);
     process.exitCode = NOT_RUNNING;
   }
 }
