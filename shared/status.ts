@@ -110,7 +110,12 @@ export interface StatusOptions {
   env?: NodeJS.ProcessEnv;
 }
 
-export async function collectStatus(db: Db, redis: Redis, now = Date.now(), options: StatusOptions = {}): Promise<SystemStatus> {
+/**
+ * Everything `outbox status` shows. Ages are measured at `now`, by default the time the reads are
+ * done: a time taken before them would make what was written meanwhile (a relay pass that ended, a
+ * row inserted) look younger than 0.
+ */
+export async function collectStatus(db: Db, redis: Redis, now?: number, options: StatusOptions = {}): Promise<SystemStatus> {
   const consumers = await readHeartbeats(redis, now);
   // Asked while Redis is read below; an app that is down or frozen costs at most the probe's timeout.
   const expected = { dir: dirname(db.name), namespace: keyPrefixOfConnection(redis).slice(0, -1) };
@@ -135,6 +140,7 @@ export async function collectStatus(db: Db, redis: Redis, now = Date.now(), opti
     redis.hgetall(keys.relayLastRun),
     readRedisSettings(redis),
   ]);
+  const readAt = now ?? Date.now();
   const storeId = storeIdOf(db);
   const metaOf = (key: string) => db.prepare('SELECT value FROM outbox_meta WHERE key = ?').pluck().get(key) as string | undefined;
   const lastRebuildAt = metaOf('redis_rebuilt_at');
@@ -150,7 +156,7 @@ export async function collectStatus(db: Db, redis: Redis, now = Date.now(), opti
   return {
     store,
     pending: pending.n,
-    oldestPendingAgeMs: pending.oldest === null ? null : now - pending.oldest,
+    oldestPendingAgeMs: pending.oldest === null ? null : Math.max(0, readAt - pending.oldest),
     queued,
     processing,
     enqueued: Number(enqueued ?? 0),
@@ -161,7 +167,7 @@ export async function collectStatus(db: Db, redis: Redis, now = Date.now(), opti
     blocked: deadLettered > 0 ? await blockedAggregates(redis, meta.store) : [],
     consumerStats: Object.fromEntries(Object.entries(stats).map(([k, v]) => [k, Number(v)])),
     relayLastRun: lastRun.at
-      ? { ageMs: now - Number(lastRun.at), events: Number(lastRun.events), batches: Number(lastRun.batches), durationMs: Number(lastRun.durationMs) }
+      ? { ageMs: Math.max(0, readAt - Number(lastRun.at)), events: Number(lastRun.events), batches: Number(lastRun.batches), durationMs: Number(lastRun.durationMs) }
       : null,
     consumers,
     apps: await apps,
@@ -170,8 +176,10 @@ export async function collectStatus(db: Db, redis: Redis, now = Date.now(), opti
   };
 }
 
+/** An age for people; one below 0 (a clock read before the thing it measures was written) shows as 0 ms. */
 function age(ms: number | null): string {
   if (ms === null) return '-';
+  ms = Math.max(0, ms);
   return ms < 1000 ? `${ms} ms` : ms < 120_000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms / 60_000)} min`;
 }
 

@@ -220,7 +220,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       incidents.push(await done());
     };
     const sample = async () => {
-      const status = await collectStatus(db!, client!, Date.now(), { probeApps: false }).catch(() => undefined);
+      const status = await collectStatus(db!, client!, undefined, { probeApps: false }).catch(() => undefined);
       if (!status) return;
       maxPendingAgeMs = Math.max(maxPendingAgeMs, status.oldestPendingAgeMs ?? 0);
       const injected = Object.values(faults).reduce((a, b) => a + b, 0);

@@ -14,10 +14,11 @@ export const TAKE_STALE_MS = 30_000;
  * `createConsumerStats`) and the queue length are reported, not judged: a backlog is not a fault.
  */
 export async function consumerHealth(identity: AppIdentity & { consumerId: string }, redis: Redis, stats: ConsumerStats): Promise<HealthReport> {
-  const now = Date.now();
-  const uptimeMs = process.uptime() * 1000;
   const redisCheck = await checkRedis(redis);
-  const snapshot = stats.snapshot(now);
+  // Measured after the await: the take loop and the heartbeat go on meanwhile, and their times taken
+  // after one read before would give ages below 0.
+  const uptimeMs = process.uptime() * 1000;
+  const snapshot = stats.snapshot();
   const { heartbeatAgeMs, lastTakeAgeMs, lagMs } = snapshot;
   const heartbeat: Check =
     heartbeatAgeMs === null

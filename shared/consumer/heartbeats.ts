@@ -74,8 +74,10 @@ export interface ConsumerHeartbeat extends Partial<Heartbeat> {
 }
 
 /** Every entry of `outbox:consumers`, by consumer id; stale ones are shown, never deleted. */
-export async function readHeartbeats(redis: Redis, now = Date.now()): Promise<ConsumerHeartbeat[]> {
+export async function readHeartbeats(redis: Redis, now?: number): Promise<ConsumerHeartbeat[]> {
   const entries = await redis.hgetall(keys.consumers);
+  // Measured once read: a beat written while the read was under way is not younger than 0.
+  const readAt = now ?? Date.now();
   return Object.entries(entries)
     .map(([consumerId, json]): ConsumerHeartbeat => {
       let beat: Heartbeat;
@@ -85,7 +87,7 @@ export async function readHeartbeats(redis: Redis, now = Date.now()): Promise<Co
       } catch {
         return { consumerId, ageMs: null, state: 'unreadable' };
       }
-      const ageMs = now - beat.at;
+      const ageMs = Math.max(0, readAt - beat.at);
       const state = beat.stoppedAt !== undefined ? 'stopped' : ageMs > HEARTBEAT_TTL_MS ? 'stale' : 'alive';
       return { consumerId, ...beat, ageMs, state };
     })

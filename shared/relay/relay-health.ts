@@ -17,7 +17,6 @@ export const PASS_STALE_MS = 30_000;
  * relay, from `outbox:relay:last-run`) finished within 30 s, and none is held up longer by app.db.
  */
 export async function relayHealth(identity: AppIdentity, database: DatabaseWatch, redis: Redis, stats: RelayStats): Promise<HealthReport> {
-  const now = Date.now();
   const redisCheck = await checkRedis(redis);
   const databaseCheck = checkDatabase(database);
   const [servedStore, lastRunAt] = redisCheck.ok
@@ -31,8 +30,10 @@ export async function relayHealth(identity: AppIdentity, database: DatabaseWatch
     store = failed(`Redis serves another store, ${servedStore}, than app.db's ${String(databaseCheck.storeId)}: nothing is relayed (see "outbox status")`, { servedStore });
   } else store = { ok: true, servedStore };
 
+  // Measured after the reads: a pass that ended while they were under way is not younger than 0.
+  const now = Date.now();
   const own = stats.snapshot(now);
-  const lastRunAgeMs = lastRunAt ? now - Number(lastRunAt) : null;
+  const lastRunAgeMs = lastRunAt ? Math.max(0, now - Number(lastRunAt)) : null;
   const sinceStart = process.uptime() * 1000;
   let passes: Check = { ok: true, lastPassAgeMs: lastRunAgeMs, own };
   if (own.blocked && own.blocked.forMs > PASS_STALE_MS) {
