@@ -117,8 +117,17 @@ describe('an app with a setting it cannot run with refuses to start: exit 78, on
     await assertRefused(REDIS, 'outbox-redis', [], { OUTBOX_LOG_LEVEL: 'verbose' }, level);
   });
 
-  it('the managed Redis app with a bad OUTBOX_REDIS_PORT', async () => {
+  it('the managed Redis app with a bad OUTBOX_REDIS_PORT, and a fine start clears its refusal', async () => {
     await assertRefused(REDIS, 'outbox-redis', [], { OUTBOX_REDIS_PORT: '70000' }, /^OUTBOX_REDIS_PORT must be a port number from 1 to 65535, got "70000"$/);
+
+    const app = startApp(h.env, REDIS, [], { OUTBOX_REDIS_PORT: String(await freePort()) });
+    try {
+      await waitFor(() => /"msg":"redis-server started"/.test(app.output()), { message: app.output() });
+      assert.equal(existsSync(join(h.env.dir, 'refused', 'outbox-redis.json')), false, 'the refusal outlived a fine start');
+      assert.doesNotMatch((await runCli(['status'], h.env)).stdout, /outbox-redis refused to start/);
+    } finally {
+      assert.equal((await stopApp(app)).code, 0, app.output());
+    }
   });
 });
 

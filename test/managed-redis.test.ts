@@ -100,6 +100,23 @@ describe('ecosystem.config.cjs', () => {
     ]);
   });
 
+  it('makes the log dir (OUTBOX_LOG_DIR) 0700 before pm2 writes its 0644 log files there, and has pm2 signal outbox-redis alone (treekill off)', async () => {
+    const logDir = join(tempDir(), 'logs', 'outbox');
+    const env = { OUTBOX_REDIS_PORT: String(await freePort()), OUTBOX_DIR: join(tempDir(), 'data'), OUTBOX_LOG_DIR: logDir };
+    const result = spawnSync(process.execPath, ['-e', "console.log(JSON.stringify(require('./ecosystem.config.cjs').apps.map((a) => [a.name, a.treekill ?? null, a.out_file])))"], {
+      cwd: REPO_ROOT,
+      env: { PATH: process.env.PATH!, HOME: process.env.HOME!, ...env },
+      encoding: 'utf8',
+    });
+    assert.equal(result.status, 0, result.stderr);
+    assert.equal(mode(logDir), '0700');
+    const apps = JSON.parse(result.stdout) as [string, boolean | null, string][];
+    assert.deepEqual(
+      apps.map(([name, treekill, outFile]) => [name, treekill, outFile]),
+      ['outbox-redis', 'outbox-producer', 'outbox-relay', 'outbox-consumer'].map((name) => [name, name === 'outbox-redis' ? false : null, join(logDir, `${name}.log`)]),
+    );
+  });
+
   it('says in one line what to do when there is no Redis and no redis-server', async () => {
     const result = loadEcosystem({ OUTBOX_REDIS_PORT: String(await freePort()), OUTBOX_DIR: tempDir(), PATH: '/nonexistent' });
     assert.notEqual(result.status, 0);
@@ -119,7 +136,7 @@ describe('outbox-redis (the managed Redis app)', () => {
     for (const server of servers) await server.destroy();
   });
 
-  it('starts redis-server with a password, an append-only file (fsync every second) in the data dir, never evicting, and stops it on SIGTERM', async () => {
+  it('starts redis-server with a password, an append-only file (fsync every second) in the data dir, never evicting, and stops it on SIGTERM after a grace for the other apps', async () => {
     const dir = tempDir();
     const port = await freePort();
     const wrapper = startWrapper({ OUTBOX_DIR: dir, OUTBOX_REDIS_PORT: String(port) });
@@ -145,7 +162,19 @@ describe('outbox-redis (the managed Redis app)', () => {
     } finally {
       wrapper.child.kill('SIGTERM');
     }
-    assert.equal(await wrapper.exited, 0);
+    // pm2 stops every app at once: Redis stays up for the relay and the consumer to close with it.
+    const signalledAt = Date.now();
+    await waitFor(() => /"msg":"stopping redis-server in 1\.5 s: the other apps close first"/.test(wrapper.output()), { message: wrapper.output() });
+    const client = testClient(managedUrl(dir, port));
+    try {
+      assert.equal(await client.get('written'), '1', 'Redis went down at the signal');
+    } finally {
+      client.disconnect();
+    }
+    assert.equal(await wrapper.exited, 0, wrapper.output());
+    const stoppedAfter = Date.now() - signalledAt;
+    assert.ok(stoppedAfter >= 1400 && stoppedAfter < 4500, `stopped ${stoppedAfter} ms after the signal: not within pm2's kill_timeout of 5 s, or without the grace`);
+    assert.match(wrapper.output(), /"msg":"redis-server exited"/);
     assert.ok(existsSync(join(dir, 'redis')));
   });
 
