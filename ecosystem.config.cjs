@@ -4,7 +4,7 @@
 // (OUTBOX_RELAY_HEALTH_PORT / OUTBOX_CONSUMER_HEALTH_PORT: health endpoints on 3100 / 3200, plus the
 // pm2 instance number).
 const { spawnSync } = require('node:child_process');
-const { existsSync } = require('node:fs');
+const { existsSync, mkdirSync } = require('node:fs');
 const { homedir } = require('node:os');
 const path = require('node:path');
 const { pathToFileURL } = require('node:url');
@@ -16,6 +16,15 @@ process.env.PM2_DISABLE_VERSION_CHECK = process.env.PM2_DISABLE_VERSION_CHECK ||
 
 if (!existsSync(path.join(root, 'dist', 'apps', 'relay', 'main.js'))) {
   console.error('outbox: the apps are not built: run "npm install" (or "npm run build") first');
+  process.exit(1);
+}
+
+// pm2 creates the log files 0644, and the log dir 0755 when it is missing: made here first, 0700,
+// so that only the owner reads the logs (a dir that exists already is left as it is).
+try {
+  mkdirSync(logDir, { recursive: true, mode: 0o700 });
+} catch (error) {
+  console.error(`outbox: cannot make the log dir ${logDir} (OUTBOX_LOG_DIR): ${error.message}`);
   process.exit(1);
 }
 
@@ -87,7 +96,9 @@ function app(name, script, extra = {}) {
 
 module.exports = {
   apps: [
-    ...(managedRedis ? [app('outbox-redis', 'dist/apps/redis/main.js')] : []),
+    // treekill false: pm2's stop signal reaches outbox-redis alone, which keeps its redis-server up
+    // 1.5 s longer (apps/redis/main.ts), so that the relay and the consumer close with Redis there.
+    ...(managedRedis ? [app('outbox-redis', 'dist/apps/redis/main.js', { options: { treekill: false } })] : []),
     app('outbox-producer', 'dist/apps/producer/main.js', {
       env: { PORT: process.env.PORT || '3000', HOST: process.env.HOST || '127.0.0.1' },
     }),
