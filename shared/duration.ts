@@ -14,7 +14,10 @@ export function parseDuration(raw: string, name: string, { fractional = false } 
   if (!match) throw new InvalidInputError(`${got}: write a number and a unit (ms, s, m, h or d)`);
   const [, minus, amount, unit] = match;
   if (minus !== '') throw new InvalidInputError(`${got}, which is negative: write 0s or more, e.g. 7d`);
-  if (unit === undefined) throw new InvalidInputError(`${got} without a unit: write ${amount}s for seconds, ${amount}d for days (ms, s, m, h or d)`);
+  if (unit === undefined) {
+    const written = Object.keys(UNITS).map((u) => `${amount}${u}`);
+    throw new InvalidInputError(`${got} without a unit: write ${written.slice(0, -1).join(', ')} or ${written.at(-1)}`);
+  }
   const ms = Number(amount) * UNITS[unit];
   return fractional ? ms : Math.round(ms);
 }

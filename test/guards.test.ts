@@ -220,7 +220,7 @@ describe('on a terminal, a change of more than 10 rows is asked about', () => {
 
 describe('durations need a unit and cannot be negative', () => {
   for (const [value, message] of [
-    ['7', /^outbox: --older-than must be a duration like 60s, 500ms or 2m, got "7" without a unit: write 7s for seconds, 7d for days \(ms, s, m, h or d\)$/m],
+    ['7', /^outbox: --older-than must be a duration like 60s, 500ms or 2m, got "7" without a unit: write 7ms, 7s, 7m, 7h or 7d$/m],
     ['0', /^outbox: --older-than must be a duration like 60s, 500ms or 2m, got "0" without a unit: /m],
     ['-1d', /^outbox: --older-than must be a duration like 60s, 500ms or 2m, got "-1d", which is negative: write 0s or more, e.g. 7d$/m],
     ['-7', /^outbox: --older-than must be a duration like 60s, 500ms or 2m, got "-7", which is negative: /m],

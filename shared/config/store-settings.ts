@@ -27,7 +27,7 @@ export const storeSettings = {
     env: 'REDIS_URL',
     // The managed Redis of the data dir, password included once it has one.
     default: (env, argv) => managedRedisUrl(resolve(typeof argv.dir === 'string' && argv.dir !== '' ? argv.dir : defaultDir(env)), env),
-    defaultText: 'redis://127.0.0.1:6379 (port: env OUTBOX_REDIS_PORT) with the password of <dir>/redis/password; started there when nothing listens',
+    defaultText: 'redis://127.0.0.1:6379 (port: env OUTBOX_REDIS_PORT) with the password of <dir>/redis/password; the CLI (and outbox-redis under pm2) starts it when nothing listens',
     describe: 'Redis URL (rediss:// for TLS)',
     parse: checked(redisUrlProblem),
   }),
