@@ -1,5 +1,5 @@
 import { managedRedisSettings } from '../../shared/config/redis-config.js';
-import { managedRedisDir, MANAGED_SETTINGS, portOpen, spawnManagedRedis } from '../../shared/local/managed-redis.js';
+import { forgetManagedOwner, managedRedisDir, MANAGED_SETTINGS, portOpen, spawnManagedRedis } from '../../shared/local/managed-redis.js';
 import { clearRefusal } from '../../shared/local/refusals.js';
 import { createLogger } from '../../shared/logger.js';
 import { appLogger, loadAppConfig } from '../../shared/run-app.js';
@@ -58,6 +58,7 @@ if (await portOpen(port)) {
   });
   server.once('exit', (code, signal) => {
     log.info('redis-server exited', { code, signal });
+    forgetManagedOwner(dir, port);
     process.exit(code ?? 1);
   });
   let stopping = false;

@@ -96,6 +96,15 @@ export function recordManagedOwner(dir: string, port: number, env: NodeJS.Proces
   }
 }
 
+/** Removes the record of `port` when it names `dir` (its Redis was stopped). */
+export function forgetManagedOwner(dir: string, port: number, env: NodeJS.ProcessEnv = process.env): void {
+  try {
+    if (readFileSync(ownerPath(port, env), 'utf8').trim() === resolve(dir)) rmSync(ownerPath(port, env), { force: true });
+  } catch {
+    // No record: nothing to forget.
+  }
+}
+
 /**
  * The data dir whose managed Redis runs on `port`, or undefined: the record must be ours (a private
  * dir owned by this user) and name a dir whose redis-server is alive.

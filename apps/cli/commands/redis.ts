@@ -2,6 +2,7 @@ import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { ConflictError } from '../../../shared/errors/conflict-error.js';
 import {
   ensureManagedRedis,
+  forgetManagedOwner,
   MANAGED_HOST,
   managedOwnerOf,
   managedRedisDir,
@@ -61,6 +62,7 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
       throw new ConflictError(`${which} uses this Redis: stop the apps first ("npx pm2 stop ecosystem.config.cjs"), or pass --ignore-attached`);
     }
     await stopManagedRedis(running.pid);
+    forgetManagedOwner(serving, running.port ?? port);
     console.log(`stopped redis-server on ${MANAGED_HOST}:${running.port ?? port} (pid ${running.pid}); its data stays in ${data}${forOther}`);
   } else if (running.state === 'running') {
     const by = running.underPm2 ? 'under pm2 as outbox-redis' : 'started by outbox';
