@@ -1,5 +1,8 @@
-// Copies the non-TypeScript files the compiled code loads at run time (the Lua scripts) into dist/.
-import { cpSync, readdirSync } from 'node:fs';
+// Copies the non-TypeScript files the compiled code loads at run time (the Lua scripts) into dist/,
+// and makes the CLI's bin executable: tsc writes it 0644, and `npx outbox` in the repository runs
+// package.json's bin directly when npm has linked it before (e.g. a cached link of an earlier clone
+// at the same path), which fails with "Permission denied" on a file that is not executable.
+import { chmodSync, cpSync, readdirSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -14,3 +17,4 @@ function copyLua(dir) {
 }
 
 copyLua(join(root, 'shared'));
+chmodSync(join(root, 'dist', 'apps', 'cli', 'main.js'), 0o755);
