@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Db } from '../db/open-database.js';
-import { eventIdOf, inventoryDelta, type OutboxEvent } from '../events.js';
+import { eventIdOf, inventoryDelta, type OutboxEvent, type OutboxRow } from '../events.js';
 import { keys } from '../redis/keys.js';
 import { processingLists } from '../redis/processing-lists.js';
 import { readEnvelope } from '../redis/envelope.js';
@@ -98,17 +98,8 @@ async function inFlight(redis: Redis): Promise<Observation['flight']> {
   return { ids, queued, processing };
 }
 
-interface RowWithPayload {
-  id: number;
-  event_id: string;
-  aggregate_id: number;
-  seq: number;
-  event_type: string;
-  payload: string;
-}
-
 /** The SKU an event touches and by how much; a payload that does not parse counts as no effect. */
-function newerEvent(row: RowWithPayload): NewerEvent {
+function newerEvent(row: OutboxRow): NewerEvent {
   try {
     const event = { type: row.event_type, payload: JSON.parse(row.payload) } as OutboxEvent;
     return { id: row.id, event_id: row.event_id, aggregate_id: row.aggregate_id, seq: row.seq, sku: event.payload.sku, delta: inventoryDelta(event) ?? 0 };
@@ -144,7 +135,7 @@ function readSqlite(db: Db, horizonOrNone: number | undefined) {
     const all = db
       .prepare<[], ObservedEvent>('SELECT id, event_id, aggregate_id, seq, status FROM outbox ORDER BY aggregate_id, seq')
       .all();
-    const newer = db.prepare<[number], RowWithPayload>(NEWER_ROWS).all(horizon).map(newerEvent);
+    const newer = db.prepare<[number], OutboxRow>(NEWER_ROWS).all(horizon).map(newerEvent);
     const newerPerOrder = new Map<number, number>();
     const newerPerSku = new Map<string, number>();
     for (const e of newer) {
@@ -248,7 +239,7 @@ export async function observe(db: Db, redis: Redis, horizon?: number): Promise<O
     const id = message === undefined ? undefined : eventIdOf(message);
     if (id) flight.ids.add(id);
   }
-  const later = db.prepare<[number], RowWithPayload>(NEWER_ROWS).all(s1.maxId).map(newerEvent);
+  const later = db.prepare<[number], OutboxRow>(NEWER_ROWS).all(s1.maxId).map(newerEvent);
   const newer = [...s1.newer, ...later];
   const [processed, processedNewer] = await Promise.all([
     hashValues(redis, keys.processed, s1.events.map((e) => e.event_id)),
