@@ -9,14 +9,19 @@ import { tempDir } from './helpers/stores.js';
 // outbox chaos brings its own redis-server and pm2 home; these settings only point elsewhere.
 const env = { dir: '/nonexistent', redisUrl: 'redis://127.0.0.1:1' };
 
+/** Runs `outbox chaos <args> --json <file>`, asserts it ended with CHAOS OK, and resolves its output and figures. */
+async function runChaos(args: string[]) {
+  const json = join(tempDir(), 'chaos.json');
+  const result = await runCli(['chaos', ...args, '--json', json], env);
+  assert.equal(result.code, 0, result.stdout + result.stderr);
+  assert.match(result.stdout, /CHAOS OK: nothing lost, nothing applied twice, nothing applied out of order/);
+  return { ...result, figures: JSON.parse(readFileSync(json, 'utf8')) };
+}
+
 describe('outbox chaos', () => {
   it('a short run with the default faults (apps killed or crashed, Redis down) ends with every invariant holding', async () => {
-    const json = join(tempDir(), 'chaos.json');
-    const result = await runCli(['chaos', '--duration', '20s', '--rate', '300', '--kill-every', '1500ms', '--seed', '7', '--json', json], env);
-    assert.equal(result.code, 0, result.stdout + result.stderr);
-    assert.match(result.stdout, /CHAOS OK: nothing lost, nothing applied twice, nothing applied out of order/);
-    assert.match(result.stderr, /^chaos \d+s\/20s +faults \d+/m);
-    const figures = JSON.parse(readFileSync(json, 'utf8'));
+    const { stderr, figures } = await runChaos(['--duration', '20s', '--rate', '300', '--kill-every', '1500ms', '--seed', '7']);
+    assert.match(stderr, /^chaos \d+s\/20s +faults \d+/m);
     const injected = Object.values(figures.faults as Record<string, number>).reduce((a, b) => a + b, 0);
     assert.ok(injected >= 3, `only ${injected} faults took effect: ${JSON.stringify(figures.faults)}`);
     assert.ok(figures.outboxRows > 1000, `only ${figures.outboxRows} events`);
@@ -27,15 +32,8 @@ describe('outbox chaos', () => {
   });
 
   it('a short run that wipes Redis and prunes ends with nothing lost, doubled or reordered, and nothing unrecoverable', async () => {
-    const json = join(tempDir(), 'chaos.json');
-    const result = await runCli(
-      ['chaos', '--duration', '20s', '--rate', '300', '--kill-every', '1s', '--seed', '2', '--targets', 'relay,consumer,redis-wipe,prune', '--json', json],
-      env,
-    );
-    assert.equal(result.code, 0, result.stdout + result.stderr);
-    assert.match(result.stdout, /CHAOS OK/);
-    assert.match(result.stdout, /^Redis was wiped \d+ time\(s\): enqueued, duplicates absorbed and applied twice are summed/m);
-    const figures = JSON.parse(readFileSync(json, 'utf8'));
+    const { stdout, figures } = await runChaos(['--duration', '20s', '--rate', '300', '--kill-every', '1s', '--seed', '2', '--targets', 'relay,consumer,redis-wipe,prune']);
+    assert.match(stdout, /^Redis was wiped \d+ time\(s\): enqueued, duplicates absorbed and applied twice are summed/m);
     assert.ok(figures.faults['redis wiped'] >= 1, `no wipe took effect: ${JSON.stringify(figures.faults)}`);
     assert.ok(figures.faults.prune >= 1, `no prune ran: ${JSON.stringify(figures.faults)}`);
     assert.ok(figures.pruned > 0, 'prune deleted nothing');
@@ -47,16 +45,9 @@ describe('outbox chaos', () => {
   });
 
   it('a short run that pauses a relay, holds app.db\'s write lock and fails handlers ends with every invariant holding and at most a batch of duplicates per incident', async () => {
-    const json = join(tempDir(), 'chaos.json');
     // Seed 30: a relay paused, app.db locked and handlers failing twice each, all within the first 15 s.
-    const result = await runCli(
-      ['chaos', '--duration', '20s', '--rate', '300', '--kill-every', '1500ms', '--seed', '30', '--targets', 'pause,sqlite-lock,handler-fail', '--json', json],
-      env,
-    );
-    assert.equal(result.code, 0, result.stdout + result.stderr);
-    assert.match(result.stdout, /CHAOS OK/);
-    assert.match(result.stdout, /^duplicates per incident \(enqueued - rows newly PUBLISHED/m);
-    const figures = JSON.parse(readFileSync(json, 'utf8'));
+    const { stdout, figures } = await runChaos(['--duration', '20s', '--rate', '300', '--kill-every', '1500ms', '--seed', '30', '--targets', 'pause,sqlite-lock,handler-fail']);
+    assert.match(stdout, /^duplicates per incident \(enqueued - rows newly PUBLISHED/m);
     for (const kind of ['pause relay', 'sqlite lock', 'handler fail']) assert.ok(figures.faults[kind] >= 1, `no ${kind}: ${JSON.stringify(figures.faults)}`);
     for (const kind of ['pause relay', 'sqlite lock']) {
       const measured = figures.duplicatesPerIncident[kind];

@@ -18,7 +18,6 @@ export const HEALTH_PORT_SETTINGS: Record<HealthApp, { env: string; defaultPort:
 export const HEALTH_HOST_ENV = 'OUTBOX_HEALTH_HOST';
 export const DEFAULT_HEALTH_HOST = '127.0.0.1';
 export const STATS_EVERY_ENV = 'OUTBOX_STATS_EVERY';
-export const DEFAULT_STATS_EVERY_MS = 10_000;
 
 /** A base port from 1 to 65535, or null for `0` / `off` (the endpoint is off). */
 export function parseHealthPort(raw: string, name: string): number | null {
@@ -54,12 +53,6 @@ export function healthEndpointOf(app: HealthApp, basePort: number | null, host: 
   const port = basePort + (Number.isInteger(instance) && instance > 0 ? instance : 0);
   if (port > 65535) throw new InvalidInputError(`${HEALTH_PORT_SETTINGS[app].env} ${basePort} + pm2 instance ${instance} is beyond port 65535: choose a lower base port`);
   return { host, port };
-}
-
-/** How often the relay and the consumer log their `relay stats` / `consumer stats` line (ms; 0 = never): `OUTBOX_STATS_EVERY`, default 10s. */
-export function statsEveryMsOf(env: NodeJS.ProcessEnv = process.env): number {
-  const raw = (env[STATS_EVERY_ENV] ?? '').trim();
-  return raw === '' ? DEFAULT_STATS_EVERY_MS : parseStatsEvery(raw, STATS_EVERY_ENV);
 }
 
 /** A URL host for `host`: a wildcard address is reached on the loopback. */

@@ -1,6 +1,7 @@
-import { mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { ConflictError } from '../errors/conflict-error.js';
+import { writePrivateFile } from './private-files.js';
 
 /**
  * Which apps have app.db open: each long-running app that opens it registers itself as
@@ -21,9 +22,7 @@ export function attachApp(dir: string, app: string): () => void {
   mkdirSync(dir, { recursive: true });
   mkdirSync(attachedDir(dir), { recursive: true, mode: 0o700 });
   const file = join(attachedDir(dir), `${app}.${process.pid}.json`);
-  // Written whole, then renamed: a reader never sees half a file.
-  writeFileSync(`${file}.tmp`, `${JSON.stringify({ app, pid: process.pid, startedAt: new Date().toISOString() })}\n`, { mode: 0o600 });
-  renameSync(`${file}.tmp`, file);
+  writePrivateFile(file, `${JSON.stringify({ app, pid: process.pid, startedAt: new Date().toISOString() })}\n`);
   const detach = () => rmSync(file, { force: true });
   process.once('exit', detach);
   return detach;

@@ -1,11 +1,11 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { linkSync, lstatSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { linkSync, lstatSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createConnection } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { InvalidInputError } from '../errors/invalid-input-error.js';
 import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
-import { makePrivateDir, PRIVATE_UMASK } from './private-files.js';
+import { makePrivateDir, PRIVATE_UMASK, writePrivateFile } from './private-files.js';
 
 /**
  * The managed Redis: the redis-server that outbox runs itself when no Redis URL is given, under pm2
@@ -88,9 +88,7 @@ function ownerPath(port: number, env: NodeJS.ProcessEnv): string {
 export function recordManagedOwner(dir: string, port: number, env: NodeJS.ProcessEnv = process.env): void {
   try {
     makePrivateDir(ownersDir(env));
-    const file = ownerPath(port, env);
-    writeFileSync(`${file}.${process.pid}.tmp`, `${resolve(dir)}\n`, { mode: 0o600 });
-    renameSync(`${file}.${process.pid}.tmp`, file);
+    writePrivateFile(ownerPath(port, env), `${resolve(dir)}\n`);
   } catch {
     // Without the record, a command with another data dir cannot find this Redis's password: it says NOAUTH, as before.
   }

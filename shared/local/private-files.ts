@@ -1,4 +1,4 @@
-import { chmodSync, mkdirSync } from 'node:fs';
+import { chmodSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
 
 /** What outbox writes is for its user only: files 0600, directories 0700. */
 export const PRIVATE_UMASK = 0o077;
@@ -10,6 +10,13 @@ export const PRIVATE_UMASK = 0o077;
  */
 export function keepFilesPrivate(): void {
   process.umask(PRIVATE_UMASK);
+}
+
+/** Writes `text` to `path`, 0600, whole: into a temp file beside it, then renamed, so a reader never sees half a file. */
+export function writePrivateFile(path: string, text: string): void {
+  const temp = `${path}.${process.pid}.tmp`;
+  writeFileSync(temp, text, { mode: 0o600 });
+  renameSync(temp, path);
 }
 
 /** A directory of outbox's own, created with its missing parents (0700) and tightened to 0700 if it exists. */

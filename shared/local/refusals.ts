@@ -1,5 +1,6 @@
-import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import { writePrivateFile } from './private-files.js';
 
 /**
  * Why an app refused to start, kept where `outbox status` finds it: `<dir>/refused/<app>.json`
@@ -20,9 +21,7 @@ const fileOf = (dir: string, app: string) => join(refusedDir(dir), `${app}.json`
 /** Records `refusal` (written whole, then renamed: a reader never sees half a file). Throws when the data dir is not writable. */
 export function recordRefusal(dir: string, refusal: Refusal): void {
   mkdirSync(refusedDir(dir), { recursive: true, mode: 0o700 });
-  const file = fileOf(dir, refusal.app);
-  writeFileSync(`${file}.${process.pid}.tmp`, `${JSON.stringify(refusal)}\n`, { mode: 0o600 });
-  renameSync(`${file}.${process.pid}.tmp`, file);
+  writePrivateFile(fileOf(dir, refusal.app), `${JSON.stringify(refusal)}\n`);
 }
 
 /** Forgets `app`'s refusal: it started fine. */
