@@ -21,3 +21,8 @@ export function parseDuration(raw: string, name: string, { fractional = false } 
   const ms = Number(amount) * UNITS[unit];
   return fractional ? ms : Math.round(ms);
 }
+
+/** Milliseconds as a duration parseDuration reads back: "5s", "1500ms". */
+export function formatDuration(ms: number): string {
+  return ms % 1000 === 0 ? `${ms / 1000}s` : `${ms}ms`;
+}

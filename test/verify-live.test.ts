@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import { freePort } from '../shared/local/redis-server.js';
 import { waitFor } from '../shared/local/wait-for.js';
 import { startApp, stopApp, type App } from './helpers/apps.js';
-import { runCli } from './helpers/cli.js';
+import { runCli, startCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
 import { count } from './helpers/stores.js';
 
@@ -24,31 +24,54 @@ async function startSystem(): Promise<App[]> {
   return apps;
 }
 
+/** Every event in flight at the snapshot was applied within the window; returns how many there were. */
+function assertSettled(stdout: string): number {
+  const settled = /in flight at the snapshot \/ applied within 5s +- +(\d+) \/ (\d+) +info/.exec(stdout);
+  if (!settled) return 0;
+  assert.equal(settled[2], settled[1], 'every event in flight at the snapshot was applied within the window');
+  return Number(settled[1]);
+}
+
 describe('verify under traffic', () => {
   it(`--settle 5s exits 0 run after run while orders flow at ${RATE} operations/s, though events are in flight at each snapshot`, async () => {
     const apps = await startSystem();
+    const consumer = apps[1];
     try {
-      let inFlightSeen = 0;
-      for (let run = 0; run < 4; run += 1) {
+      // Plain runs under traffic: whatever the snapshot catches in flight is applied in the window.
+      for (let run = 0; run < 2; run += 1) {
         const result = await runCli(['verify', '--settle', '5s'], h.env);
         assert.equal(result.code, 0, result.stdout + result.stderr);
         assert.match(result.stdout, /VERIFY OK/);
-        const settled = /in flight at the snapshot \/ applied within 5s +- +(\d+) \/ (\d+) +info/.exec(result.stdout);
-        if (settled) {
-          assert.equal(settled[2], settled[1], 'every event in flight at the snapshot was applied within the window');
-          inFlightSeen += 1;
+        assertSettled(result.stdout);
+      }
+      // Runs whose snapshot surely holds events in flight: the consumer is held until verify says it
+      // took the snapshot and waits, then let go, while the producer and relay go on.
+      for (let run = 0; run < 3; run += 1) {
+        consumer.child.kill('SIGSTOP');
+        try {
+          await waitFor(async () => (await h.client.llen('outbox.events')) > 0, { message: 'nothing queued while the consumer was held' });
+          const verify = startCli(['verify', '--settle', '5s'], h.env);
+          await waitFor(() => /in flight at the snapshot; waiting up to 5s/.test(verify.stderr()), { timeoutMs: 10_000, message: 'verify never said it was waiting' });
+          consumer.child.kill('SIGCONT');
+          const result = await verify.done;
+          assert.equal(result.code, 0, result.stdout + result.stderr);
+          assert.match(result.stdout, /VERIFY OK/);
+          assert.ok(assertSettled(result.stdout) > 0, `the snapshot held events in flight:\n${result.stdout}`);
+        } finally {
+          consumer.child.kill('SIGCONT');
         }
       }
-      // The test means something only if the snapshots caught events in flight.
-      assert.ok(inFlightSeen >= 1, 'no snapshot caught an event in flight');
-      // The strict snapshot of the same traffic fails on them: what verify did before --settle.
-      let strictFailures = 0;
-      for (let run = 0; run < 5 && strictFailures === 0; run += 1) {
+      // The strict snapshot of the same traffic fails on events in flight: what verify did before --settle.
+      consumer.child.kill('SIGSTOP');
+      try {
+        await waitFor(async () => (await h.client.llen('outbox.events')) > 0, { message: 'nothing queued while the consumer was held' });
         const strict = await runCli(['verify', '--settle', '0s'], h.env);
-        if (strict.code === 1) strictFailures += 1;
-        else assert.equal(strict.code, 0, strict.stdout + strict.stderr);
+        assert.equal(strict.code, 1, strict.stdout + strict.stderr);
+        assert.match(strict.stdout, /VERIFY FAILED/);
+        assert.doesNotMatch(strict.stderr, /waiting up to/);
+      } finally {
+        consumer.child.kill('SIGCONT');
       }
-      assert.ok(strictFailures >= 1, 'the strict snapshot never caught an event in flight');
     } finally {
       await Promise.all(apps.map((app) => stopApp(app)));
     }

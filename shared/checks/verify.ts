@@ -5,6 +5,7 @@ import { keys } from '../redis/keys.js';
 import { readEnvelope } from '../redis/envelope.js';
 import { hasPublished, storeIdOf } from '../db/store-meta.js';
 import { sleep } from '../sleep.js';
+import { formatDuration } from '../duration.js';
 import { applyOrderOf, observe, stillInFlight, whereIs, type Observation } from './observe.js';
 
 export interface InvariantCheck {
@@ -72,6 +73,8 @@ export interface VerifyOptions {
    * before judging, in ms. 0 (the default here; the CLI's is 5 s): judge the snapshot as it is.
    */
   settleMs?: number;
+  /** Called once the snapshot is taken, when it holds events in flight and verify is about to wait for them. */
+  onSettling?: (inFlight: number, windowMs: number) => void;
 }
 
 export interface SettleFigures {
@@ -143,6 +146,7 @@ export async function verifyStores(db: Db, redis: Redis, options: VerifyOptions 
   let waiting = atSnapshot;
   let fresh = true;
   let lostCheckAt = started;
+  if (waiting.length > 0 && windowMs > 0) options.onSettling?.(waiting.length, windowMs);
   while (waiting.length > 0 && performance.now() < deadline) {
     // Waiting is of no use once every event still waited for is lost (PUBLISHED, nowhere in Redis
     // at one instant): nothing brings it back but a replay or repair, which set it PENDING first.
@@ -264,7 +268,7 @@ async function judge(db: Db, redis: Redis, o: Observation, settle: SettleFigures
   ];
   if (settle.inFlight > 0) {
     checks.push({
-      name: `in flight at the snapshot / applied within ${formatMs(settle.windowMs)}`,
+      name: `in flight at the snapshot / applied within ${formatDuration(settle.windowMs)}`,
       expected: '-',
       actual: `${settle.inFlight} / ${settle.cleared}`,
       status: 'info',
@@ -293,10 +297,6 @@ async function judge(db: Db, redis: Redis, o: Observation, settle: SettleFigures
       unrecoverable,
     },
   };
-}
-
-function formatMs(ms: number): string {
-  return ms % 1000 === 0 ? `${ms / 1000}s` : `${ms}ms`;
 }
 
 export function formatChecks(checks: InvariantCheck[]): string[] {

@@ -16,8 +16,16 @@ export interface CliEnv {
   env?: Record<string, string>;
 }
 
+export interface StartedCli {
+  child: ChildProcess;
+  done: Promise<CliResult>;
+  /** What it printed so far. */
+  stdout(): string;
+  stderr(): string;
+}
+
 /** Starts `outbox <args>` as a real process with OUTBOX_DIR / REDIS_URL set. */
-export function startCli(args: string[], { dir, redisUrl, env = {} }: CliEnv): { child: ChildProcess; done: Promise<CliResult> } {
+export function startCli(args: string[], { dir, redisUrl, env = {} }: CliEnv): StartedCli {
   const child = spawn(process.execPath, [CLI_PATH, ...args], {
     env: { ...process.env, OUTBOX_DIR: dir, REDIS_URL: redisUrl, OUTBOX_CRASH_POINTS: '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -30,7 +38,7 @@ export function startCli(args: string[], { dir, redisUrl, env = {} }: CliEnv): {
     child.on('error', reject);
     child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr }));
   });
-  return { child, done };
+  return { child, done, stdout: () => stdout, stderr: () => stderr };
 }
 
 export function runCli(args: string[], env: CliEnv): Promise<CliResult> {

@@ -1,6 +1,6 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
 import type { Redis } from 'ioredis';
-import { parseDuration } from '../../../shared/duration.js';
+import { formatDuration, parseDuration } from '../../../shared/duration.js';
 import { formatChecks, verifyStores, type Ledger } from '../../../shared/checks/verify.js';
 import type { Db } from '../../../shared/db/open-database.js';
 import { CheckFailedError } from '../../../shared/errors/check-failed-error.js';
@@ -37,7 +37,11 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const settleMs = parseDuration(argv.settle, '--settle');
   await withStores(configOf(argv), async (db, redis) => {
-    const ledger = await verifyStores(db, redis, { settleMs });
+    const ledger = await verifyStores(db, redis, {
+      settleMs,
+      onSettling: (inFlight, windowMs) =>
+        console.error(`verify: ${inFlight} event(s) in flight at the snapshot; waiting up to ${formatDuration(windowMs)} for them to be applied`),
+    });
     const { checks, lost, figures } = ledger;
     console.log(formatChecks(checks).join('\n'));
     if (argv.repair && (figures.redisStateLost || lost.length > 0)) {
