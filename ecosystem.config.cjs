@@ -31,7 +31,7 @@ try {
 // Without REDIS_URL the apps use the managed Redis on 127.0.0.1:6379 (OUTBOX_REDIS_PORT), and
 // outbox-redis starts a redis-server there unless one already runs. It is listed whenever
 // REDIS_URL is unset, so that `pm2 delete` finds it. The apps then get no REDIS_URL: each reads the
-// managed Redis's password from <OUTBOX_DIR>/redis/password (shared/local/managed-redis.ts), which
+// managed Redis's password from <OUTBOX_DIR>/redis/password (shared/tooling/local/managed-redis.ts), which
 // is made here, before any app starts, so that none of them can look for it too early. The password
 // is never in pm2's environment of the apps (`pm2 env`, `pm2 show`) nor on a command line.
 const managedRedis = !process.env.REDIS_URL;
@@ -81,14 +81,14 @@ function app(name, script, extra = {}) {
     out_file: path.join(logDir, `${name}.log`),
     error_file: path.join(logDir, `${name}.error.log`),
     merge_logs: true,
-    // The apps close within 4 s of SIGINT (shared/shutdown.ts); pm2 sends SIGKILL after this.
+    // The apps close within 4 s of SIGINT (shared/runtime/shutdown.ts); pm2 sends SIGKILL after this.
     kill_timeout: 5000,
     // No restart_delay: with one, pm2 7 lists an app that exited with a stop_exit_codes code as
     // "waiting restart" (though it never restarts it) instead of "stopped".
     min_uptime: 2000,
     max_restarts: 100,
     // 78 (EX_CONFIG): the app refused a setting (its own, or Redis's) and says why in one log line and
-    // in `outbox status` (shared/run-app.ts); a restart would be refused again.
+    // in `outbox status` (shared/runtime/run-app.ts); a restart would be refused again.
     stop_exit_codes: [78],
     ...extra.options,
   };

@@ -2,12 +2,12 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import { PRUNE_QUEUE, PRUNE_SCHEDULER_ID } from '../shared/relay/prune-worker.js';
-import { RELAY_QUEUE, RELAY_SCHEDULER_ID } from '../shared/relay/relay-worker.js';
+import { PRUNE_QUEUE, PRUNE_SCHEDULER_ID } from '../shared/operations/prune/prune-worker.js';
+import { RELAY_QUEUE, RELAY_SCHEDULER_ID } from '../shared/outbox/relay/relay-worker.js';
 import { startApp as startAppOn, stopApp as stop, type App } from './helpers/apps.js';
 import { useHarness } from './helpers/harness.js';
 import { count } from './helpers/stores.js';
-import { waitFor } from '../shared/local/wait-for.js';
+import { waitFor } from '../shared/tooling/local/wait-for.js';
 
 const h = useHarness();
 

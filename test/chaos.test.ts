@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { DEFAULT_RELAY_BATCH_SIZE } from '../shared/relay/relay.js';
+import { DEFAULT_RELAY_BATCH_SIZE } from '../shared/outbox/relay/relay.js';
 import { runCli } from './helpers/cli.js';
 import { tempDir } from './helpers/stores.js';
 

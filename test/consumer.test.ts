@@ -1,15 +1,15 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { createConsumer, emptyStats } from '../shared/consumer/consumer.js';
-import { openDatabase } from '../shared/db/open-database.js';
-import { createOrderService } from '../shared/orders/order-service.js';
-import { connectRedis } from '../shared/redis/connect.js';
-import { createRelay } from '../shared/relay/relay.js';
+import { createConsumer, emptyStats } from '../shared/outbox/consumer/consumer.js';
+import { openDatabase } from '../shared/outbox/store/open-database.js';
+import { createOrderService } from '../shared/lab/orders/order-service.js';
+import { connectRedis } from '../shared/outbox/redis/connect.js';
+import { createRelay } from '../shared/outbox/relay/relay.js';
 import { runCli, startCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
-import { RedisServer, testClient } from '../shared/local/redis-server.js';
+import { RedisServer, testClient } from '../shared/tooling/local/redis-server.js';
 import { readDb } from './helpers/stores.js';
-import { waitFor } from '../shared/local/wait-for.js';
+import { waitFor } from '../shared/tooling/local/wait-for.js';
 
 const h = useHarness();
 

@@ -2,10 +2,10 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { seededRandom } from '../shared/random.js';
+import { seededRandom } from '../shared/lab/random.js';
 import { useHarness } from './helpers/harness.js';
-import { REPO_ROOT } from '../shared/local/pm2.js';
-import { waitFor } from '../shared/local/wait-for.js';
+import { REPO_ROOT } from '../shared/tooling/local/pm2.js';
+import { waitFor } from '../shared/tooling/local/wait-for.js';
 
 const h = useHarness();
 

@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { createServer, request, type Server } from 'node:http';
 import { after, before, describe, it } from 'node:test';
-import { openDatabase, type Db } from '../shared/db/open-database.js';
-import { createDatabase } from '../shared/init-stores.js';
-import { createLogger } from '../shared/logger.js';
-import { createOrderService } from '../shared/orders/order-service.js';
-import { createOrderApi } from '../shared/producer/http-api.js';
+import { openDatabase, type Db } from '../shared/outbox/store/open-database.js';
+import { createDatabase } from '../shared/lab/init-stores.js';
+import { createLogger } from '../shared/outbox/logger.js';
+import { createOrderService } from '../shared/lab/orders/order-service.js';
+import { createOrderApi } from '../shared/lab/producer/http-api.js';
 import { count, tempDir } from './helpers/stores.js';
 
 let server: Server;

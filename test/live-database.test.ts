@@ -2,12 +2,12 @@ import assert from 'node:assert/strict';
 import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { watchDatabase } from '../shared/db/live-database.js';
-import { StoreUnavailableError } from '../shared/errors/store-unavailable-error.js';
-import { createDatabase } from '../shared/init-stores.js';
-import { createLogger } from '../shared/logger.js';
-import { waitFor } from '../shared/local/wait-for.js';
-import { createLiveOrderService } from '../shared/producer/live-order-service.js';
+import { watchDatabase } from '../shared/outbox/store/live-database.js';
+import { StoreUnavailableError } from '../shared/outbox/errors/store-unavailable-error.js';
+import { createDatabase } from '../shared/lab/init-stores.js';
+import { createLogger } from '../shared/outbox/logger.js';
+import { waitFor } from '../shared/tooling/local/wait-for.js';
+import { createLiveOrderService } from '../shared/lab/producer/live-order-service.js';
 import { count, tempDir } from './helpers/stores.js';
 
 function watching(dir: string, pollMs: number) {

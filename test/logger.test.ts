@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
-import { addLogSecret } from '../shared/log-secrets.js';
-import { createLogger, parseLogLevel, type LogLevel } from '../shared/logger.js';
-import { RedisServer } from '../shared/local/redis-server.js';
-import { waitFor } from '../shared/local/wait-for.js';
+import { addLogSecret } from '../shared/outbox/log-secrets.js';
+import { createLogger, parseLogLevel, type LogLevel } from '../shared/outbox/logger.js';
+import { RedisServer } from '../shared/tooling/local/redis-server.js';
+import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { startApp, stopApp } from './helpers/apps.js';
 import { useHarness } from './helpers/harness.js';
 import { count } from './helpers/stores.js';

@@ -4,13 +4,13 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSy
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, describe, it } from 'node:test';
-import { redisAnswers as redisAnswersOn } from '../shared/local/managed-redis.js';
-import { REPO_ROOT } from '../shared/local/pm2.js';
-import { freePort, RedisServer, testClient } from '../shared/local/redis-server.js';
+import { redisAnswers as redisAnswersOn } from '../shared/tooling/local/managed-redis.js';
+import { REPO_ROOT } from '../shared/tooling/local/pm2.js';
+import { freePort, RedisServer, testClient } from '../shared/tooling/local/redis-server.js';
 import { startApp, stopApp } from './helpers/apps.js';
 import { runCli } from './helpers/cli.js';
 import { tempDir } from './helpers/stores.js';
-import { waitFor } from '../shared/local/wait-for.js';
+import { waitFor } from '../shared/tooling/local/wait-for.js';
 
 const WRAPPER = join(REPO_ROOT, 'dist', 'apps', 'redis', 'main.js');
 const RECORD_CMDLINE = fileURLToPath(new URL('./fixtures/record-cmdline.js', import.meta.url));

@@ -2,15 +2,15 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { Pm2, REPO_ROOT } from '../shared/local/pm2.js';
-import { readRefusals } from '../shared/local/refusals.js';
-import { RedisServer, testClient } from '../shared/local/redis-server.js';
-import { waitFor } from '../shared/local/wait-for.js';
+import { Pm2, REPO_ROOT } from '../shared/tooling/local/pm2.js';
+import { readRefusals } from '../shared/runtime/refusals.js';
+import { RedisServer, testClient } from '../shared/tooling/local/redis-server.js';
+import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { useHarness } from './helpers/harness.js';
 import { runCli } from './helpers/cli.js';
 import { snapshotStores, tempDir } from './helpers/stores.js';
 
-// The harness's server runs with `--save "" --appendonly no` (shared/local/redis-server.ts): nothing on disk.
+// The harness's server runs with `--save "" --appendonly no` (shared/tooling/local/redis-server.ts): nothing on disk.
 const h = useHarness();
 
 const EVICTS = 'may evict keys \\(maxmemory-policy allkeys-lru\\): outbox needs noeviction: run "redis-cli CONFIG SET maxmemory-policy noeviction" and set it in redis\\.conf';

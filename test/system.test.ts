@@ -5,11 +5,11 @@ import { after, before, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
 import { runCli, type CliEnv } from './helpers/cli.js';
 import { runLoad } from './helpers/http-load.js';
-import { Pm2 } from '../shared/local/pm2.js';
-import { freePort, RedisServer, testClient } from '../shared/local/redis-server.js';
+import { Pm2 } from '../shared/tooling/local/pm2.js';
+import { freePort, RedisServer, testClient } from '../shared/tooling/local/redis-server.js';
 import { readDb, tempDir } from './helpers/stores.js';
-import { keys } from '../shared/redis/keys.js';
-import { waitFor } from '../shared/local/wait-for.js';
+import { keys } from '../shared/outbox/redis/keys.js';
+import { waitFor } from '../shared/tooling/local/wait-for.js';
 
 const APPS = ['outbox-producer', 'outbox-relay', 'outbox-consumer'];
 

@@ -4,9 +4,9 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
-import { REPO_ROOT } from '../shared/local/pm2.js';
-import { freePort, RedisServer } from '../shared/local/redis-server.js';
-import { waitFor } from '../shared/local/wait-for.js';
+import { REPO_ROOT } from '../shared/tooling/local/pm2.js';
+import { freePort, RedisServer } from '../shared/tooling/local/redis-server.js';
+import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { runCli, type CliEnv } from './helpers/cli.js';
 import { count, tempDir } from './helpers/stores.js';
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { freePort } from '../shared/local/redis-server.js';
-import { waitFor } from '../shared/local/wait-for.js';
+import { freePort } from '../shared/tooling/local/redis-server.js';
+import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { startApp, stopApp, type App } from './helpers/apps.js';
 import { runCli, startCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';

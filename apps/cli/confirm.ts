@@ -1,7 +1,7 @@
 import { createInterface } from 'node:readline';
 import type { Options } from 'yargs';
-import { DeclinedError } from '../../shared/errors/declined-error.js';
-import type { RowToChange } from '../../shared/recovery/repair.js';
+import { DeclinedError } from '../../shared/outbox/errors/declined-error.js';
+import type { RowToChange } from '../../shared/operations/recovery/repair.js';
 
 /** A change of more rows (or entries, or keys) than this is asked about on a terminal. */
 export const ASK_ABOVE = 10;

@@ -1,9 +1,9 @@
 #!/usr/bin/env node
 import { createRequire } from 'node:module';
 import type { Argv } from 'yargs';
-import { explainError } from '../../shared/errors/explain-error.js';
-import { InvalidInputError } from '../../shared/errors/invalid-input-error.js';
-import { keepFilesPrivate } from '../../shared/local/private-files.js';
+import { explainError } from '../../shared/outbox/errors/explain-error.js';
+import { InvalidInputError } from '../../shared/outbox/errors/invalid-input-error.js';
+import { keepFilesPrivate } from '../../shared/runtime/private-files.js';
 import { commandsFor } from './commands/index.js';
 import { globalOptions } from './options.js';
 

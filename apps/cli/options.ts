@@ -1,12 +1,12 @@
 import type { Options } from 'yargs';
-import type { OutboxConfig } from '../../shared/config.js';
-import { flagOptions } from '../../shared/config/settings.js';
-import { storeConfigOf, storeSettings } from '../../shared/config/store-settings.js';
+import type { OutboxConfig } from '../../shared/outbox/config.js';
+import { flagOptions } from '../../shared/runtime/config/settings.js';
+import { storeConfigOf, storeSettings } from '../../shared/runtime/config/store-settings.js';
 
-/** The options every command takes, defined once (shared/config/store-settings.ts, which the apps read too). */
+/** The options every command takes, defined once (shared/runtime/config/store-settings.ts, which the apps read too). */
 export const globalOptions = flagOptions(storeSettings);
 
-/** `init --force` and `lab` refuse while an app has app.db open (see shared/local/attached-apps.ts). */
+/** `init --force` and `lab` refuse while an app has app.db open (see shared/runtime/attached-apps.ts). */
 export const ignoreAttachedOption = {
   type: 'boolean',
   default: false,

@@ -1,10 +1,10 @@
 import type { Redis } from 'ioredis';
 import { resolve } from 'node:path';
-import { defaultDir, type OutboxConfig } from '../../shared/config.js';
-import type { Db } from '../../shared/db/open-database.js';
-import { ensureManagedRedis, MANAGED_HOST, managedRedisDir, managedRedisPort } from '../../shared/local/managed-redis.js';
-import type { RedisConnectOptions } from '../../shared/redis/connect.js';
-import { assertSameStore } from '../../shared/relay/store-pairing.js';
+import { defaultDir, type OutboxConfig } from '../../shared/outbox/config.js';
+import type { Db } from '../../shared/outbox/store/open-database.js';
+import { ensureManagedRedis, MANAGED_HOST, managedRedisDir, managedRedisPort } from '../../shared/tooling/local/managed-redis.js';
+import type { RedisConnectOptions } from '../../shared/outbox/redis/connect.js';
+import { assertSameStore } from '../../shared/outbox/relay/store-pairing.js';
 
 // The store modules load ioredis and better-sqlite3, the costliest part of start-up: they are
 // imported when a command opens a store, so `outbox --help` and bad arguments do not pay for them.
@@ -14,7 +14,7 @@ export type RedisNeeds = Pick<RedisConnectOptions, 'requireNoEviction'>;
 
 /** Opens app.db, runs `fn`, closes it. */
 export async function withDb<T>(config: OutboxConfig, fn: (db: Db) => T | Promise<T>): Promise<T> {
-  const { openDatabase } = await import('../../shared/db/open-database.js');
+  const { openDatabase } = await import('../../shared/outbox/store/open-database.js');
   const db = openDatabase(config.dir);
   try {
     return await fn(db);
@@ -37,7 +37,7 @@ export async function withRedis<T>(config: OutboxConfig, fn: (redis: Redis) => T
       `outbox: started redis-server on ${MANAGED_HOST}:${managedRedisPort()} (data in ${managedRedisDir(config.dir)}); stop it with "outbox redis stop${dirOption}"`,
     );
   }
-  const { closeRedis, connectRedis } = await import('../../shared/redis/connect.js');
+  const { closeRedis, connectRedis } = await import('../../shared/outbox/redis/connect.js');
   const redis = await connectRedis(config.redisUrl, { name: 'outbox-cli', namespace: config.namespace, ...needs });
   try {
     return await fn(redis);

@@ -1,6 +1,6 @@
-import { computeEffects, type HandlerResult } from '../../shared/consumer/effect.js';
-import { strike, type HandlerFault } from '../../shared/consumer/handler-fault.js';
-import type { OutboxEvent } from '../../shared/events.js';
+import { computeEffects, type HandlerResult } from '../../shared/lab/orders/effect.js';
+import { strike, type HandlerFault } from '../../shared/outbox/consumer/handler-fault.js';
+import type { OutboxEvent } from '../../shared/outbox/store/events.js';
 
 /**
  * Runs in a piscina worker thread: one task of events (a lane: all of a few aggregates, in order;

@@ -1,14 +1,14 @@
 import { Piscina } from 'piscina';
-import { consumerSettings } from '../../shared/config/consumer-config.js';
-import type { HandlerResult } from '../../shared/consumer/effect.js';
-import { handlerFaultSource } from '../../shared/consumer/handler-fault.js';
-import { startConsumer } from '../../shared/consumer/run-consumer.js';
-import type { OutboxEvent } from '../../shared/events.js';
-import { closeRedis, connectUntilReady } from '../../shared/redis/connect.js';
-import { runApp } from '../../shared/run-app.js';
-import { consumerHealth } from '../../shared/consumer/consumer-health.js';
-import { healthEndpointOf, HEALTH_PORT_SETTINGS } from '../../shared/health/health-settings.js';
-import { startHealthServer } from '../../shared/health/health-server.js';
+import { consumerSettings } from '../../shared/runtime/config/consumer-config.js';
+import type { HandlerResult } from '../../shared/lab/orders/effect.js';
+import { handlerFaultSource } from '../../shared/outbox/consumer/handler-fault.js';
+import { startConsumer } from '../../shared/outbox/consumer/run-consumer.js';
+import type { OutboxEvent } from '../../shared/outbox/store/events.js';
+import { closeRedis, connectUntilReady } from '../../shared/outbox/redis/connect.js';
+import { runApp } from '../../shared/runtime/run-app.js';
+import { consumerHealth } from '../../shared/runtime/health/consumer-health.js';
+import { healthEndpointOf, HEALTH_PORT_SETTINGS } from '../../shared/runtime/health/health-settings.js';
+import { startHealthServer } from '../../shared/runtime/health/health-server.js';
 
 /** What a rejected pool task means, in the words of the log line. */
 function taskError(error: Error, timeoutMs: number): Error {

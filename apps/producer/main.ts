@@ -1,13 +1,13 @@
 import { createServer } from 'node:http';
-import { producerSettings } from '../../shared/config/producer-config.js';
-import { watchDatabase } from '../../shared/db/live-database.js';
-import { ConfigError } from '../../shared/errors/config-error.js';
-import { attachApp } from '../../shared/local/attached-apps.js';
-import { createOrderApi } from '../../shared/producer/http-api.js';
-import { createLiveOrderService } from '../../shared/producer/live-order-service.js';
-import { producerHealth } from '../../shared/producer/producer-health.js';
-import { startTraffic } from '../../shared/producer/traffic.js';
-import { runApp } from '../../shared/run-app.js';
+import { producerSettings } from '../../shared/runtime/config/producer-config.js';
+import { watchDatabase } from '../../shared/outbox/store/live-database.js';
+import { ConfigError } from '../../shared/outbox/errors/config-error.js';
+import { attachApp } from '../../shared/runtime/attached-apps.js';
+import { createOrderApi } from '../../shared/lab/producer/http-api.js';
+import { createLiveOrderService } from '../../shared/lab/producer/live-order-service.js';
+import { producerHealth } from '../../shared/runtime/health/producer-health.js';
+import { startTraffic } from '../../shared/lab/producer/traffic.js';
+import { runApp } from '../../shared/runtime/run-app.js';
 
 /** Why the producer cannot listen where it was told to, as a config error (pm2 does not restart it into the same refusal); other errors as they are. */
 function listenError(error: NodeJS.ErrnoException, host: string, port: number): Error {

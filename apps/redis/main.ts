@@ -1,12 +1,12 @@
-import { managedRedisSettings } from '../../shared/config/redis-config.js';
-import { forgetManagedOwner, managedRedisDir, MANAGED_SETTINGS, portOpen, spawnManagedRedis } from '../../shared/local/managed-redis.js';
-import { clearRefusal } from '../../shared/local/refusals.js';
-import { createLogger } from '../../shared/logger.js';
-import { appLogger, loadAppConfig } from '../../shared/run-app.js';
+import { managedRedisSettings } from '../../shared/runtime/config/redis-config.js';
+import { forgetManagedOwner, managedRedisDir, MANAGED_SETTINGS, portOpen, spawnManagedRedis } from '../../shared/tooling/local/managed-redis.js';
+import { clearRefusal } from '../../shared/runtime/refusals.js';
+import { createLogger } from '../../shared/outbox/logger.js';
+import { appLogger, loadAppConfig } from '../../shared/runtime/run-app.js';
 
 /**
  * outbox-redis: the Redis that ecosystem.config.cjs runs when REDIS_URL is not set. It starts the
- * managed redis-server (shared/local/managed-redis.ts: append-only file under <data dir>/redis,
+ * managed redis-server (shared/tooling/local/managed-redis.ts: append-only file under <data dir>/redis,
  * fsynced every second, never evicting, the generated password of <data dir>/redis/password)
  * unless something already listens on the port, in which case the apps use that one and this
  * process only waits for pm2 to stop it. Once it runs (either way), an earlier refusal is forgotten.

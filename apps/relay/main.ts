@@ -1,13 +1,13 @@
-import { relaySettings } from '../../shared/config/relay-config.js';
-import { watchDatabase } from '../../shared/db/live-database.js';
-import { attachApp } from '../../shared/local/attached-apps.js';
-import { closeRedis, connectUntilReady } from '../../shared/redis/connect.js';
-import { startPruneWorker } from '../../shared/relay/prune-worker.js';
-import { startRelayWorker } from '../../shared/relay/relay-worker.js';
-import { runApp } from '../../shared/run-app.js';
-import { healthEndpointOf, HEALTH_PORT_SETTINGS } from '../../shared/health/health-settings.js';
-import { startHealthServer } from '../../shared/health/health-server.js';
-import { relayHealth } from '../../shared/relay/relay-health.js';
+import { relaySettings } from '../../shared/runtime/config/relay-config.js';
+import { watchDatabase } from '../../shared/outbox/store/live-database.js';
+import { attachApp } from '../../shared/runtime/attached-apps.js';
+import { closeRedis, connectUntilReady } from '../../shared/outbox/redis/connect.js';
+import { startPruneWorker } from '../../shared/operations/prune/prune-worker.js';
+import { startRelayWorker } from '../../shared/outbox/relay/relay-worker.js';
+import { runApp } from '../../shared/runtime/run-app.js';
+import { healthEndpointOf, HEALTH_PORT_SETTINGS } from '../../shared/runtime/health/health-settings.js';
+import { startHealthServer } from '../../shared/runtime/health/health-server.js';
+import { relayHealth } from '../../shared/runtime/health/relay-health.js';
 
 runApp('outbox-relay', relaySettings, async (config, log, signal) => {
   const detach = attachApp(config.dir, 'outbox-relay');

@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
-import { REPO_ROOT } from '../../shared/local/pm2.js';
+import { REPO_ROOT } from '../../shared/tooling/local/pm2.js';
 import type { CliEnv } from './cli.js';
 
 export interface App {

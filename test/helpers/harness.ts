@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach } from 'node:test';
 import type { Redis } from 'ioredis';
 import { runCli, type CliEnv, type CliResult } from './cli.js';
-import { RedisServer, testClient } from '../../shared/local/redis-server.js';
+import { RedisServer, testClient } from '../../shared/tooling/local/redis-server.js';
 import { storeIdIn, tempDir } from './stores.js';
 
 export interface Harness {

@@ -1,10 +1,10 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { formatBench } from '../../../shared/bench/format-bench.js';
-import { BENCH_STAGES, type BenchStage } from '../../../shared/bench/stages.js';
-import { InvalidInputError } from '../../../shared/errors/invalid-input-error.js';
-import { REPO_ROOT } from '../../../shared/local/pm2.js';
+import { formatBench } from '../../../shared/tooling/bench/format-bench.js';
+import { BENCH_STAGES, type BenchStage } from '../../../shared/tooling/bench/stages.js';
+import { InvalidInputError } from '../../../shared/outbox/errors/invalid-input-error.js';
+import { REPO_ROOT } from '../../../shared/tooling/local/pm2.js';
 import type { GlobalArgs } from '../options.js';
 
 interface Args extends GlobalArgs {
@@ -26,7 +26,7 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const stages = argv.only.split(',').map((s) => s.trim()) as BenchStage[];
   const unknown = stages.filter((s) => !BENCH_STAGES.includes(s));
   if (unknown.length > 0) throw new InvalidInputError(`--only takes ${BENCH_STAGES.join(', ')}, got ${JSON.stringify(argv.only)}`);
-  const { FULL, QUICK, runBench } = await import('../../../shared/bench/run-bench.js');
+  const { FULL, QUICK, runBench } = await import('../../../shared/tooling/bench/run-bench.js');
   const result = await runBench(stages, argv.quick ? QUICK : FULL);
   console.log(formatBench(result).join('\n'));
   mkdirSync(argv.out, { recursive: true });

@@ -1,6 +1,6 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { createOrderService } from '../../../shared/orders/order-service.js';
-import { parseOrderId, parseQty } from '../../../shared/orders/validate.js';
+import { createOrderService } from '../../../shared/lab/orders/order-service.js';
+import { parseOrderId, parseQty } from '../../../shared/lab/orders/validate.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { withDb } from '../stores.js';
 

@@ -1,11 +1,11 @@
 import { writeFileSync } from 'node:fs';
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { parseDuration } from '../../../shared/duration.js';
-import { formatChaos } from '../../../shared/chaos/format-chaos.js';
-import { CHAOS_TARGETS, DEFAULT_CHAOS_TARGETS, type ChaosTarget } from '../../../shared/chaos/targets.js';
-import { CheckFailedError } from '../../../shared/errors/check-failed-error.js';
-import { InvalidInputError } from '../../../shared/errors/invalid-input-error.js';
-import { parseCount } from '../../../shared/orders/validate.js';
+import { parseDuration } from '../../../shared/outbox/duration.js';
+import { formatChaos } from '../../../shared/tooling/chaos/format-chaos.js';
+import { CHAOS_TARGETS, DEFAULT_CHAOS_TARGETS, type ChaosTarget } from '../../../shared/tooling/chaos/targets.js';
+import { CheckFailedError } from '../../../shared/outbox/errors/check-failed-error.js';
+import { InvalidInputError } from '../../../shared/outbox/errors/invalid-input-error.js';
+import { parseCount } from '../../../shared/lab/orders/validate.js';
 import type { GlobalArgs } from '../options.js';
 
 interface Args extends GlobalArgs {
@@ -51,7 +51,7 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
     keep: argv.keep,
   };
   if (options.killEveryMs < 100) throw new InvalidInputError('--kill-every must be at least 100ms');
-  const { runChaos } = await import('../../../shared/chaos/run-chaos.js');
+  const { runChaos } = await import('../../../shared/tooling/chaos/run-chaos.js');
   const tty = process.stderr.isTTY;
   let lastLine = 0;
   const result = await runChaos({

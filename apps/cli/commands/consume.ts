@@ -1,8 +1,8 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { consumerBatchSize, consumerId, maxAttempts } from '../../../shared/config/consumer-config.js';
-import { flagOptions, forCommand, readSettings } from '../../../shared/config/settings.js';
-import { createConsumer } from '../../../shared/consumer/consumer.js';
-import { keys } from '../../../shared/redis/keys.js';
+import { consumerBatchSize, consumerId, maxAttempts } from '../../../shared/runtime/config/consumer-config.js';
+import { flagOptions, forCommand, readSettings } from '../../../shared/runtime/config/settings.js';
+import { createConsumer } from '../../../shared/outbox/consumer/consumer.js';
+import { keys } from '../../../shared/outbox/redis/keys.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { withRedis } from '../stores.js';
 
@@ -15,7 +15,7 @@ interface Args extends GlobalArgs {
 export const command = 'consume';
 export const describe = 'drain outbox.events through the idempotent consumer, then exit';
 
-/** The consumer app's definitions (shared/config/consumer-config.ts), read from the flags only, with the command's own defaults. */
+/** The consumer app's definitions (shared/runtime/config/consumer-config.ts), read from the flags only, with the command's own defaults. */
 const settings = {
   consumerId: forCommand(consumerId, 'cli'),
   batchSize: forCommand(consumerBatchSize, '1000'),

@@ -1,6 +1,6 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { writeArtifact } from '../../../shared/artifacts.js';
-import { parseCount } from '../../../shared/orders/validate.js';
+import { writeArtifact } from '../../../shared/lab/artifacts.js';
+import { parseCount } from '../../../shared/lab/orders/validate.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { withRedis } from '../stores.js';
 
@@ -17,7 +17,7 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const config = configOf(argv);
   const count = parseCount(argv.count, '--count', 1000);
-  const { dualWrite } = await import('../../../shared/dualwrite.js');
+  const { dualWrite } = await import('../../../shared/lab/dualwrite.js');
   const result = await withRedis(config, (redis) => dualWrite(config.dir, redis, config.redisUrl, count));
   const path = writeArtifact(config.dir, 'dualwrite.out', result.lines);
   console.log(result.lines.join('\n'));

@@ -1,7 +1,7 @@
 import type { ArgumentsCamelCase } from 'yargs';
-import { writeArtifact } from '../../../shared/artifacts.js';
-import { findDuplicates, formatDuplicates } from '../../../shared/checks/dup-check.js';
-import { CheckFailedError } from '../../../shared/errors/check-failed-error.js';
+import { writeArtifact } from '../../../shared/lab/artifacts.js';
+import { findDuplicates, formatDuplicates } from '../../../shared/lab/checks/dup-check.js';
+import { CheckFailedError } from '../../../shared/outbox/errors/check-failed-error.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { withRedis } from '../stores.js';
 

@@ -1,5 +1,5 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { assertAllDone, dropHeld, listHeld, retryHeld, selectHeld, type HeldKind, type HeldMessage } from '../../../shared/recovery/held-messages.js';
+import { assertAllDone, dropHeld, listHeld, retryHeld, selectHeld, type HeldKind, type HeldMessage } from '../../../shared/operations/recovery/held-messages.js';
 import { guard, guardOptions, SHOWN, withMore, type GuardArgs } from '../confirm.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { withRedis } from '../stores.js';

@@ -5,7 +5,7 @@ import type { CommandModule } from 'yargs';
  * starts its `command` string, with the import that loads it.
  *
  * A command module imports at top level only what defines and checks its options; code that loads
- * ioredis or better-sqlite3 (the stores, through ../stores.ts, or a module such as shared/lab.ts) is
+ * ioredis or better-sqlite3 (the stores, through ../stores.ts, or a module such as shared/lab/lab.ts) is
  * imported when the handler runs. That keeps `outbox --help` and a rejected argument fast;
  * test/cli.test.ts fails if one of them loads a store library, bullmq, piscina or pm2.
  */

@@ -1,7 +1,7 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { databasePath } from '../../../shared/config.js';
-import type { WipePlan } from '../../../shared/init-stores.js';
-import { assertNoAttachedApps } from '../../../shared/local/attached-apps.js';
+import { databasePath } from '../../../shared/outbox/config.js';
+import type { WipePlan } from '../../../shared/lab/init-stores.js';
+import { assertNoAttachedApps } from '../../../shared/runtime/attached-apps.js';
 import { guard, guardOptions, SHOWN, withMore, type GuardArgs } from '../confirm.js';
 import { configOf, ignoreAttachedOption, type GlobalArgs } from '../options.js';
 import { withRedis } from '../stores.js';
@@ -26,7 +26,7 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const config = configOf(argv);
-  const { assertCanInit, clearProjectKeys, createDatabase, planWipe } = await import('../../../shared/init-stores.js');
+  const { assertCanInit, clearProjectKeys, createDatabase, planWipe } = await import('../../../shared/lab/init-stores.js');
   assertCanInit(config.dir, argv.force);
   if (argv.force) {
     if (!argv.ignoreAttached) assertNoAttachedApps(config.dir);

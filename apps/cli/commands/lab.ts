@@ -1,8 +1,8 @@
 import { spawn } from 'node:child_process';
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { CheckFailedError } from '../../../shared/errors/check-failed-error.js';
-import type { OutboxConfig } from '../../../shared/config.js';
-import { assertNoAttachedApps } from '../../../shared/local/attached-apps.js';
+import { CheckFailedError } from '../../../shared/outbox/errors/check-failed-error.js';
+import type { OutboxConfig } from '../../../shared/outbox/config.js';
+import { assertNoAttachedApps } from '../../../shared/runtime/attached-apps.js';
 import { configOf, ignoreAttachedOption, type GlobalArgs } from '../options.js';
 import { withRedis } from '../stores.js';
 
@@ -37,7 +37,7 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const config = configOf(argv);
   if (!argv.ignoreAttached) assertNoAttachedApps(config.dir);
   console.log(`outbox lab in ${config.dir}`);
-  const { runLab } = await import('../../../shared/lab.js');
+  const { runLab } = await import('../../../shared/lab/lab.js');
   const ok = await withRedis(
     config,
     (redis) => runLab(config, redis, { log: (line) => console.log(line), runRelayCrash: () => runRelayCrash(config) }),

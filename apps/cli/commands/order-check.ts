@@ -1,7 +1,7 @@
 import type { ArgumentsCamelCase } from 'yargs';
-import { writeArtifact } from '../../../shared/artifacts.js';
-import { checkOrder, formatOrderCheck } from '../../../shared/checks/order-check.js';
-import { CheckFailedError } from '../../../shared/errors/check-failed-error.js';
+import { writeArtifact } from '../../../shared/lab/artifacts.js';
+import { checkOrder, formatOrderCheck } from '../../../shared/lab/checks/order-check.js';
+import { CheckFailedError } from '../../../shared/outbox/errors/check-failed-error.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { withRedis } from '../stores.js';
 

@@ -1,7 +1,7 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { parseDuration } from '../../../shared/duration.js';
-import { parseCount } from '../../../shared/orders/validate.js';
-import { prune, type PruneResult } from '../../../shared/prune.js';
+import { parseDuration } from '../../../shared/outbox/duration.js';
+import { parseCount } from '../../../shared/lab/orders/validate.js';
+import { prune, type PruneResult } from '../../../shared/operations/prune/prune.js';
 import { guard, guardOptions, idRange, mayAsk, rowLine, withMore, type GuardArgs } from '../confirm.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { withStores } from '../stores.js';

@@ -1,5 +1,5 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { ConflictError } from '../../../shared/errors/conflict-error.js';
+import { ConflictError } from '../../../shared/outbox/errors/conflict-error.js';
 import {
   ensureManagedRedis,
   forgetManagedOwner,
@@ -11,8 +11,8 @@ import {
   managedRedisUrl,
   redisAnswers,
   stopManagedRedis,
-} from '../../../shared/local/managed-redis.js';
-import { attachedApps } from '../../../shared/local/attached-apps.js';
+} from '../../../shared/tooling/local/managed-redis.js';
+import { attachedApps } from '../../../shared/runtime/attached-apps.js';
 import { configOf, ignoreAttachedOption, type GlobalArgs } from '../options.js';
 
 interface Args extends GlobalArgs {

@@ -1,5 +1,5 @@
 import type { ArgumentsCamelCase } from 'yargs';
-import { enableCrashPoint } from '../../../shared/crash-point.js';
+import { enableCrashPoint } from '../../../shared/outbox/crash-point.js';
 import { builder, handler as relay, type RelayArgs } from './relay.js';
 
 export const command = 'relay-crash';

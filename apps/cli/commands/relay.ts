@@ -1,9 +1,9 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { relayBatchSize } from '../../../shared/config/relay-config.js';
-import { flagOptions, forCommand, readSettings } from '../../../shared/config/settings.js';
-import { keys } from '../../../shared/redis/keys.js';
-import { createRelay } from '../../../shared/relay/relay.js';
-import { describePairing } from '../../../shared/relay/store-pairing.js';
+import { relayBatchSize } from '../../../shared/runtime/config/relay-config.js';
+import { flagOptions, forCommand, readSettings } from '../../../shared/runtime/config/settings.js';
+import { keys } from '../../../shared/outbox/redis/keys.js';
+import { createRelay } from '../../../shared/outbox/relay/relay.js';
+import { describePairing } from '../../../shared/outbox/relay/store-pairing.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { withStores } from '../stores.js';
 
@@ -14,7 +14,7 @@ export interface RelayArgs extends GlobalArgs {
 export const command = 'relay';
 export const describe = 'move every PENDING outbox row onto outbox.events and mark it PUBLISHED';
 
-/** The relay app's definitions (shared/config/relay-config.ts), read from the flags only. */
+/** The relay app's definitions (shared/runtime/config/relay-config.ts), read from the flags only. */
 const settings = { batchSize: forCommand(relayBatchSize) };
 
 export const builder = (yargs: Argv<GlobalArgs>) => yargs.options(flagOptions(settings));

@@ -1,5 +1,5 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { parseReplayRange, planReplay, replay } from '../../../shared/recovery/repair.js';
+import { parseReplayRange, planReplay, replay } from '../../../shared/operations/recovery/repair.js';
 import { guard, guardOptions, idRange, rowLine, SHOWN, withMore, type GuardArgs } from '../confirm.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { withDb } from '../stores.js';

@@ -1,6 +1,6 @@
 import type { ArgumentsCamelCase } from 'yargs';
-import { writeArtifact } from '../../../shared/artifacts.js';
-import { countStores, formatReport } from '../../../shared/report.js';
+import { writeArtifact } from '../../../shared/lab/artifacts.js';
+import { countStores, formatReport } from '../../../shared/lab/report.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { withStores } from '../stores.js';
 

@@ -1,6 +1,6 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { describeRefusal, readRefusals } from '../../../shared/local/refusals.js';
-import { collectStatus, formatStatus } from '../../../shared/status.js';
+import { describeRefusal, readRefusals } from '../../../shared/runtime/refusals.js';
+import { collectStatus, formatStatus } from '../../../shared/operations/status.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { withDb, withRedis } from '../stores.js';
 

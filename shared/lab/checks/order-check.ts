@@ -1,0 +1,62 @@
+import type { Redis } from 'ioredis';
+import { MalformedMessageError, parseMessage } from '../../outbox/store/parse-message.js';
+import { readList } from '../../outbox/redis/read-list.js';
+import { keys } from '../../outbox/redis/keys.js';
+
+export interface OrderViolation {
+  aggregateId: number;
+  eventId: string;
+  seq: number;
+  afterSeq: number;
+  /** Position in the queue, 0 = head. */
+  index: number;
+}
+
+export interface OrderCheckResult {
+  events: number;
+  aggregates: number;
+  /** Entries that are not valid events; the consumer will dead-letter them. */
+  unreadable: number;
+  violations: OrderViolation[];
+}
+
+/**
+ * Reads `outbox.events` without consuming it and checks that, per aggregate, the first occurrence
+ * of each event comes in ascending seq. A later re-delivered duplicate is allowed.
+ */
+export async function checkOrder(redis: Redis): Promise<OrderCheckResult> {
+  const seen = new Set<string>();
+  const lastSeq = new Map<number, number>();
+  const result: OrderCheckResult = { events: 0, aggregates: 0, unreadable: 0, violations: [] };
+  let index = -1;
+  for await (const raw of readList(redis, keys.events)) {
+    index += 1;
+    let event;
+    try {
+      event = parseMessage(raw);
+    } catch (error) {
+      if (!(error instanceof MalformedMessageError)) throw error;
+      result.unreadable += 1;
+      continue;
+    }
+    result.events += 1;
+    if (seen.has(event.eventId)) continue;
+    seen.add(event.eventId);
+    const afterSeq = lastSeq.get(event.aggregateId) ?? 0;
+    if (event.seq <= afterSeq) {
+      result.violations.push({ aggregateId: event.aggregateId, eventId: event.eventId, seq: event.seq, afterSeq, index });
+    } else {
+      lastSeq.set(event.aggregateId, event.seq);
+    }
+  }
+  result.aggregates = lastSeq.size;
+  return result;
+}
+
+/** The lines of order_check.out. */
+export function formatOrderCheck(result: OrderCheckResult): string[] {
+  if (result.violations.length === 0) return ['ORDER OK'];
+  return result.violations.map(
+    (v) => `ORDER VIOLATION aggregate=${v.aggregateId} seq=${v.seq} after_seq=${v.afterSeq} event_id=${v.eventId} index=${v.index}`,
+  );
+}

@@ -1,0 +1,28 @@
+import type { Redis } from 'ioredis';
+import type { Db } from '../outbox/store/open-database.js';
+import { keys } from '../outbox/redis/keys.js';
+
+export interface StoreCounts {
+  orders: number;
+  outbox: number;
+  /** Messages the relay ever pushed, duplicates included. */
+  enqueued: number;
+  /** Events applied once each (HLEN processed). */
+  processedUnique: number;
+}
+
+export async function countStores(db: Db, redis: Redis): Promise<StoreCounts> {
+  const count = (table: 'orders' | 'outbox') => db.prepare<[], { n: number }>(`SELECT COUNT(*) AS n FROM ${table}`).get()!.n;
+  const [enqueued, processedUnique] = await Promise.all([redis.get(keys.enqueued), redis.hlen(keys.processed)]);
+  return { orders: count('orders'), outbox: count('outbox'), enqueued: Number(enqueued ?? 0), processedUnique };
+}
+
+/** The four lines of report.txt. */
+export function formatReport(counts: StoreCounts): string[] {
+  return [
+    `orders=${counts.orders}`,
+    `outbox=${counts.outbox}`,
+    `enqueued=${counts.enqueued}`,
+    `processed_unique=${counts.processedUnique}`,
+  ];
+}

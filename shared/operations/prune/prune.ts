@@ -1,0 +1,143 @@
+import type { Redis } from 'ioredis';
+import type { Db } from '../../outbox/store/open-database.js';
+import { keys } from '../../outbox/redis/keys.js';
+
+export interface PruneOptions {
+  /** Rows deleted per transaction: small, so a producer never waits long for the write lock. Default 1000. */
+  batchSize?: number;
+  /** Called after each batch. */
+  onBatch?: (deleted: number) => void;
+  /** Count what would be deleted, delete nothing (`prune --dry-run`). */
+  dryRun?: boolean;
+  /** The clock the window is measured from (default now): a run confirmed after a dry run uses the dry run's. */
+  now?: number;
+  /** Delete no row above this id: a run confirmed after a dry run deletes no more than it showed. */
+  throughId?: number;
+}
+
+export interface PruneResult {
+  deleted: number;
+  batches: number;
+  /**
+   * Old PUBLISHED rows that stay because the consumer has not applied them, or an earlier row, yet:
+   * from the first row not applied up to the first row that stays anyway (PENDING or recent).
+   */
+  keptNotApplied: number;
+  /** The longest a batch held the write lock, ms. */
+  maxBatchMs: number;
+  ms: number;
+  /** The clock the window was measured from. */
+  now: number;
+  /** The first and last row deleted (or, in a dry run, to be deleted); null when none. */
+  firstId: number | null;
+  lastId: number | null;
+  /** The first rows deleted, up to SHOWN_ROWS, for a dry run and a question to show. */
+  firstRows: Candidate[];
+}
+
+/** Rows kept in `PruneResult.firstRows`. */
+const SHOWN_ROWS = 5;
+
+export interface Candidate {
+  id: number;
+  event_id: string;
+  aggregate_id: number;
+  seq: number;
+  event_type: string;
+  status: string;
+  created_at: number;
+}
+
+/** Fields per HMGET: a batch's look-ups go in a few commands, pipelined in one round trip. */
+const LOOKUP_CHUNK = 500;
+
+/**
+ * Deletes PUBLISHED rows created before `olderThanMs` whose events the consumer has applied, oldest
+ * first, in small IMMEDIATE transactions with a yield between them. A row is applied when its
+ * event_id is in `processed` and its aggregate's applied seq has reached its seq; until then Redis
+ * may still need it (lost from the queue, `verify --repair` republishes it from this row).
+ *
+ * Only rows below the first row that must stay (PENDING, recent or not applied, in id order) go, so
+ * each aggregate loses a prefix of its events; `outbox_pruned` records it, in the same transaction,
+ * for verify. Candidates are read and looked up in Redis outside any transaction; only the delete
+ * takes the write lock. A dry run goes through the same steps and counts instead of deleting.
+ */
+export async function prune(db: Db, redis: Redis, olderThanMs: number, options: PruneOptions = {}): Promise<PruneResult> {
+  const batchSize = options.batchSize ?? 1000;
+  const now = options.now ?? Date.now();
+  const cutoff = now - olderThanMs;
+  const throughId = options.throughId ?? Number.MAX_SAFE_INTEGER;
+  const readBatch = db.prepare<[number, number], Candidate>(
+    'SELECT id, event_id, aggregate_id, seq, event_type, status, created_at FROM outbox WHERE id > ? ORDER BY id LIMIT ?',
+  );
+  const record = db.prepare<[number, number]>(
+    `INSERT INTO outbox_pruned (aggregate_id, through_seq, events)
+       SELECT aggregate_id, MAX(seq), COUNT(*) FROM outbox WHERE id > ? AND id <= ? AND status = 'PUBLISHED' GROUP BY aggregate_id
+     ON CONFLICT (aggregate_id) DO UPDATE SET through_seq = MAX(through_seq, excluded.through_seq), events = events + excluded.events`,
+  );
+  // A row a concurrent replay set back to PENDING stays.
+  const remove = db.prepare<[number, number]>("DELETE FROM outbox WHERE id > ? AND id <= ? AND status = 'PUBLISHED'");
+  const deleteRange = db.transaction((after: number, through: number): number => {
+    record.run(after, through);
+    return remove.run(after, through).changes;
+  });
+
+  const started = performance.now();
+  const result: PruneResult = { deleted: 0, batches: 0, keptNotApplied: 0, maxBatchMs: 0, ms: 0, now, firstId: null, lastId: null, firstRows: [] };
+  for (let cursor = 0; ; ) {
+    const rows = readBatch.all(cursor, batchSize);
+    const old = takeWhile(rows, (row) => row.status === 'PUBLISHED' && row.created_at < cutoff);
+    const appliedCount = await appliedPrefixLength(redis, old);
+    const applied = takeWhile(old.slice(0, appliedCount), (row) => row.id <= throughId);
+    if (applied.length > 0) {
+      const through = applied[applied.length - 1].id;
+      const batchStarted = performance.now();
+      // In a dry run the rows counted are exactly those the DELETE would take: PUBLISHED, in (cursor, through].
+      result.deleted += options.dryRun ? applied.length : deleteRange.immediate(cursor, through);
+      result.maxBatchMs = Math.max(result.maxBatchMs, performance.now() - batchStarted);
+      result.batches += 1;
+      result.firstId ??= applied[0].id;
+      result.lastId = through;
+      result.firstRows.push(...applied.slice(0, SHOWN_ROWS - result.firstRows.length));
+      cursor = through;
+      options.onBatch?.(result.deleted);
+    }
+    if (appliedCount < old.length) result.keptNotApplied = countWaiting(db, old[appliedCount].id, cutoff);
+    if (applied.length < rows.length || rows.length === 0) break;
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  result.ms = performance.now() - started;
+  return result;
+}
+
+function takeWhile<T>(items: T[], keep: (item: T) => boolean): T[] {
+  const end = items.findIndex((item) => !keep(item));
+  return end === -1 ? items : items.slice(0, end);
+}
+
+/** How many of `rows`, from the first, the consumer has applied: processed, and applied seq >= seq. */
+async function appliedPrefixLength(redis: Redis, rows: Candidate[]): Promise<number> {
+  const processed: Promise<(string | null)[]>[] = [];
+  const appliedSeq: Promise<(string | null)[]>[] = [];
+  for (let i = 0; i < rows.length; i += LOOKUP_CHUNK) {
+    const chunk = rows.slice(i, i + LOOKUP_CHUNK);
+    processed.push(redis.hmget(keys.processed, ...chunk.map((row) => row.event_id)));
+    appliedSeq.push(redis.hmget(keys.appliedSeq, ...chunk.map((row) => String(row.aggregate_id))));
+  }
+  // All sent before any answer is awaited (the connection auto-pipelines): one round trip.
+  const [processedChunks, seqChunks] = await Promise.all([Promise.all(processed), Promise.all(appliedSeq)]);
+  const isProcessed = processedChunks.flat();
+  const seqOf = seqChunks.flat();
+  const firstNotApplied = rows.findIndex((row, i) => isProcessed[i] === null || !(Number(seqOf[i]) >= row.seq));
+  return firstNotApplied === -1 ? rows.length : firstNotApplied;
+}
+
+/** Old PUBLISHED rows from `fromId` up to the first row that stays anyway (PENDING or recent). */
+function countWaiting(db: Db, fromId: number, cutoff: number): number {
+  return db
+    .prepare<{ fromId: number; cutoff: number; end: number }, { n: number }>(
+      `SELECT COUNT(*) AS n FROM outbox WHERE id >= @fromId AND id < COALESCE(
+         (SELECT id FROM outbox WHERE id >= @fromId AND (status = 'PENDING' OR created_at >= @cutoff) ORDER BY id LIMIT 1), @end)`,
+    )
+    .get({ fromId, cutoff, end: Number.MAX_SAFE_INTEGER })!.n;
+}

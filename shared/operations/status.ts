@@ -1,0 +1,254 @@
+import { dirname } from 'node:path';
+import type { Redis } from 'ioredis';
+import { readHeartbeats, type ConsumerHeartbeat } from '../outbox/consumer/heartbeats.js';
+import { healthTargetsOf, probeHealth, type AppHealth } from '../runtime/health/app-health.js';
+import type { Db } from '../outbox/store/open-database.js';
+import { hasPublished, storeIdOf } from '../outbox/store/store-meta.js';
+import { parseMessage } from '../outbox/store/parse-message.js';
+import { readEnvelope } from '../outbox/redis/envelope.js';
+import { keys } from '../outbox/redis/keys.js';
+import { keyPrefixOfConnection } from '../outbox/redis/scan-keys.js';
+import { processingLists } from '../outbox/redis/processing-lists.js';
+import { evictionProblem, readRedisSettings, type RedisSettings } from '../outbox/redis/settings.js';
+
+export interface StoreStatus {
+  /** app.db's store id. */
+  id: string;
+  /** The Redis namespace ('' = none). */
+  namespace: string;
+  /** What Redis says of it: serves it, serves no store yet, lost its state, or serves another store. */
+  redis: 'serves' | 'unclaimed' | 'lost' | 'foreign';
+  /** The store Redis serves, when it serves one. */
+  servedStore: string | null;
+  /** Times the relay rebuilt Redis from SQLite, and the last time (ms since epoch), from app.db. */
+  rebuilds: number;
+  lastRebuildAt: number | null;
+  /** Events pruned before the last loss: their effects could not be rebuilt. */
+  unrecoverable: number;
+}
+
+export interface SystemStatus {
+  store: StoreStatus;
+  pending: number;
+  /** Age of the oldest PENDING row in ms, null when none. */
+  oldestPendingAgeMs: number | null;
+  queued: number;
+  /** Processing list name -> length, only the non-empty ones. */
+  processing: Record<string, number>;
+  enqueued: number;
+  processed: number;
+  parked: number;
+  deadLettered: number;
+  /** Events whose handler failed, waiting in a processing list for their next attempt. */
+  retrying: number;
+  /** Aggregates whose next event is dead-lettered: their later events wait behind it (parked). */
+  blocked: BlockedAggregate[];
+  consumerStats: Record<string, number>;
+  /** The relay app's last finished job, null when it never ran. */
+  relayLastRun: { ageMs: number; events: number; batches: number; durationMs: number } | null;
+  /** Each consumer app's last heartbeat (`outbox:consumers`), stale and stopped ones included. */
+  consumers: ConsumerHeartbeat[];
+  /** What each app's health endpoint answered (or that none did); empty when not asked. */
+  apps: AppHealth[];
+  /** Persistence and eviction: whether outbox's state survives a restart and memory pressure. */
+  redis: RedisSettings;
+  /** Settings under which Redis may lose outbox's state, one sentence each. */
+  warnings: string[];
+}
+
+export interface BlockedAggregate {
+  aggregateId: number;
+  /** The dead-lettered seq the aggregate waits for. */
+  deadSeq: number;
+  /** Its later events parked behind it, in seq order. */
+  waitingSeqs: number[];
+}
+
+/**
+ * The aggregates a dead letter blocks: its event belongs to the store Redis serves and is the
+ * aggregate's next one (seq > applied seq), so every later event of it is parked until the dead
+ * letter is retried and applied.
+ */
+async function blockedAggregates(redis: Redis, servedStore: string | undefined): Promise<BlockedAggregate[]> {
+  const [entries, parkedFields, appliedSeq] = await Promise.all([redis.lrange(keys.deadLetter, 0, -1), redis.hkeys(keys.parked), redis.hgetall(keys.appliedSeq)]);
+  const deadSeqOf = new Map<number, number>();
+  for (const entry of entries) {
+    try {
+      const event = parseMessage(readEnvelope(entry)?.message ?? '');
+      if (event.storeId !== servedStore || event.seq <= Number(appliedSeq[event.aggregateId] ?? 0)) continue;
+      deadSeqOf.set(event.aggregateId, Math.min(event.seq, deadSeqOf.get(event.aggregateId) ?? Infinity));
+    } catch {
+      // Not an event (the reason it was dead-lettered): it blocks nothing.
+    }
+  }
+  return [...deadSeqOf]
+    .map(([aggregateId, deadSeq]) => ({
+      aggregateId,
+      deadSeq,
+      waitingSeqs: parkedFields
+        .map((field) => field.split(':').map(Number))
+        .filter(([aggregate, seq]) => aggregate === aggregateId && seq > deadSeq)
+        .map(([, seq]) => seq)
+        .sort((a, b) => a - b),
+    }))
+    .sort((a, b) => a.aggregateId - b.aggregateId);
+}
+
+/** Why these settings may lose outbox's state; empty when they do not (or cannot be read). */
+function settingsWarnings(settings: RedisSettings): string[] {
+  const warnings: string[] = [];
+  if (!settings.aofEnabled && settings.save === '') {
+    warnings.push("Redis keeps nothing on disk: a restart loses the queue and the consumer's state");
+  }
+  if (settings.maxmemoryPolicy !== 'noeviction') warnings.push(`Redis ${evictionProblem(settings.maxmemoryPolicy)}`);
+  return warnings;
+}
+
+export interface StatusOptions {
+  /** Ask the apps' health endpoints (see `healthTargetsOf`, read from `env`), 500 ms each, in parallel. Default true. */
+  probeApps?: boolean;
+  env?: NodeJS.ProcessEnv;
+}
+
+/**
+ * Everything `outbox status` shows. Ages are measured at `now`, by default the time the reads are
+ * done: a time taken before them would make what was written meanwhile (a relay pass that ended, a
+ * row inserted) look younger than 0.
+ */
+export async function collectStatus(db: Db, redis: Redis, now?: number, options: StatusOptions = {}): Promise<SystemStatus> {
+  const consumers = await readHeartbeats(redis, now);
+  // Asked while Redis is read below; an app that is down or frozen costs at most the probe's timeout.
+  const expected = { dir: dirname(db.name), namespace: keyPrefixOfConnection(redis).slice(0, -1) };
+  const apps = options.probeApps === false ? Promise.resolve([]) : Promise.all(healthTargetsOf(consumers, options.env).map((target) => probeHealth(target, expected)));
+  const pending = db
+    .prepare<[], { n: number; oldest: number | null }>("SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM outbox WHERE status = 'PENDING'")
+    .get()!;
+  const processing: Record<string, number> = {};
+  for await (const list of processingLists(redis)) {
+    const length = await redis.llen(list);
+    if (length > 0) processing[list] = length;
+  }
+  const [meta, queued, enqueued, processed, parked, deadLettered, retrying, stats, lastRun, settings] = await Promise.all([
+    redis.hgetall(keys.meta),
+    redis.llen(keys.events),
+    redis.get(keys.enqueued),
+    redis.hlen(keys.processed),
+    redis.hlen(keys.parked),
+    redis.llen(keys.deadLetter),
+    redis.hlen(keys.attempts),
+    redis.hgetall(keys.stats),
+    redis.hgetall(keys.relayLastRun),
+    readRedisSettings(redis),
+  ]);
+  const readAt = now ?? Date.now();
+  const storeId = storeIdOf(db);
+  const metaOf = (key: string) => db.prepare('SELECT value FROM outbox_meta WHERE key = ?').pluck().get(key) as string | undefined;
+  const lastRebuildAt = metaOf('redis_rebuilt_at');
+  const store: StoreStatus = {
+    id: storeId,
+    namespace: keyPrefixOfConnection(redis).slice(0, -1),
+    redis: meta.store === undefined ? (hasPublished(db) ? 'lost' : 'unclaimed') : meta.store === storeId ? 'serves' : 'foreign',
+    servedStore: meta.store ?? null,
+    rebuilds: Number(metaOf('redis_rebuilds') ?? 0),
+    lastRebuildAt: lastRebuildAt === undefined ? null : Number(lastRebuildAt),
+    unrecoverable: Number(meta.unrecoverable ?? 0),
+  };
+  return {
+    store,
+    pending: pending.n,
+    oldestPendingAgeMs: pending.oldest === null ? null : Math.max(0, readAt - pending.oldest),
+    queued,
+    processing,
+    enqueued: Number(enqueued ?? 0),
+    processed,
+    parked,
+    deadLettered,
+    retrying,
+    blocked: deadLettered > 0 ? await blockedAggregates(redis, meta.store) : [],
+    consumerStats: Object.fromEntries(Object.entries(stats).map(([k, v]) => [k, Number(v)])),
+    relayLastRun: lastRun.at
+      ? { ageMs: Math.max(0, readAt - Number(lastRun.at)), events: Number(lastRun.events), batches: Number(lastRun.batches), durationMs: Number(lastRun.durationMs) }
+      : null,
+    consumers,
+    apps: await apps,
+    redis: settings,
+    warnings: settingsWarnings(settings),
+  };
+}
+
+/** An age for people; one below 0 (a clock read before the thing it measures was written) shows as 0 ms. */
+function age(ms: number | null): string {
+  if (ms === null) return '-';
+  ms = Math.max(0, ms);
+  return ms < 1000 ? `${ms} ms` : ms < 120_000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms / 60_000)} min`;
+}
+
+function formatStore(store: StoreStatus, now: number): string {
+  const namespace = store.namespace === '' ? '' : ` in namespace ${store.namespace}`;
+  const served = {
+    serves: 'Redis serves it',
+    unclaimed: 'Redis serves no store yet (the first relay pass claims it)',
+    lost: 'WARN Redis lost its state (no outbox:meta): the relay rebuilds it from SQLite on its next pass',
+    foreign: `WARN Redis serves another store, ${store.servedStore}: app.db was recreated, or this is another deployment's Redis`,
+  }[store.redis];
+  const rebuilt =
+    store.rebuilds > 0
+      ? `; rebuilt from SQLite ${store.rebuilds} time(s), last ${age(now - (store.lastRebuildAt ?? now))} ago` +
+        (store.unrecoverable > 0 ? `, WARN ${store.unrecoverable} pruned event(s) could not be rebuilt` : '')
+      : '';
+  return `${store.id}${namespace}: ${served}${rebuilt}`;
+}
+
+function persistence(r: RedisSettings): string {
+  const aof = r.aofEnabled ? `AOF on (appendfsync ${r.appendfsync ?? 'unknown'})` : 'AOF off';
+  const rdb = r.save === null ? 'RDB unknown' : r.save === '' ? 'RDB off' : `RDB save points ${r.save}`;
+  return `${aof}, ${rdb}, maxmemory-policy ${r.maxmemoryPolicy}`;
+}
+
+function formatApp(a: AppHealth): string {
+  const where = `${a.app} ${a.url.replace(/^http:\/\//, '')}`;
+  if (a.state === 'ok') {
+    const details = a.report?.checks ?? {};
+    const pass = details.passes?.lastPassAgeMs;
+    const lag = details.lag;
+    const extra = typeof pass === 'number' ? `, last relay pass ${age(pass)} ago` : lag ? `, lag ${age(lag.lagMs as number)}, queued ${String(lag.queued)}` : '';
+    return `${where}: ok (pid ${a.report?.pid}${extra})`;
+  }
+  if (a.state === 'unhealthy') return `${where}: WARN unhealthy (pid ${a.report?.pid}): ${a.reason}`;
+  if (a.state === 'elsewhere') return `${where}: WARN ${a.reason}`;
+  return `${where}: not running / no answer (${a.reason})`;
+}
+
+function formatHeartbeat(c: ConsumerHeartbeat, now: number): string {
+  if (c.state === 'unreadable') return `${c.consumerId}: WARN heartbeat entry is not readable`;
+  const beat = `heartbeat ${age(c.ageMs)} ago`;
+  const numbers = `applied ${c.applied ?? 0}, lag ${age(c.lagMs ?? null)}, queued ${c.queued ?? '-'}`;
+  if (c.state === 'stopped') return `${c.consumerId} pid ${c.pid}: stopped ${age(now - (c.stoppedAt ?? now))} ago (${numbers})`;
+  if (c.state === 'stale') return `${c.consumerId} pid ${c.pid}: WARN stale, ${beat} (stopped, frozen, killed, or cut off from Redis)`;
+  return `${c.consumerId} pid ${c.pid}: ${beat}, ${numbers}`;
+}
+
+function formatBlocked(b: BlockedAggregate): string {
+  const waiting = b.waitingSeqs.length === 0 ? 'none waiting yet' : `${b.waitingSeqs.length} waiting: seq ${b.waitingSeqs.join(', ')}`;
+  return `order ${b.aggregateId} (seq ${b.deadSeq} dead-lettered, ${waiting})`;
+}
+
+export function formatStatus(s: SystemStatus, now = Date.now()): string[] {
+  const lists = Object.entries(s.processing);
+  const stats = s.consumerStats;
+  return [
+    `store       ${formatStore(s.store, now)}`,
+    `outbox      pending ${s.pending}, oldest pending ${age(s.oldestPendingAgeMs)}`,
+    `relay       ${s.relayLastRun ? `last job ${age(s.relayLastRun.ageMs)} ago: ${s.relayLastRun.events} events in ${s.relayLastRun.batches} batches, ${s.relayLastRun.durationMs} ms` : 'no job has run yet'}`,
+    `queue       ${keys.events} ${s.queued}, enqueued in total ${s.enqueued}`,
+    `processing  ${lists.length === 0 ? 'none in flight' : lists.map(([key, n]) => `${key} ${n}`).join(', ')}`,
+    `consumer    processed ${s.processed}, duplicates skipped ${stats.duplicates ?? 0}, parked ${s.parked} now (${stats.parked ?? 0} ever), dead-lettered ${s.deadLettered}, waiting for a handler retry ${s.retrying}`,
+    ...(s.blocked.length > 0 ? [`blocked     ${s.blocked.map(formatBlocked).join(', ')}: "outbox dead-letter retry" once the handler is fixed`] : []),
+    ...s.apps.map((a, i) => `${i === 0 ? 'apps       ' : '           '} ${formatApp(a)}`),
+    ...(s.consumers.length === 0
+      ? ['heartbeats  none: no consumer app has run on this Redis']
+      : s.consumers.map((c, i) => `${i === 0 ? 'heartbeats ' : '           '} ${formatHeartbeat(c, now)}`)),
+    `redis       ${persistence(s.redis)}`,
+    ...s.warnings.map((warning) => `WARN        ${warning}`),
+  ];
+}

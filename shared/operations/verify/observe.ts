@@ -1,0 +1,298 @@
+import type { Redis } from 'ioredis';
+import type { Db } from '../../outbox/store/open-database.js';
+import { eventIdOf, inventoryDelta, type OutboxEvent, type OutboxRow } from '../../outbox/store/events.js';
+import { keys } from '../../outbox/redis/keys.js';
+import { processingLists } from '../../outbox/redis/processing-lists.js';
+import { readEnvelope } from '../../outbox/redis/envelope.js';
+import { readList } from '../../outbox/redis/read-list.js';
+
+const CHUNK = 1000;
+
+/** An outbox event as the checks need it. */
+export interface ObservedEvent {
+  id: number;
+  event_id: string;
+  aggregate_id: number;
+  seq: number;
+  status: string;
+}
+
+/** An event beyond the horizon (committed after the first snapshot): what it does to the inventory. */
+export interface NewerEvent {
+  id: number;
+  event_id: string;
+  aggregate_id: number;
+  seq: number;
+  sku: string | undefined;
+  delta: number;
+}
+
+/**
+ * One look at both stores, in the order that makes an event in flight look in flight (see
+ * `observe`). The checks in verify.ts compare what SQLite held up to `horizon` with the Redis state
+ * at one instant, `appliedCounter`, corrected for the newer events Redis had applied by then.
+ */
+export interface Observation {
+  /** The highest outbox id the checks cover: the newest row of the first snapshot. */
+  horizon: number;
+  // SQLite, one read transaction (S1).
+  incomplete: number[];
+  pruned: number;
+  orphans: string[];
+  /** PENDING rows up to the horizon; `pendingNewer`: beyond it. */
+  pending: number[];
+  pendingNewer: number;
+  /** Events up to the horizon, ordered by aggregate and seq. */
+  events: ObservedEvent[];
+  /** Orders with their last seq up to the horizon (their version minus newer events). */
+  orders: { id: number; lastSeq: number }[];
+  /** Live orders' quantities per SKU, without the newer events' effects. */
+  reservedBySku: Map<string, number>;
+  /** Events beyond the horizon: in S1, and committed after S1 up to the second SQLite read (S2). */
+  newer: NewerEvent[];
+  // Redis, one MULTI: the consumer's state at one instant.
+  meta: Record<string, string>;
+  /** The stats hash's `applied` counter at that instant: entries with applyOrder <= it were applied by then. */
+  appliedCounter: number;
+  processedCount: number;
+  applyCounts: Record<string, string>;
+  appliedSeqs: Record<string, string>;
+  inventory: Record<string, string>;
+  stats: Record<string, string>;
+  parked: Record<string, string>;
+  dead: number;
+  // Redis, read after S1 and before the MULTI.
+  flight: { ids: Set<string>; queued: number; processing: number };
+  // Redis, read after the MULTI: the processed entries of `events` and `newer`, in their order.
+  processed: (string | null)[];
+  processedNewer: (string | null)[];
+}
+
+/** Looks up `fields` in a hash in chunks; resolves the values in the same order. */
+async function hashValues(redis: Redis, key: string, fields: string[]): Promise<(string | null)[]> {
+  const chunks: Promise<(string | null)[]>[] = [];
+  for (let i = 0; i < fields.length; i += CHUNK) chunks.push(redis.hmget(key, ...fields.slice(i, i + CHUNK)));
+  return (await Promise.all(chunks)).flat();
+}
+
+/** Event ids on their way in a list: queued or in a processing list (parked ones are added later). */
+async function inFlight(redis: Redis): Promise<Observation['flight']> {
+  const ids = new Set<string>();
+  const add = (message: string) => {
+    const id = eventIdOf(message);
+    if (id) ids.add(id);
+  };
+  let queued = 0;
+  let processing = 0;
+  // The queue before the processing lists: a message moves from the one to the other.
+  for await (const message of readList(redis, keys.events)) {
+    queued += 1;
+    add(message);
+  }
+  for await (const list of processingLists(redis)) {
+    for await (const message of readList(redis, list)) {
+      processing += 1;
+      add(message);
+    }
+  }
+  return { ids, queued, processing };
+}
+
+/** The SKU an event touches and by how much; a payload that does not parse counts as no effect. */
+function newerEvent(row: OutboxRow): NewerEvent {
+  try {
+    const event = { type: row.event_type, payload: JSON.parse(row.payload) } as OutboxEvent;
+    return { id: row.id, event_id: row.event_id, aggregate_id: row.aggregate_id, seq: row.seq, sku: event.payload.sku, delta: inventoryDelta(event) ?? 0 };
+  } catch {
+    return { id: row.id, event_id: row.event_id, aggregate_id: row.aggregate_id, seq: row.seq, sku: undefined, delta: 0 };
+  }
+}
+
+const NEWER_ROWS = 'SELECT id, event_id, aggregate_id, seq, event_type, payload FROM outbox WHERE id > ? ORDER BY id';
+
+/** S1: everything the checks read from SQLite, in one read transaction (one consistent snapshot). */
+function readSqlite(db: Db, horizonOrNone: number | undefined) {
+  return db.transaction(() => {
+    const maxId = db.prepare<[], { m: number | null }>('SELECT MAX(id) AS m FROM outbox').get()!.m ?? 0;
+    const horizon = horizonOrNone ?? maxId;
+    // Events deleted by `outbox prune` count as present: they were published long ago.
+    const incomplete = db
+      .prepare<[], { id: number }>(
+        `SELECT o.id FROM orders o LEFT JOIN outbox_pruned p ON p.aggregate_id = o.id
+          WHERE (SELECT COUNT(*) FROM outbox e WHERE e.aggregate_id = o.id) + COALESCE(p.events, 0) <> o.version
+             OR (NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = o.id AND e.seq = o.version)
+                 AND COALESCE(p.through_seq, 0) < o.version)`,
+      )
+      .all()
+      .map((o) => o.id);
+    const pruned = db.prepare<[], { n: number }>('SELECT COALESCE(SUM(events), 0) AS n FROM outbox_pruned').get()!.n;
+    const orphans = db
+      .prepare<[], { event_id: string }>('SELECT event_id FROM outbox e WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = e.aggregate_id)')
+      .all()
+      .map((e) => e.event_id);
+    const pendingRows = db.prepare<[], { id: number }>("SELECT id FROM outbox WHERE status = 'PENDING' ORDER BY id").all().map((p) => p.id);
+    // Ordered by aggregate and seq, for the out-of-order check.
+    const all = db
+      .prepare<[], ObservedEvent>('SELECT id, event_id, aggregate_id, seq, status FROM outbox ORDER BY aggregate_id, seq')
+      .all();
+    const newer = db.prepare<[number], OutboxRow>(NEWER_ROWS).all(horizon).map(newerEvent);
+    const newerPerOrder = new Map<number, number>();
+    const newerPerSku = new Map<string, number>();
+    for (const e of newer) {
+      newerPerOrder.set(e.aggregate_id, (newerPerOrder.get(e.aggregate_id) ?? 0) + 1);
+      if (e.sku !== undefined) newerPerSku.set(e.sku, (newerPerSku.get(e.sku) ?? 0) + e.delta);
+    }
+    const orders = db
+      .prepare<[], { id: number; version: number }>('SELECT id, version FROM orders ORDER BY id')
+      .all()
+      .map((o) => ({ id: o.id, lastSeq: o.version - (newerPerOrder.get(o.id) ?? 0) }));
+    const reservedBySku = new Map(
+      db
+        .prepare<[], { sku: string; qty: number }>("SELECT sku, SUM(qty) AS qty FROM orders WHERE status = 'PLACED' GROUP BY sku")
+        .all()
+        .map((row) => [row.sku, row.qty - (newerPerSku.get(row.sku) ?? 0)]),
+    );
+    for (const [sku, delta] of newerPerSku) if (!reservedBySku.has(sku)) reservedBySku.set(sku, -delta);
+    return {
+      horizon,
+      maxId,
+      incomplete,
+      pruned,
+      orphans,
+      pending: pendingRows.filter((id) => id <= horizon),
+      pendingNewer: pendingRows.filter((id) => id > horizon).length,
+      events: all.filter((e) => e.id <= horizon),
+      orders: orders.filter((o) => o.lastSeq > 0 || !newerPerOrder.has(o.id)),
+      reservedBySku,
+      newer,
+    };
+  })();
+}
+
+/** Runs a MULTI and resolves its replies, throwing the first error. */
+async function execAll(multi: ReturnType<Redis['multi']>): Promise<unknown[]> {
+  return (await multi.exec())!.map(([error, value]) => {
+    if (error) throw error;
+    return value;
+  });
+}
+
+/** The consumer's state at one instant: every hash the checks compare, in one MULTI. */
+async function readConsumerState(redis: Redis) {
+  const values = await execAll(
+    redis
+      .multi()
+      .hgetall(keys.meta)
+      .hlen(keys.processed)
+      .hgetall(keys.applyCount)
+      .hgetall(keys.appliedSeq)
+      .hgetall(keys.inventory)
+      .hgetall(keys.stats)
+      .hgetall(keys.parked)
+      .llen(keys.deadLetter),
+  );
+  const [meta, processedCount, applyCounts, appliedSeqs, inventory, stats, parked, dead] = values as [
+    Record<string, string>,
+    number,
+    Record<string, string>,
+    Record<string, string>,
+    Record<string, string>,
+    Record<string, string>,
+    Record<string, string>,
+    number,
+  ];
+  const counter = Number(stats.applied ?? 0);
+  return { meta, processedCount, applyCounts, appliedSeqs, inventory, stats, parked, dead, appliedCounter: Number.isFinite(counter) ? counter : Infinity };
+}
+
+/**
+ * Looks at both stores, checking what SQLite held up to `horizon` (default: its newest row now).
+ *
+ * The order of the reads is what makes an event in flight look in flight and never lost, or an
+ * effect that arrived early look like a bug:
+ * 1. SQLite first (S1, one read transaction). An event moves forward only: PENDING, pushed, marked
+ *    PUBLISHED, in a processing list, applied. The relay marks a row PUBLISHED only after Redis
+ *    acknowledged its push, so a row PUBLISHED in S1 is, at any later instant, queued, in a
+ *    processing list, parked or applied, unless it was really lost. Read the other way round (Redis,
+ *    then SQLite), a row pushed and marked between the two reads would be in no list we saw and
+ *    PUBLISHED: it would look lost.
+ * 2. The lists, queue before processing lists (the way messages move), then the parked hash. These
+ *    reads are not atomic (a long queue is read in chunks while the consumer takes from its head), so
+ *    an event can slip past them; it is then not applied either, counts as in flight, and is checked
+ *    again: a lost event is named only after it stayed unapplied through the settle window and one
+ *    atomic look (`whereIs`) finds it nowhere.
+ * 3. The consumer's state in one MULTI: applied seqs, inventory, processed count and the `applied`
+ *    counter N, all at one instant.
+ * 4. SQLite again (S2), for the rows committed since S1: every event Redis had applied by N was
+ *    committed before N, so S1 + S2 hold all of them and an early effect is never unexplained.
+ * 5. The processed entries of every event, after the MULTI: an entry with applyOrder <= N was
+ *    applied by the instant of step 3 (the apply script writes the entry and the counter in one
+ *    step; entries are never removed), so the inventory, the applied seqs and the processed count
+ *    are compared with exactly the events applied by then.
+ */
+export async function observe(db: Db, redis: Redis, horizon?: number): Promise<Observation> {
+  const s1 = readSqlite(db, horizon);
+  const flight = await inFlight(redis);
+  const state = await readConsumerState(redis);
+  for (const envelope of Object.values(state.parked)) {
+    const message = readEnvelope(envelope)?.message;
+    const id = message === undefined ? undefined : eventIdOf(message);
+    if (id) flight.ids.add(id);
+  }
+  const later = db.prepare<[number], OutboxRow>(NEWER_ROWS).all(s1.maxId).map(newerEvent);
+  const newer = [...s1.newer, ...later];
+  const [processed, processedNewer] = await Promise.all([
+    hashValues(redis, keys.processed, s1.events.map((e) => e.event_id)),
+    hashValues(redis, keys.processed, newer.map((e) => e.event_id)),
+  ]);
+  return { ...s1, newer, ...state, flight, processed, processedNewer };
+}
+
+/** The applyOrder of a processed entry (0 when it has none); null for no entry. */
+export function applyOrderOf(value: string | null): number | null {
+  if (value === null) return null;
+  try {
+    const order = (JSON.parse(value) as { applyOrder?: unknown }).applyOrder;
+    return typeof order === 'number' ? order : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/** Of these events, the ones not applied yet and the rows still PENDING: what a settle waits for. */
+export async function stillInFlight(db: Db, redis: Redis, eventIds: string[]): Promise<string[]> {
+  if (eventIds.length === 0) return [];
+  const values = await hashValues(redis, keys.processed, eventIds);
+  const pending = new Set(
+    db
+      .prepare<[string], { event_id: string }>("SELECT event_id FROM outbox WHERE status = 'PENDING' AND event_id IN (SELECT value FROM json_each(?))")
+      .all(JSON.stringify(eventIds))
+      .map((r) => r.event_id),
+  );
+  return eventIds.filter((id, i) => values[i] === null || pending.has(id));
+}
+
+/**
+ * Where each event is, in one atomic look (MULTI): applied, queued, in a processing list or parked.
+ * Resolves the ids found nowhere. `messages` are the events' messages exactly as the relay pushes them.
+ */
+export async function whereIs(redis: Redis, events: { event_id: string; aggregate_id: number; seq: number; message: string }[]): Promise<string[]> {
+  const lists: string[] = [keys.events];
+  for await (const list of processingLists(redis)) lists.push(list);
+  const nowhere: string[] = [];
+  for (let i = 0; i < events.length; i += 50) {
+    const chunk = events.slice(i, i + 50);
+    const multi = redis.multi();
+    for (const e of chunk) {
+      multi.hexists(keys.processed, e.event_id).hexists(keys.parked, `${e.aggregate_id}:${e.seq}`);
+      for (const list of lists) multi.lpos(list, e.message);
+    }
+    const replies = await execAll(multi);
+    const per = 2 + lists.length;
+    chunk.forEach((e, j) => {
+      const [applied, parked, ...positions] = replies.slice(j * per, (j + 1) * per);
+      if (applied === 0 && parked === 0 && positions.every((p) => p === null)) nowhere.push(e.event_id);
+    });
+  }
+  return nowhere;
+}

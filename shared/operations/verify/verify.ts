@@ -1,0 +1,316 @@
+import type { Redis } from 'ioredis';
+import type { Db } from '../../outbox/store/open-database.js';
+import { eventIdOf, toMessage, type OutboxRow } from '../../outbox/store/events.js';
+import { keys } from '../../outbox/redis/keys.js';
+import { readEnvelope } from '../../outbox/redis/envelope.js';
+import { hasPublished, storeIdOf } from '../../outbox/store/store-meta.js';
+import { sleep } from '../../outbox/sleep.js';
+import { formatDuration } from '../../outbox/duration.js';
+import { applyOrderOf, observe, stillInFlight, whereIs, type Observation } from './observe.js';
+
+export interface InvariantCheck {
+  name: string;
+  expected: string;
+  actual: string;
+  /** 'info' rows are shown but never fail the run. */
+  status: 'ok' | 'FAIL' | 'info';
+  /** A few offending ids, for the reader to look at. */
+  examples?: string[];
+}
+
+const EXAMPLES = 5;
+
+function check(name: string, expected: number, actual: number, examples: string[] = []): InvariantCheck {
+  return {
+    name,
+    expected: String(expected),
+    actual: String(actual),
+    status: expected === actual ? 'ok' : 'FAIL',
+    examples: expected === actual ? undefined : examples.slice(0, EXAMPLES),
+  };
+}
+
+const INTEGER = /^-?\d+$/;
+
+/** Fields where a count belongs but Redis holds something else, and parked entries that are not JSON: what the apply script refuses to build on. */
+function corruptEntries(counts: Record<string, Record<string, string>>, parked: Record<string, string>): string[] {
+  const found: string[] = [];
+  for (const [key, hash] of Object.entries(counts)) {
+    for (const [field, value] of Object.entries(hash)) {
+      if (!INTEGER.test(value)) found.push(`${key} ${field} = ${JSON.stringify(value.slice(0, 40))}`);
+    }
+  }
+  for (const [field, value] of Object.entries(parked)) {
+    if (readEnvelope(value) === undefined) found.push(`${keys.parked} ${field} is not a parked entry`);
+  }
+  return found;
+}
+
+/** Aggregates whose events were applied in another order than their seq (by the recorded applyOrder). */
+function outOfOrder(events: { aggregate_id: number; seq: number }[], processed: (string | null)[]): string[] {
+  const last = new Map<number, number>();
+  const broken = new Set<number>();
+  events.forEach((event, i) => {
+    const order = applyOrderOf(processed[i]);
+    if (order === null) return;
+    if (order <= (last.get(event.aggregate_id) ?? 0)) broken.add(event.aggregate_id);
+    last.set(event.aggregate_id, order);
+  });
+  return [...broken].map((id) => `aggregate ${id}`);
+}
+
+/** Which events prune deleted, per aggregate: what a Redis that lost its state cannot get back. */
+function prunedAggregates(db: Db): string[] {
+  return db
+    .prepare<[], { aggregate_id: number; through_seq: number }>(`SELECT aggregate_id, through_seq FROM outbox_pruned ORDER BY aggregate_id LIMIT ${EXAMPLES}`)
+    .all()
+    .map((p) => `order ${p.aggregate_id} seq 1-${p.through_seq}`);
+}
+
+export interface VerifyOptions {
+  /**
+   * How long to wait for what was in flight at the snapshot (PENDING rows, events not applied yet)
+   * before judging, in ms. 0 (the default here; the CLI's is 5 s): judge the snapshot as it is.
+   */
+  settleMs?: number;
+  /** Called once the snapshot is taken, when it holds events in flight and verify is about to wait for them. */
+  onSettling?: (inFlight: number, windowMs: number) => void;
+}
+
+export interface SettleFigures {
+  windowMs: number;
+  /** Events of the snapshot that were PENDING or not applied yet. */
+  inFlight: number;
+  /** Of those, applied (and marked PUBLISHED) within the window. */
+  cleared: number;
+  /** How long verify waited for them. */
+  waitedMs: number;
+  /** Events committed after the snapshot, not applied yet when verify looked last: not judged. */
+  newerInFlight: number;
+}
+
+export interface Ledger {
+  checks: InvariantCheck[];
+  /** Outbox events that were never applied and are nowhere in Redis: what `--repair` republishes. */
+  lost: string[];
+  settle: SettleFigures;
+  figures: {
+    orders: number;
+    outbox: number;
+    /** Events deleted by `outbox prune`. */
+    pruned: number;
+    processedUnique: number;
+    lost: number;
+    outOfOrder: number;
+    /** Events whose effect was applied more than once (per-event apply counts). */
+    appliedTwice: number;
+    inventoryMismatches: number;
+    parked: number;
+    deadLettered: number;
+    inFlight: number;
+    /** Redis serves no store although this one published: it lost its state and was not rebuilt yet. */
+    redisStateLost: boolean;
+    /** Events pruned from SQLite before Redis lost its state: their effects cannot be rebuilt. */
+    unrecoverable: number;
+  };
+}
+
+/** Events of the snapshot still on their way: PENDING, or not applied by the observation's instant. */
+function inFlightOf(o: Observation): string[] {
+  return o.events.filter((e, i) => e.status === 'PENDING' || !appliedBy(o.processed[i], o.appliedCounter)).map((e) => e.event_id);
+}
+
+function appliedBy(value: string | null, counter: number): boolean {
+  const order = applyOrderOf(value);
+  return order !== null && order <= counter;
+}
+
+const POLL_MS = 100;
+
+/**
+ * Reconciles SQLite (the source of truth) with what the consumer applied in Redis, at any time.
+ *
+ * It takes a snapshot (see `observe` for the order of the reads). Events committed after it are not
+ * judged, but the effects Redis applied from them are accounted for, so traffic never shows as a
+ * mismatch. What the snapshot held must be applied: an event PENDING or not applied yet is in
+ * flight, and with `settleMs` verify waits (polling only those events) until every one was applied
+ * or the window ended, then looks again with the same horizon and judges that look. A lost event
+ * (never applied, in no list) does not become applied, so it fails after the window, named.
+ */
+export async function verifyStores(db: Db, redis: Redis, options: VerifyOptions = {}): Promise<Ledger> {
+  const windowMs = options.settleMs ?? 0;
+  const started = performance.now();
+  const deadline = started + windowMs;
+  let o = await observe(db, redis);
+  const atSnapshot = inFlightOf(o);
+  let waiting = atSnapshot;
+  let fresh = true;
+  let lostCheckAt = started;
+  if (waiting.length > 0 && windowMs > 0) options.onSettling?.(waiting.length, windowMs);
+  while (waiting.length > 0 && performance.now() < deadline) {
+    // Waiting is of no use once every event still waited for is lost (PUBLISHED, nowhere in Redis
+    // at one instant): nothing brings it back but a replay or repair, which set it PENDING first.
+    if (performance.now() >= lostCheckAt) {
+      if ((await lostNow(db, redis, waiting)).length === waiting.length) break;
+      lostCheckAt = performance.now() + LOST_CHECK_MS;
+    }
+    await sleep(Math.min(POLL_MS, deadline - performance.now()));
+    waiting = await stillInFlight(db, redis, waiting);
+    fresh = false;
+    if (waiting.length === 0 || performance.now() >= deadline) {
+      o = await observe(db, redis, o.horizon);
+      waiting = inFlightOf(o);
+      fresh = true;
+    }
+  }
+  if (!fresh) {
+    o = await observe(db, redis, o.horizon);
+    waiting = inFlightOf(o);
+  }
+  const waitedMs = atSnapshot.length > 0 ? performance.now() - started : 0;
+  const stillWaiting = new Set(waiting);
+  const settle: SettleFigures = {
+    windowMs,
+    inFlight: atSnapshot.length,
+    cleared: atSnapshot.filter((id) => !stillWaiting.has(id)).length,
+    waitedMs,
+    newerInFlight: o.pendingNewer + o.processedNewer.filter((v) => v === null).length,
+  };
+  return judge(db, redis, o, settle);
+}
+
+/** How often a settle checks whether what it waits for is lost rather than in flight. */
+const LOST_CHECK_MS = 1000;
+/** Above this many candidates the atomic look (LPOS per list and event) is skipped: they count as not confirmed. */
+const MAX_LOST_LOOKUP = 500;
+
+/**
+ * Of `eventIds`, those PUBLISHED, not applied and in no list nor parked, in one atomic look: lost,
+ * not in flight (the list reads of a snapshot can miss a message that moves meanwhile; this cannot).
+ */
+async function lostNow(db: Db, redis: Redis, eventIds: string[]): Promise<string[]> {
+  if (eventIds.length === 0 || eventIds.length > MAX_LOST_LOOKUP) return [];
+  const rows = db
+    .prepare<[string], OutboxRow>("SELECT id, event_id, aggregate_id, seq, event_type, payload FROM outbox WHERE status = 'PUBLISHED' AND event_id IN (SELECT value FROM json_each(?))")
+    .all(JSON.stringify(eventIds));
+  if (rows.length === 0) return [];
+  const storeId = storeIdOf(db);
+  return whereIs(redis, rows.map((row) => ({ ...row, message: toMessage(row, storeId) })));
+}
+
+async function judge(db: Db, redis: Redis, o: Observation, settle: SettleFigures): Promise<Ledger> {
+  const N = o.appliedCounter;
+  const eventIds = o.events.map((e) => e.event_id);
+  const newerApplied = o.newer.filter((_, i) => appliedBy(o.processedNewer[i], N));
+  const newerIds = new Set(o.newer.map((e) => e.event_id));
+  const parkedOfSnapshot = Object.values(o.parked).filter((envelope) => {
+    const message = readEnvelope(envelope)?.message;
+    const id = message === undefined ? undefined : eventIdOf(message);
+    return id === undefined || !newerIds.has(id);
+  }).length;
+  const corrupt = corruptEntries(
+    { [keys.appliedSeq]: o.appliedSeqs, [keys.inventory]: o.inventory, [keys.stats]: o.stats, [keys.applyCount]: o.applyCounts },
+    o.parked,
+  );
+
+  // Lost: PUBLISHED, not applied and in no list we read; confirmed by one atomic look, since the
+  // list reads can miss a message that moves meanwhile.
+  let lost = o.events.filter((e, i) => e.status === 'PUBLISHED' && o.processed[i] === null && !o.flight.ids.has(e.event_id));
+  if (lost.length > 0 && lost.length <= MAX_LOST_LOOKUP) {
+    const nowhere = new Set(await lostNow(db, redis, lost.map((e) => e.event_id)));
+    lost = lost.filter((e) => nowhere.has(e.event_id));
+  }
+  const lostIds = lost.map((e) => e.event_id);
+  // The per-event evidence, kept in the same step as the effect: more than 1 is a double effect.
+  const appliedTwice = eventIds.flatMap((id) => (Number(o.applyCounts[id] ?? 0) > 1 ? [`${id} (${o.applyCounts[id]} times)`] : []));
+  const redisStateLost = o.meta.store === undefined && hasPublished(db);
+  const unrecoverable = Number(o.meta.unrecoverable ?? 0);
+  const disordered = outOfOrder(o.events, o.processed);
+
+  // At the MULTI's instant: the snapshot's last seqs, raised by the newer events applied by then.
+  const newerSeq = new Map<number, number>();
+  for (const e of newerApplied) newerSeq.set(e.aggregate_id, Math.max(newerSeq.get(e.aggregate_id) ?? 0, e.seq));
+  const seqMismatch = o.orders
+    .filter((order) => Number(o.appliedSeqs[String(order.id)] ?? 0) !== Math.max(order.lastSeq, newerSeq.get(order.id) ?? 0))
+    .map((order) => `order ${order.id}`);
+  // The same for the inventory: the snapshot's live orders plus the newer effects applied by then.
+  const expectedBySku = new Map(o.reservedBySku);
+  for (const e of newerApplied) if (e.sku !== undefined) expectedBySku.set(e.sku, (expectedBySku.get(e.sku) ?? 0) + e.delta);
+  const skus = new Set([...expectedBySku.keys(), ...Object.keys(o.inventory)]);
+  const inventoryMismatch = [...skus]
+    .filter((sku) => Number(o.inventory[sku] ?? 0) !== (expectedBySku.get(sku) ?? 0))
+    .map((sku) => `${sku}: reserved ${o.inventory[sku] ?? 0}, orders say ${expectedBySku.get(sku) ?? 0}`);
+  // Processed entries at that instant, less the newer events': the snapshot's events and the pruned ones.
+  const processedUnique = o.processedCount - newerApplied.length;
+
+  const checks: InvariantCheck[] = [
+    {
+      name: 'Redis serves this store',
+      expected: 'yes',
+      actual: redisStateLost ? 'no: Redis lost its state' : o.meta.store === undefined ? 'not yet (nothing published)' : 'yes',
+      status: redisStateLost ? 'FAIL' : 'ok',
+      examples: redisStateLost ? ['the relay rebuilds it from SQLite on its next pass; by hand: outbox verify --repair'] : undefined,
+    },
+    check('pruned events Redis lost (effects cannot be rebuilt)', 0, unrecoverable, unrecoverable > 0 ? prunedAggregates(db) : []),
+    check('orders with missing events', 0, o.incomplete.length, o.incomplete.map((id) => `order ${id}`)),
+    check('events without an order', 0, o.orphans.length, o.orphans),
+    check('PENDING outbox rows', 0, o.pending.length, o.pending.map((id) => `row ${id}`)),
+    check(o.pruned > 0 ? 'processed_unique = outbox rows + pruned' : 'processed_unique = outbox rows', eventIds.length + o.pruned, processedUnique),
+    check('events lost (never applied, not in Redis)', 0, lostIds.length, lostIds),
+    check('events applied more than once', 0, appliedTwice.length, appliedTwice),
+    check('aggregates applied out of seq order', 0, disordered.length, disordered),
+    check('aggregates whose applied seq != last seq', 0, seqMismatch.length, seqMismatch),
+    check('SKUs whose reserved qty != live orders', 0, inventoryMismatch.length, inventoryMismatch),
+    check('parked events (waiting for a gap)', 0, parkedOfSnapshot),
+    check('corrupt entries in Redis (not a number / not JSON)', 0, corrupt.length, corrupt),
+    { name: 'dead-lettered entries', expected: '-', actual: String(o.dead), status: 'info' },
+    { name: 'still queued / in processing lists', expected: '-', actual: `${o.flight.queued} / ${o.flight.processing}`, status: 'info' },
+  ];
+  if (settle.inFlight > 0) {
+    checks.push({
+      name: `in flight at the snapshot / applied within ${formatDuration(settle.windowMs)}`,
+      expected: '-',
+      actual: `${settle.inFlight} / ${settle.cleared}`,
+      status: 'info',
+    });
+  }
+  if (settle.newerInFlight > 0) {
+    checks.push({ name: 'newer events in flight (after the snapshot, not judged)', expected: '-', actual: String(settle.newerInFlight), status: 'info' });
+  }
+  return {
+    checks,
+    lost: lostIds,
+    settle,
+    figures: {
+      orders: o.orders.length,
+      outbox: eventIds.length,
+      pruned: o.pruned,
+      processedUnique,
+      lost: lostIds.length,
+      outOfOrder: disordered.length,
+      appliedTwice: appliedTwice.length,
+      inventoryMismatches: inventoryMismatch.length,
+      parked: parkedOfSnapshot,
+      deadLettered: o.dead,
+      inFlight: o.flight.queued + o.flight.processing,
+      redisStateLost,
+      unrecoverable,
+    },
+  };
+}
+
+export function formatChecks(checks: InvariantCheck[]): string[] {
+  const nameWidth = Math.max(5, ...checks.map((c) => c.name.length));
+  const expectedWidth = Math.max(8, ...checks.map((c) => c.expected.length));
+  const actualWidth = Math.max(6, ...checks.map((c) => c.actual.length));
+  const row = (name: string, expected: string, actual: string, status: string) =>
+    `${name.padEnd(nameWidth)}  ${expected.padStart(expectedWidth)}  ${actual.padStart(actualWidth)}  ${status}`;
+  const lines = [row('check', 'expected', 'actual', 'result')];
+  for (const c of checks) {
+    lines.push(row(c.name, c.expected, c.actual, c.status));
+    if (c.examples?.length) lines.push(`${' '.repeat(2)}e.g. ${c.examples.join(', ')}`);
+  }
+  const failed = checks.filter((c) => c.status === 'FAIL').length;
+  lines.push(failed === 0 ? 'VERIFY OK' : `VERIFY FAILED: ${failed} invariant${failed === 1 ? '' : 's'} broken`);
+  return lines;
+}

@@ -1,0 +1,335 @@
+import type { Redis } from 'ioredis';
+import { crashPoint } from '../crash-point.js';
+import type { OutboxEvent } from '../store/events.js';
+import { MalformedMessageError, parseMessage } from '../store/parse-message.js';
+import { keys } from '../redis/keys.js';
+import { applyEvents, deadLetter, defineScripts, handlerFailed, take as takeMessages, type ApplyOutcome, type EventToApply } from '../redis/scripts.js';
+import { sleep } from '../sleep.js';
+import { decodeEntry } from './decode-entry.js';
+import { startHeartbeat } from './heartbeats.js';
+import { computeEffects, type Effect, type HandlerResult } from '../../lab/orders/effect.js';
+import { backoffMs, createRetryQueue } from './retries.js';
+
+export interface ConsumerOptions {
+  /**
+   * Names this consumer's processing list. A consumer started again with the same id handles what
+   * its predecessor left there. Default 'cli'.
+   */
+  consumerId?: string;
+  /** Messages taken (LMOVE each, in one script) per round. Default 1000. */
+  batchSize?: number;
+  /** TTL of the per-event dedupe marker, in seconds; 0 keeps it forever. Default 7 days. */
+  dedupeTtlSeconds?: number;
+  /**
+   * Computes the effects of a task of events, in order (e.g. on a worker pool), given the number of
+   * this attempt at each (1 = first). A result `{error}` fails that event's attempt; a rejection
+   * (a worker thread lost, a timeout) fails every event of the task. Default: `computeEffects` in
+   * this thread.
+   */
+  handler?: (events: OutboxEvent[], attempts: number[]) => HandlerResult[] | Promise<HandlerResult[]>;
+  /**
+   * Attempts the handler gets at an event: a failed attempt leaves the event in the processing list
+   * and tries it again after a backoff; the last one dead-letters it. Default 5.
+   */
+  maxAttempts?: number;
+  /**
+   * Told of bad state the apply script met in Redis (a non-number where a count belongs, a corrupt
+   * parked entry, an event applied twice); the messages concerned are left or kept, never lost.
+   */
+  onProblem?: (problem: string) => void;
+  /**
+   * Lanes a round is split into, by aggregate: lanes run in parallel, the events of one aggregate
+   * always in the same lane, in order. Default 1.
+   */
+  lanes?: number;
+}
+
+/** 'retry': the handler failed, the event waits in the processing list for its next attempt. */
+export type Outcome = ApplyOutcome | 'dead' | 'retry';
+
+export interface ConsumeStats {
+  /** Messages handled, recovered ones included. */
+  received: number;
+  /** Of those, found in the processing list at start. */
+  recovered: number;
+  applied: number;
+  duplicates: number;
+  parked: number;
+  dead: number;
+  /** Already acked by an earlier call (a re-sent script): nothing done. */
+  stale: number;
+  /** Refused because Redis holds a non-number where a count belongs: left in the processing list. */
+  invalid: number;
+  /** Failed handler attempts followed by another attempt (the last failed one dead-letters: `dead`). */
+  retried: number;
+}
+
+const STAT_OF: Record<Outcome, keyof ConsumeStats> = {
+  applied: 'applied',
+  duplicate: 'duplicates',
+  parked: 'parked',
+  dead: 'dead',
+  stale: 'stale',
+  invalid: 'invalid',
+  foreign: 'dead',
+  retry: 'retried',
+};
+
+export const DEFAULT_DEDUPE_TTL_SECONDS = 7 * 24 * 3600;
+export const DEFAULT_MAX_ATTEMPTS = 5;
+
+/** One message of a round and what became of it. */
+export interface Handled {
+  raw: string | Buffer;
+  event?: OutboxEvent;
+  /** The number of this attempt at the event (1 = first); after a failed one, the failed attempts counted. */
+  attempt?: number;
+  /** Why it was dead-lettered, or the handler's error when it waits for a retry. */
+  reason?: string;
+  /** When it waits for a retry: in how many ms. */
+  retryInMs?: number;
+  outcome?: Outcome;
+}
+
+/** Events per apply-events script call: large enough to amortize the round trip, small enough not to stall Redis. */
+const APPLY_CHUNK = 200;
+
+export function emptyStats(): ConsumeStats {
+  return { received: 0, recovered: 0, applied: 0, duplicates: 0, parked: 0, dead: 0, stale: 0, invalid: 0, retried: 0 };
+}
+
+/**
+ * The idempotent consumer. Every message is first moved to this consumer's own processing list and
+ * removed from it only by the same atomic script that applies it, so a crash at any instant leaves
+ * it either applied or still in the processing list, never both and never neither.
+ *
+ * Poison versus failure: a message that cannot be read is dead-lettered at once; an event whose
+ * handler failed (threw, timed out, lost its worker thread) stays in the processing list and is
+ * tried again after a backoff, its failed attempts counted in `outbox:attempts`, and is
+ * dead-lettered only after `maxAttempts`. Meanwhile the seq guard parks the aggregate's later
+ * events, and applying it re-queues them in order.
+ */
+export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
+  const consumerId = options.consumerId ?? 'cli';
+  const batchSize = options.batchSize ?? 1000;
+  const dedupeTtlSeconds = options.dedupeTtlSeconds ?? DEFAULT_DEDUPE_TTL_SECONDS;
+  const handler = options.handler ?? ((events: OutboxEvent[]) => computeEffects(events));
+  const lanes = Math.max(1, options.lanes ?? 1);
+  const maxAttempts = options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
+  const processingList = keys.processing(consumerId);
+  const waiting = createRetryQueue();
+
+  /** Dead-letters a message that sits in the processing list. */
+  async function reject(raw: string | Buffer, reason: string): Promise<Outcome> {
+    return (await deadLetter(redis, processingList, raw, reason)) ? 'dead' : 'stale';
+  }
+
+  /** Counts a failed attempt at a message in the processing list; dead-letters it at the last. */
+  async function fail(p: Handled, error: string): Promise<Outcome> {
+    const { status, attempts } = await handlerFailed(redis, processingList, p.raw as string, p.event!.eventId, maxAttempts, error);
+    p.attempt = attempts;
+    if (status === 'dead') p.reason = `handler failed ${attempts} times: ${error}`;
+    return status;
+  }
+
+  function toApply(raw: string, event: OutboxEvent, effect: Effect): EventToApply {
+    const { eventId, storeId, aggregateId, seq } = event;
+    return { raw, eventId, storeId, aggregateId, seq, sku: effect.sku, delta: effect.delta, result: effect.result };
+  }
+
+  /**
+   * Runs the handler over `items` (all with an event); resolves one result per item, in order.
+   * First attempts run in lanes by aggregate; an event being retried runs in a task of its own, so
+   * that an event which keeps killing its thread does not take the attempts of others with it.
+   */
+  async function runHandlers(items: Handled[]): Promise<HandlerResult[]> {
+    const tasks = Array.from({ length: lanes }, () => [] as Handled[]);
+    for (const item of items) {
+      if (item.attempt! > 1) tasks.push([item]);
+      else tasks[item.event!.aggregateId % lanes].push(item);
+    }
+    const resultOf = new Map<Handled, HandlerResult>();
+    await Promise.all(
+      tasks.map(async (task) => {
+        if (task.length === 0) return;
+        let results: HandlerResult[];
+        try {
+          results = await handler(
+            task.map((item) => item.event!),
+            task.map((item) => item.attempt!),
+          );
+        } catch (error) {
+          // The whole task is lost (its thread died, it timed out): every event of it failed this attempt.
+          results = task.map(() => ({ error: (error as Error).message }));
+        }
+        task.forEach((item, i) => resultOf.set(item, results[i] ?? { error: 'the handler gave no result for this event' }));
+      }),
+    );
+    return items.map((item) => resultOf.get(item)!);
+  }
+
+  /** Sets `attempt` on messages read back from the processing list: failed attempts counted in Redis, plus one. */
+  async function loadAttempts(items: Handled[]): Promise<void> {
+    const withEvent = items.filter((p) => p.event);
+    if (withEvent.length === 0) return;
+    const counts = await redis.hmget(keys.attempts, ...withEvent.map((p) => p.event!.eventId));
+    withEvent.forEach((p, i) => (p.attempt = Number(counts[i] ?? 0) + 1));
+  }
+
+  /**
+   * Prepares a round of messages and sends, in list order, what it needs: bad ones are
+   * dead-lettered one by one, good ones are applied by `applyEvents` in chunks that keep list order
+   * (so an aggregate's effects are applied in order). Handlers run in lanes: one after another
+   * within an aggregate, in parallel across lanes. Resolves once everything is sent, with
+   * `answered` (wrapped, or await would flatten it): each message's outcome, once Redis answered.
+   */
+  async function sendRound(entries: Buffer[], stats: ConsumeStats, { recovered = false } = {}): Promise<{ answered: Promise<Handled[]> }> {
+    const parsed: Handled[] = [];
+    for (const entry of entries) {
+      const raw = decodeEntry(entry);
+      if (raw === null) {
+        parsed.push({ raw: entry, reason: 'not UTF-8 text' });
+        continue;
+      }
+      try {
+        parsed.push({ raw, event: parseMessage(raw), attempt: 1 });
+      } catch (error) {
+        if (!(error instanceof MalformedMessageError)) throw error;
+        parsed.push({ raw, reason: error.message });
+      }
+    }
+    if (recovered) await loadAttempts(parsed);
+    // Events waiting for a retry go first: they were taken before anything in this round.
+    const retries: Handled[] = waiting.takeDue(Date.now()).map((w) => ({ raw: w.raw, event: w.event, attempt: w.attempts + 1 }));
+    const items = [...retries, ...parsed];
+    const valid = items.filter((p) => p.event);
+    const results = await runHandlers(valid);
+    const resultOf = new Map(valid.map((p, i) => [p, results[i]]));
+    // Everything below is sent synchronously, so rounds cannot interleave.
+    const rejected: Handled[] = [];
+    const failed: { item: Handled; error: string }[] = [];
+    const applied: Handled[] = [];
+    const batch: EventToApply[] = [];
+    for (const p of items) {
+      const result = resultOf.get(p);
+      if (!result) rejected.push(p);
+      else if ('error' in result) failed.push({ item: p, error: result.error });
+      else {
+        applied.push(p);
+        batch.push(toApply(p.raw as string, p.event!, result));
+      }
+    }
+    const sent: Promise<Outcome[]>[] = [
+      ...rejected.map((p) => reject(p.raw, p.reason!).then((outcome) => [outcome])),
+      ...failed.map(({ item, error }) => fail(item, error).then((outcome) => [outcome])),
+    ];
+    for (let i = 0; i < batch.length; i += APPLY_CHUNK) {
+      sent.push(
+        applyEvents(redis, processingList, batch.slice(i, i + APPLY_CHUNK), dedupeTtlSeconds).then(({ outcomes, problems }) => {
+          for (const problem of problems) options.onProblem?.(problem);
+          return outcomes;
+        }),
+      );
+    }
+    const answered = Promise.all(sent).then((results) => {
+      const outcomes = results.flat();
+      if (outcomes.length > 0) crashPoint('consumer.after-apply', () => `crash point consumer.after-apply: dying after ${outcomes.length} messages were handled`);
+      stats.received += entries.length;
+      for (const outcome of outcomes) stats[STAT_OF[outcome]] += 1;
+      const handled: Handled[] = [...rejected, ...failed.map((f) => ({ ...f.item, reason: f.item.reason ?? f.error })), ...applied].map((p, i) => ({
+        ...p,
+        outcome: outcomes[i],
+      }));
+      const now = Date.now();
+      for (const p of handled) {
+        if (p.outcome !== 'retry') continue;
+        p.retryInMs = backoffMs(p.attempt!);
+        waiting.add({ raw: p.raw as string, event: p.event!, attempts: p.attempt!, dueAt: now + p.retryInMs });
+      }
+      // An acked event's failed attempts were cleared by the apply script, in the same step.
+      return handled;
+    });
+    return { answered };
+  }
+
+  /** Handles whatever a previous run of this consumer left in its processing list (events waiting for a retry included). */
+  async function recover(stats: ConsumeStats = emptyStats()): Promise<ConsumeStats> {
+    waiting.clear();
+    const leftovers = await redis.lrangeBuffer(processingList, 0, -1);
+    stats.recovered += leftovers.length;
+    await (await sendRound(leftovers, stats, { recovered: true })).answered;
+    return stats;
+  }
+
+  /** Moves up to `batchSize` messages into the processing list (LMOVE each, in one script); resolves what was moved. */
+  function take(connection: Redis): Promise<Buffer[]> {
+    return takeMessages(connection, processingList, batchSize);
+  }
+
+  /**
+   * Recovers, then consumes until `outbox.events` is empty and no event waits for a retry. Rounds
+   * overlap: the next round is taken (on a second connection) and parsed while Redis runs the
+   * previous round's scripts; the scripts all go over one connection, in order, so list order is
+   * kept. An event whose handler failed is tried again in a later round of the same run, after its
+   * backoff (waiting for it when nothing else is left), until it is applied or dead-lettered after
+   * `maxAttempts`: so a drain always ends, within about the sum of the backoffs.
+   */
+  async function drain(onRound?: (stats: ConsumeStats) => void): Promise<ConsumeStats> {
+    // Alive while it drains, so that a consumer app does not reclaim this processing list.
+    const stopHeartbeat = startHeartbeat(redis, consumerId);
+    try {
+      return await drainRounds(onRound);
+    } finally {
+      await stopHeartbeat();
+    }
+  }
+
+  async function drainRounds(onRound?: (stats: ConsumeStats) => void): Promise<ConsumeStats> {
+    const stats = await recover();
+    const taker = redis.duplicate();
+    taker.on('error', () => {});
+    defineScripts(taker);
+    if (taker.status === 'wait') await taker.connect();
+    let previous: Promise<void> = Promise.resolve();
+    try {
+      for (;;) {
+        const raws = await take(taker);
+        if (raws.length === 0) {
+          // The previous round may have re-queued parked events or left events waiting for a retry:
+          // only an empty queue with nothing waiting after it ends.
+          await previous;
+          if ((await redis.llen(keys.events)) > 0) continue;
+          const dueInMs = waiting.nextDueInMs(Date.now());
+          if (dueInMs === null) return stats;
+          await sleep(dueInMs);
+        } else {
+          crashPoint('consumer.after-lmove', () => `crash point consumer.after-lmove: dying with ${raws.length} messages in ${processingList}`);
+        }
+        const { answered } = await sendRound(raws, stats);
+        const current = answered.then(() => onRound?.(stats));
+        // Observed below; without this, a failure of both rounds would leave this one unhandled.
+        current.catch(() => {});
+        await previous;
+        previous = current;
+      }
+    } finally {
+      await previous.catch(() => {});
+      taker.disconnect();
+    }
+  }
+
+  return {
+    consumerId,
+    processingList,
+    recover,
+    drain,
+    sendRound,
+    take,
+    /** Ms until an event waiting for a retry is due (0: now), null when none waits. */
+    nextRetryInMs: () => waiting.nextDueInMs(Date.now()),
+    /** Forgets the events waiting for a retry, before the processing list (which holds them) is read again. */
+    forgetRetries: () => waiting.clear(),
+  };
+}
+
+export type Consumer = ReturnType<typeof createConsumer>;

@@ -1,8 +1,0 @@
-import type { DatabaseWatch } from '../db/live-database.js';
-import { checkDatabase } from '../health/checks.js';
-import { healthReport, type AppIdentity, type HealthReport } from '../health/health-report.js';
-
-/** The producer's health: app.db is live, an outbox store and takes writes. It never talks to Redis, so Redis is not checked. */
-export function producerHealth(identity: AppIdentity, database: DatabaseWatch): HealthReport {
-  return healthReport(identity, { database: checkDatabase(database) });
-}

@@ -1,0 +1,67 @@
+import { DEFAULT_MAX_ATTEMPTS } from '../../outbox/consumer/consumer.js';
+import { parseHandlerFault } from '../../outbox/consumer/handler-fault.js';
+import { count, custom, duration, readSettings, text, type Argv, type ValuesOf } from './settings.js';
+import { healthSettings } from './health-config.js';
+import { storeSettings } from './store-settings.js';
+
+const CONSUMER_ID = /^[A-Za-z0-9._-]{1,64}$/;
+
+/** The consumer's name (its processing list): the consumer app and `outbox consume` share the definition. */
+export const consumerId = text({
+  flag: 'consumer-id',
+  env: 'OUTBOX_CONSUMER_ID',
+  default: (env) => `consumer-${env.NODE_APP_INSTANCE || '0'}`,
+  defaultText: 'consumer-<pm2 instance>',
+  describe: 'names the processing list; a rerun with the same id recovers what a crash left there',
+  check: (value) => (CONSUMER_ID.test(value) ? undefined : 'must be 1-64 letters, digits, ".", "_" or "-"'),
+});
+
+/** Messages taken per round. */
+export const consumerBatchSize = count({ flag: 'batch-size', env: 'OUTBOX_CONSUMER_BATCH_SIZE', default: '500', min: 1, max: 100_000, describe: 'messages taken per round, at most' });
+
+/** Handler attempts at an event before it is dead-lettered. */
+export const maxAttempts = count({
+  flag: 'max-attempts',
+  env: 'OUTBOX_MAX_ATTEMPTS',
+  default: String(DEFAULT_MAX_ATTEMPTS),
+  min: 1,
+  max: 1000,
+  describe: 'handler attempts at an event before it is dead-lettered; a failed one is retried after a backoff',
+});
+
+/** The consumer app's settings (outbox-consumer), each with its flag, variable and default. */
+export const consumerSettings = {
+  ...storeSettings,
+  /** Default `consumer-<pm2 instance>`. */
+  consumerId,
+  /** Handler worker threads (piscina), one lane each. Default 2. */
+  threads: count({ flag: 'threads', env: 'OUTBOX_HANDLER_THREADS', default: '2', min: 1, max: 64, describe: 'handler worker threads' }),
+  /** Simulated CPU work per event (fractions of a ms kept). Default 0ms. */
+  cpuCostMs: duration({ flag: 'cpu-cost', env: 'OUTBOX_HANDLER_CPU', retired: ['OUTBOX_HANDLER_CPU_MS'], default: '0ms', max: 10_000, fractional: true, describe: 'simulated CPU work per event, e.g. 0.2ms' }),
+  /** Default 500. */
+  batchSize: consumerBatchSize,
+  /** How long one handler task may run before its thread is stopped and the attempt fails. Default 5s. */
+  handlerTimeoutMs: duration({
+    flag: 'handler-timeout',
+    env: 'OUTBOX_HANDLER_TIMEOUT',
+    retired: ['OUTBOX_HANDLER_TIMEOUT_MS'],
+    default: '5s',
+    min: 1,
+    max: 3_600_000,
+    describe: 'how long one handler task (a lane of a round, or one retried event) may run before its thread is stopped and the attempt fails',
+  }),
+  /** Default 5. */
+  maxAttempts,
+  /** Injected handler failures, for tests and chaos (shared/outbox/consumer/handler-fault.ts). Default off. */
+  handlerFault: custom({ env: 'OUTBOX_HANDLER_FAIL', default: '', defaultText: 'off', describe: 'injected handler failures', parse: (raw) => parseHandlerFault(raw) }),
+  /** A file whose contents, while it exists, replace `handlerFault`. Default none. */
+  handlerFaultFile: text({ env: 'OUTBOX_HANDLER_FAIL_FILE', default: '', defaultText: 'off', describe: 'a file whose contents replace OUTBOX_HANDLER_FAIL while it exists' }),
+  ...healthSettings('consumer'),
+};
+
+export type ConsumerConfig = ValuesOf<typeof consumerSettings>;
+
+/** The consumer app's settings from the flags, else the environment, else the defaults; checked. */
+export function consumerConfig(argv: Argv = {}, env: NodeJS.ProcessEnv = process.env): ConsumerConfig {
+  return readSettings(consumerSettings, argv, env);
+}

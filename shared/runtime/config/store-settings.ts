@@ -1,0 +1,47 @@
+import { resolve } from 'node:path';
+import { InvalidInputError } from '../../outbox/errors/invalid-input-error.js';
+import { defaultDir, namespaceProblem, redisUrlProblem, type OutboxConfig } from '../../outbox/config.js';
+import { managedRedisUrl } from '../../tooling/local/managed-redis.js';
+import { custom, readSettings, type Argv, type Setting } from './settings.js';
+
+function checked(problemOf: (raw: string) => string | undefined) {
+  return (raw: string, name: string) => {
+    const problem = problemOf(raw);
+    if (problem !== undefined) throw new InvalidInputError(`${name} ${problem}`);
+    return raw;
+  };
+}
+
+/** Where the stores are: every command and app takes these (the producer `dir` only: it never talks to Redis). */
+export const storeSettings = {
+  dir: {
+    flag: 'dir',
+    env: 'OUTBOX_DIR',
+    default: (env: NodeJS.ProcessEnv) => defaultDir(env),
+    defaultText: '~/outbox',
+    describe: 'data directory holding app.db and the artifacts',
+    parse: (raw: string) => resolve(raw),
+  } satisfies Setting<string>,
+  redisUrl: custom({
+    flag: 'redis',
+    env: 'REDIS_URL',
+    // The managed Redis of the data dir, password included once it has one.
+    default: (env, argv) => managedRedisUrl(resolve(typeof argv.dir === 'string' && argv.dir !== '' ? argv.dir : defaultDir(env)), env),
+    defaultText: 'redis://127.0.0.1:6379 (port: env OUTBOX_REDIS_PORT) with the password of <dir>/redis/password; the CLI (and outbox-redis under pm2) starts it when nothing listens',
+    describe: 'Redis URL (rediss:// for TLS)',
+    parse: checked(redisUrlProblem),
+  }),
+  namespace: custom({
+    flag: 'namespace',
+    env: 'OUTBOX_NAMESPACE',
+    default: '',
+    defaultText: 'none',
+    describe: 'prefix of every Redis key and BullMQ queue, so deployments can share a Redis',
+    parse: checked(namespaceProblem),
+  }),
+};
+
+/** The stores' settings from the flags, else the environment, else the defaults; checked before any connection opens. */
+export function storeConfigOf(argv: Argv, env: NodeJS.ProcessEnv = process.env): OutboxConfig {
+  return readSettings(storeSettings, argv, env);
+}

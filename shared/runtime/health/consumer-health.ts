@@ -1,0 +1,40 @@
+import type { Redis } from 'ioredis';
+import { checkRedis } from './checks.js';
+import { failed, healthReport, type AppIdentity, type Check, type HealthReport } from './health-report.js';
+import { keys } from '../../outbox/redis/keys.js';
+import type { ConsumerStats } from '../../outbox/consumer/consumer-stats.js';
+import { HEARTBEAT_TTL_MS } from '../../outbox/consumer/heartbeats.js';
+
+/** A consumer whose take loop has not come round for this long is stuck (a take waits 1 s at most). */
+export const TAKE_STALE_MS = 30_000;
+
+/**
+ * The consumer app's health: Redis answers; its heartbeat was written within the heartbeat TTL
+ * (else other consumers reclaim its processing list); its take loop comes round. The lag (see
+ * `createConsumerStats`) and the queue length are reported, not judged: a backlog is not a fault.
+ */
+export async function consumerHealth(identity: AppIdentity & { consumerId: string }, redis: Redis, stats: ConsumerStats): Promise<HealthReport> {
+  const redisCheck = await checkRedis(redis);
+  // Measured after the await: the take loop and the heartbeat go on meanwhile, and their times taken
+  // after one read before would give ages below 0.
+  const uptimeMs = process.uptime() * 1000;
+  const snapshot = stats.snapshot();
+  const { heartbeatAgeMs, lastTakeAgeMs, lagMs } = snapshot;
+  const heartbeat: Check =
+    heartbeatAgeMs === null
+      ? uptimeMs > HEARTBEAT_TTL_MS
+        ? failed(`no heartbeat written in ${Math.round(uptimeMs / 1000)} s since start`)
+        : { ok: true, ageMs: null }
+      : heartbeatAgeMs > HEARTBEAT_TTL_MS
+        ? failed(`last heartbeat written ${Math.round(heartbeatAgeMs / 1000)} s ago: other consumers may reclaim its processing list`, { ageMs: heartbeatAgeMs })
+        : { ok: true, ageMs: heartbeatAgeMs };
+  const sinceTake = lastTakeAgeMs ?? uptimeMs;
+  const loop: Check = sinceTake > TAKE_STALE_MS ? failed(`no take from the queue for ${Math.round(sinceTake / 1000)} s`, { lastTakeAgeMs }) : { ok: true, lastTakeAgeMs };
+  const queued = redisCheck.ok ? await redis.llen(keys.events).catch(() => null) : null;
+  return healthReport(identity, {
+    redis: redisCheck,
+    heartbeat: { ...heartbeat, consumerId: identity.consumerId },
+    loop,
+    lag: { ok: true, lagMs, queued, applied: snapshot.applied, duplicates: snapshot.duplicates, dead: snapshot.dead, errors: snapshot.errors },
+  });
+}

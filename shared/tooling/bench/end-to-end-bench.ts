@@ -1,0 +1,119 @@
+import { join } from 'node:path';
+import { openDatabase } from '../../outbox/store/open-database.js';
+import { createDatabase } from '../../lab/init-stores.js';
+import { Pm2 } from '../local/pm2.js';
+import { freePort, RedisServer, testClient } from '../local/redis-server.js';
+import { waitFor } from '../local/wait-for.js';
+import { keys } from '../../outbox/redis/keys.js';
+import { percentile } from './measure.js';
+import { progress } from './progress.js';
+
+export interface EndToEndFigures {
+  /** Operations per second the producer's traffic generator was asked for. */
+  rate: number;
+  durationMs: number;
+  /** Events measured (after a 2 s warm-up). */
+  events: number;
+  p50Ms: number;
+  p95Ms: number;
+  p99Ms: number;
+  maxMs: number;
+  /**
+   * Where the time goes, p99 of each part: commit -> in Redis's queue (relay: the row's created_at
+   * to its published_at, Redis's clock when the push reached the queue) and in the queue -> applied
+   * (consumer: published_at to appliedAt, Redis's clock when the apply script ran).
+   */
+  relayP99Ms: number;
+  consumerP99Ms: number;
+  /** Events whose relay or consumer part came out negative (0 unless a clock stepped back). */
+  negativeLags: number;
+}
+
+const WARM_UP_MS = 2000;
+
+/**
+ * Commit -> effect applied, under pm2 as in production: the producer's traffic generator commits,
+ * the BullMQ-scheduled relay publishes, the consumer applies. Latency is the processed entry's
+ * appliedAt minus the outbox row's created_at (one machine, one clock). Each timestamp is taken
+ * where its step happens: created_at by the producer in the transaction, published_at by Redis
+ * (TIME in the push script) as the messages reach the queue, appliedAt by Redis (TIME in the apply
+ * script) as the event is applied.
+ */
+export async function benchEndToEnd(workspace: string, rate: number, durationMs: number): Promise<EndToEndFigures> {
+  const dataDir = join(workspace, 'e2e');
+  const redis = await RedisServer.start(['--appendonly', 'yes'], join(workspace, 'e2e-redis'));
+  const client = testClient(redis.url);
+  const pm2 = new Pm2({
+    OUTBOX_DIR: dataDir,
+    REDIS_URL: redis.url,
+    PORT: String(await freePort()),
+    OUTBOX_LOG_DIR: join(workspace, 'e2e-logs'),
+    OUTBOX_RATE: String(rate),
+    OUTBOX_DURATION: `${durationMs}ms`,
+  });
+  // What `outbox init` does: the apps never create app.db.
+  createDatabase(dataDir);
+  const bar = progress(`end to end: ${rate} operations/s under pm2`, durationMs);
+  try {
+    const started = await pm2.run('start', 'ecosystem.config.cjs');
+    if (started.code !== 0) throw new Error(`pm2 start failed: ${started.stderr}`);
+    await waitFor(async () => (await client.hlen(keys.processed)) > 0, { timeoutMs: 30_000, message: 'no event got through' });
+    const begin = Date.now();
+    await waitFor(
+      () => {
+        bar.set(Math.min(durationMs, Date.now() - begin));
+        return Date.now() - begin >= durationMs;
+      },
+      { timeoutMs: durationMs + 10_000, intervalMs: 200 },
+    );
+    const db = openDatabase(dataDir);
+    try {
+      const total = () => db.prepare('SELECT COUNT(*) FROM outbox').pluck().get() as number;
+      await waitFor(async () => (await client.hlen(keys.processed)) === total() && (await client.llen(keys.events)) === 0, {
+        timeoutMs: 60_000,
+        message: 'the system did not drain',
+      });
+      const rows = db.prepare<[], { event_id: string; created_at: number; published_at: number }>('SELECT event_id, created_at, published_at FROM outbox ORDER BY id').all();
+      const firstAt = rows[0]?.created_at ?? 0;
+      const measured = rows.filter((row) => row.created_at >= firstAt + WARM_UP_MS);
+      const latencies: number[] = [];
+      const relayLags: number[] = [];
+      const consumerLags: number[] = [];
+      let negativeLags = 0;
+      for (let i = 0; i < measured.length; i += 1000) {
+        const chunk = measured.slice(i, i + 1000);
+        const values = await client.hmget(keys.processed, ...chunk.map((row) => row.event_id));
+        values.forEach((value, j) => {
+          if (!value) return;
+          const { appliedAt } = JSON.parse(value) as { appliedAt: number };
+          const relayLag = chunk[j].published_at - chunk[j].created_at;
+          const consumerLag = appliedAt - chunk[j].published_at;
+          if (relayLag < 0 || consumerLag < 0) negativeLags += 1;
+          latencies.push(appliedAt - chunk[j].created_at);
+          relayLags.push(relayLag);
+          consumerLags.push(consumerLag);
+        });
+      }
+      for (const list of [latencies, relayLags, consumerLags]) list.sort((a, b) => a - b);
+      bar.finish();
+      return {
+        rate,
+        durationMs,
+        events: latencies.length,
+        p50Ms: percentile(latencies, 50),
+        p95Ms: percentile(latencies, 95),
+        p99Ms: percentile(latencies, 99),
+        maxMs: latencies[latencies.length - 1] ?? NaN,
+        relayP99Ms: percentile(relayLags, 99),
+        consumerP99Ms: percentile(consumerLags, 99),
+        negativeLags,
+      };
+    } finally {
+      db.close();
+    }
+  } finally {
+    client.disconnect();
+    await pm2.kill();
+    await redis.destroy();
+  }
+}

@@ -1,0 +1,323 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { linkSync, lstatSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createConnection } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { InvalidInputError } from '../../outbox/errors/invalid-input-error.js';
+import { StoreUnavailableError } from '../../outbox/errors/store-unavailable-error.js';
+import { makePrivateDir, PRIVATE_UMASK, writePrivateFile } from '../../runtime/private-files.js';
+
+/**
+ * The managed Redis: the redis-server that outbox runs itself when no Redis URL is given, under pm2
+ * (apps/redis/main.ts, `outbox-redis`) or started by the CLI (`ensureManagedRedis`). Both run it
+ * with the same settings, from the same data dir (`<OUTBOX_DIR>/redis`, 0700) and with the same
+ * generated password (`<OUTBOX_DIR>/redis/password`, 0600), which the default Redis URL carries.
+ */
+export const MANAGED_HOST = '127.0.0.1';
+export const DEFAULT_MANAGED_PORT = 6379;
+
+/** The managed Redis's port: env `OUTBOX_REDIS_PORT`, default 6379. */
+export function managedRedisPort(env: NodeJS.ProcessEnv = process.env): number {
+  const raw = env.OUTBOX_REDIS_PORT;
+  if (raw === undefined || raw === '') return DEFAULT_MANAGED_PORT;
+  const port = Number(raw);
+  if (!/^\d+$/.test(raw) || port < 1 || port > 65535) {
+    throw new InvalidInputError(`OUTBOX_REDIS_PORT must be a port number from 1 to 65535, got "${raw}"`);
+  }
+  return port;
+}
+
+/** Where the managed Redis keeps its append-only file, password, pid file and log. */
+export function managedRedisDir(dir: string): string {
+  return join(dir, 'redis');
+}
+
+function passwordPath(dir: string): string {
+  return join(managedRedisDir(dir), 'password');
+}
+
+function pidPath(dir: string): string {
+  return join(managedRedisDir(dir), 'redis.pid');
+}
+
+/** The managed Redis's password, or undefined before one was generated. */
+export function readManagedPassword(dir: string): string | undefined {
+  try {
+    return readFileSync(passwordPath(dir), 'utf8').trim() || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The managed Redis's password, generated (32 random bytes, hex) and stored 0600 the first time.
+ * Safe to race: the file appears whole (a link of a finished temp file) and the first one wins.
+ */
+export function ensureManagedPassword(dir: string): string {
+  makePrivateDir(managedRedisDir(dir));
+  const existing = readManagedPassword(dir);
+  if (existing) return existing;
+  const temp = `${passwordPath(dir)}.${process.pid}.tmp`;
+  const random = Buffer.from(globalThis.crypto.getRandomValues(new Uint8Array(32))).toString('hex');
+  writeFileSync(temp, `${random}\n`, { mode: 0o600 });
+  try {
+    linkSync(temp, passwordPath(dir));
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+  } finally {
+    rmSync(temp, { force: true });
+  }
+  return readManagedPassword(dir)!;
+}
+
+/**
+ * While a managed Redis runs, which data dir it was started for: one file per port in a private
+ * runtime dir of this user (`$XDG_RUNTIME_DIR` or the temp dir, `outbox-<uid>/`, 0700; gone with a
+ * reboot, like the server). A command run with another `OUTBOX_DIR` then finds the Redis that holds
+ * the port, password included, instead of failing on NOAUTH with a password it never had.
+ */
+function ownersDir(env: NodeJS.ProcessEnv): string {
+  return join(env.XDG_RUNTIME_DIR || tmpdir(), `outbox-${process.getuid?.() ?? 'user'}`);
+}
+
+function ownerPath(port: number, env: NodeJS.ProcessEnv): string {
+  return join(ownersDir(env), `redis-${port}.dir`);
+}
+
+/** Records that the managed Redis on `port` serves `dir` (written whole, then renamed). */
+export function recordManagedOwner(dir: string, port: number, env: NodeJS.ProcessEnv = process.env): void {
+  try {
+    makePrivateDir(ownersDir(env));
+    writePrivateFile(ownerPath(port, env), `${resolve(dir)}\n`);
+  } catch {
+    // Without the record, a command with another data dir cannot find this Redis's password: it says NOAUTH, as before.
+  }
+}
+
+/** Removes the record of `port` when it names `dir` (its Redis was stopped). */
+export function forgetManagedOwner(dir: string, port: number, env: NodeJS.ProcessEnv = process.env): void {
+  try {
+    if (readFileSync(ownerPath(port, env), 'utf8').trim() === resolve(dir)) rmSync(ownerPath(port, env), { force: true });
+  } catch {
+    // No record: nothing to forget.
+  }
+}
+
+/**
+ * The data dir whose managed Redis runs on `port`, or undefined: the record must be ours (a private
+ * dir owned by this user) and name a dir whose redis-server is alive.
+ */
+export function managedOwnerOf(port: number, env: NodeJS.ProcessEnv = process.env): string | undefined {
+  try {
+    const where = lstatSync(ownersDir(env));
+    if (!where.isDirectory() || (process.getuid && where.uid !== process.getuid()) || (where.mode & 0o077) !== 0) return undefined;
+    const dir = readFileSync(ownerPath(port, env), 'utf8').trim();
+    const running = dir === '' ? undefined : managedRedisState(dir);
+    return running?.state === 'running' && (running.port === undefined || running.port === port) ? dir : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The default Redis URL (no `REDIS_URL`, no `--redis`): the managed Redis's port on 127.0.0.1,
+ * with the password of the managed Redis that runs there (started for this data dir or another), else
+ * of this data dir's, once `<dir>/redis/password` exists.
+ */
+export function managedRedisUrl(dir: string, env: NodeJS.ProcessEnv = process.env): string {
+  const password = readManagedPassword(managedOwnerOf(managedRedisPort(env), env) ?? dir);
+  const auth = password ? `:${encodeURIComponent(password)}@` : '';
+  return `redis://${auth}${MANAGED_HOST}:${managedRedisPort(env)}`;
+}
+
+/** A value for redis.conf: double-quoted, with `\` and `"` escaped (what redis-server's parser reads). */
+function quoted(value: string): string {
+  return `"${value.replace(/[\\"]/g, (c) => `\\${c}`)}"`;
+}
+
+export interface ManagedRedisOptions {
+  /** Fork into the background and log to `<dir>/redis/redis.log` (the CLI); else stay in front, logging to stdout (pm2). */
+  daemonize: boolean;
+}
+
+/**
+ * The managed Redis's settings, stated explicitly rather than left to redis-server's defaults:
+ * outbox's state must survive a restart (AOF, fsynced every second), must never be evicted, and
+ * only clients with the password get in. Passed on stdin: never on a command line (`ps`) nor in a file.
+ */
+export function managedRedisConfig(dir: string, port: number, password: string, { daemonize }: ManagedRedisOptions): string {
+  const redisDir = managedRedisDir(dir);
+  return [
+    `port ${port}`,
+    `bind ${MANAGED_HOST}`,
+    `dir ${quoted(redisDir)}`,
+    'appendonly yes',
+    'appendfsync everysec',
+    'maxmemory-policy noeviction',
+    'save ""',
+    `requirepass ${quoted(password)}`,
+    `pidfile ${quoted(pidPath(dir))}`,
+    `daemonize ${daemonize ? 'yes' : 'no'}`,
+    `logfile ${quoted(daemonize ? join(redisDir, 'redis.log') : '')}`,
+    '',
+  ].join('\n');
+}
+
+/** The settings the managed Redis runs with, as logged (no password). */
+export const MANAGED_SETTINGS = { appendonly: 'yes', appendfsync: 'everysec', maxmemoryPolicy: 'noeviction', requirepass: 'yes' } as const;
+
+/**
+ * Starts redis-server with the managed settings, the password made first, `<dir>/redis` 0700 and
+ * everything redis-server writes there 0600 (it runs under umask 077).
+ */
+export function spawnManagedRedis(dir: string, port: number, options: ManagedRedisOptions): ChildProcess {
+  const password = ensureManagedPassword(dir);
+  const previous = process.umask(PRIVATE_UMASK);
+  let server: ChildProcess;
+  try {
+    server = spawn('redis-server', ['-'], {
+      stdio: ['pipe', options.daemonize ? 'pipe' : 'inherit', options.daemonize ? 'pipe' : 'inherit'],
+      detached: options.daemonize,
+    });
+  } finally {
+    process.umask(previous);
+  }
+  // An ENOENT (not installed) fails the spawn, and stdin with it: the caller hears of it through 'error'.
+  server.stdin!.on('error', () => {});
+  server.stdin!.end(managedRedisConfig(dir, port, password, options));
+  recordManagedOwner(dir, port);
+  return server;
+}
+
+/**
+ * Sends an inline `PING` on a plain socket (no client library: none is loaded for it) and resolves
+ * the first bytes of the answer, or undefined when the port is closed, the server hangs up without
+ * a word, or says nothing within `timeoutMs`.
+ */
+export function pingReply(port: number, host = MANAGED_HOST, timeoutMs = 1000): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    const socket = createConnection({ port, host });
+    const done = (value: string | undefined) => {
+      socket.destroy();
+      resolve(value);
+    };
+    socket.setTimeout(timeoutMs, () => done(undefined));
+    socket.on('connect', () => socket.write('PING\r\n'));
+    socket.on('data', (data) => done(data.toString('latin1')));
+    socket.on('error', () => done(undefined));
+    socket.on('close', () => done(undefined));
+  });
+}
+
+/** Whether a Redis answers on the port: anything in RESP to a PING (+PONG, or -NOAUTH with a password). */
+export async function redisAnswers(port: number, host = MANAGED_HOST): Promise<boolean> {
+  return /^[+-]/.test((await pingReply(port, host)) ?? '');
+}
+
+/** Whether anything accepts connections on the port (Redis or not). */
+export function portOpen(port: number, host = MANAGED_HOST): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = createConnection({ port, host });
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+}
+
+const NOT_INSTALLED = 'redis-server is not installed: apt-get install redis-server, or point --redis / REDIS_URL at a running Redis';
+
+/**
+ * For the CLI: when `url` is the default (the managed Redis's URL for `dir`) and nothing listens on
+ * its port, starts the managed Redis in the background and waits until it answers. Resolves the URL
+ * to use (with the password, once there is one) and whether it started the server. Anything that
+ * already listens on the port is left to the connection to judge, as before.
+ */
+export async function ensureManagedRedis(dir: string, url: string, env: NodeJS.ProcessEnv = process.env): Promise<{ url: string; started: boolean }> {
+  if (url !== managedRedisUrl(dir, env)) return { url, started: false };
+  const port = managedRedisPort(env);
+  if (await portOpen(port)) return { url, started: false };
+  const server = spawnManagedRedis(dir, port, { daemonize: true });
+  let output = '';
+  server.stdout!.on('data', (chunk) => (output += chunk));
+  server.stderr!.on('data', (chunk) => (output += chunk));
+  const exit = await new Promise<number | string>((resolve) => {
+    server.once('error', (error: NodeJS.ErrnoException) => resolve(error.code ?? error.message));
+    server.once('exit', (code, signal) => resolve(code ?? signal ?? 'killed'));
+  });
+  if (exit === 'ENOENT') throw new StoreUnavailableError(`no Redis on ${MANAGED_HOST}:${port} and ${NOT_INSTALLED}`);
+  const deadline = Date.now() + 10_000;
+  while (exit !== 0 || !(await redisAnswers(port))) {
+    if (exit !== 0 || Date.now() > deadline) {
+      const reason = lastLine(output) ?? lastLine(readLog(dir)) ?? `exit ${exit}`;
+      throw new StoreUnavailableError(`cannot start redis-server on ${MANAGED_HOST}:${port} (${reason}): see ${join(managedRedisDir(dir), 'redis.log')}, or point --redis / REDIS_URL at a running Redis`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+  return { url: managedRedisUrl(dir, env), started: true };
+}
+
+function readLog(dir: string): string {
+  try {
+    return readFileSync(join(managedRedisDir(dir), 'redis.log'), 'utf8');
+  } catch {
+    return '';
+  }
+}
+
+function lastLine(text: string): string | undefined {
+  return text
+    .trim()
+    .split('\n')
+    .filter((line) => !/Reading config from stdin/.test(line))
+    .pop()
+    ?.replace(/^\d+:[A-Z] [^#*.-]*[#*.-] /, '');
+}
+
+export type ManagedRedisState =
+  | { state: 'running'; pid: number; port: number | undefined; underPm2: boolean }
+  | { state: 'stopped' };
+
+function readProc(pid: number, file: string): string | undefined {
+  try {
+    return readFileSync(`/proc/${pid}/${file}`, 'utf8');
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Whether the managed Redis of `dir` runs: its pid file names a live redis-server. `underPm2` when
+ * its parent is pm2's `outbox-redis` (which would start it again after a stop).
+ */
+export function managedRedisState(dir: string): ManagedRedisState {
+  let pid: number;
+  try {
+    pid = Number(readFileSync(pidPath(dir), 'utf8').trim());
+  } catch {
+    return { state: 'stopped' };
+  }
+  if (!Number.isInteger(pid) || pid <= 0 || !alive(pid)) return { state: 'stopped' };
+  const parent = Number(readProc(pid, 'stat')?.replace(/^.*\) /s, '').split(' ')[1]);
+  const parentCommand = parent > 1 ? (readProc(parent, 'cmdline') ?? '') : '';
+  // redis-server shows `redis-server <bind>:<port>` as its command line.
+  const port = Number(/:(\d+)/.exec(readProc(pid, 'cmdline') ?? '')?.[1]) || undefined;
+  return { state: 'running', pid, port, underPm2: /apps[/\\]redis[/\\]main\.js/.test(parentCommand) };
+}
+
+/** A live redis-server: not gone, not another program that got its pid, not a zombie waiting for its parent. */
+function alive(pid: number): boolean {
+  const stat = readProc(pid, 'stat');
+  return stat !== undefined && /\(redis-server\) [^Z]/.test(stat);
+}
+
+/** Stops the managed Redis (SIGTERM: redis-server syncs its append-only file and exits); resolves once it is gone. */
+export async function stopManagedRedis(pid: number, timeoutMs = 30_000): Promise<void> {
+  process.kill(pid, 'SIGTERM');
+  const deadline = Date.now() + timeoutMs;
+  while (alive(pid)) {
+    if (Date.now() > deadline) throw new StoreUnavailableError(`redis-server (pid ${pid}) did not stop within ${timeoutMs / 1000} s: look at its log, or kill -9 ${pid}`);
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
