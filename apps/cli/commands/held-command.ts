@@ -4,7 +4,7 @@ import { guard, guardOptions, SHOWN, withMore, type GuardArgs } from '../confirm
 import { configOf, type GlobalArgs } from '../options.js';
 import { withRedis } from '../stores.js';
 
-interface Args extends GlobalArgs, GuardArgs {
+export interface Args extends GlobalArgs, GuardArgs {
   action: 'list' | 'retry' | 'drop';
   id: string[];
   all: boolean;
