@@ -103,5 +103,5 @@ export function withMore(lines: string[], total: number): string[] {
 
 /** An outbox row as a dry run and a question show it. */
 export function rowLine(row: RowToChange): string {
-  return `id ${row.id}  order ${row.aggregate_id} seq ${row.seq}  ${row.event_type}  created ${new Date(row.created_at).toISOString()}  event ${row.event_id}`;
+  return `id ${row.id}  ${row.aggregate_id} seq ${row.seq}  ${row.event_type}  created ${new Date(row.created_at).toISOString()}  event ${row.event_id}`;
 }

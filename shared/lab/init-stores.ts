@@ -3,12 +3,12 @@ import type { Redis } from 'ioredis';
 import { closeSync, existsSync, mkdirSync, openSync, rmSync, statSync } from 'node:fs';
 import { databasePath } from '../outbox/config.js';
 import { configure } from '../outbox/store/open-database.js';
-import { createSchema } from '../outbox/store/schema.js';
 import { ConflictError } from '../outbox/errors/conflict-error.js';
 import { InvalidInputError } from '../outbox/errors/invalid-input-error.js';
 import { StoreUnavailableError } from '../outbox/errors/store-unavailable-error.js';
 import { projectKeyPatterns } from '../outbox/redis/keys.js';
 import { keyPrefixOfConnection, scanKeys, unlinkAll } from '../outbox/redis/scan-keys.js';
+import { createLabSchema } from './orders/orders-schema.js';
 
 /** Refuses, before anything is touched, to overwrite an existing database without `force`. */
 export function assertCanInit(dir: string, force: boolean): void {
@@ -34,7 +34,7 @@ export function createDatabase(dir: string): string {
     closeSync(openSync(path, 'wx', 0o600));
     const db = configure(new Database(path));
     try {
-      createSchema(db);
+      createLabSchema(db);
     } finally {
       db.close();
     }

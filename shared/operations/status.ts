@@ -57,7 +57,8 @@ export interface SystemStatus {
 }
 
 export interface BlockedAggregate {
-  aggregateId: number;
+  /** The aggregate key, e.g. `order:7`. */
+  aggregateId: string;
   /** The dead-lettered seq the aggregate waits for. */
   deadSeq: number;
   /** Its later events parked behind it, in seq order. */
@@ -71,7 +72,7 @@ export interface BlockedAggregate {
  */
 async function blockedAggregates(redis: Redis, servedStore: string | undefined): Promise<BlockedAggregate[]> {
   const [entries, parkedFields, appliedSeq] = await Promise.all([redis.lrange(keys.deadLetter, 0, -1), redis.hkeys(keys.parked), redis.hgetall(keys.appliedSeq)]);
-  const deadSeqOf = new Map<number, number>();
+  const deadSeqOf = new Map<string, number>();
   for (const entry of entries) {
     try {
       const event = parseMessage(readEnvelope(entry)?.message ?? '');
@@ -86,12 +87,13 @@ async function blockedAggregates(redis: Redis, servedStore: string | undefined):
       aggregateId,
       deadSeq,
       waitingSeqs: parkedFields
-        .map((field) => field.split(':').map(Number))
+        // A parked field is "<aggregate key>:<seq>"; the key itself holds a ':'.
+        .map((field) => [field.slice(0, field.lastIndexOf(':')), Number(field.slice(field.lastIndexOf(':') + 1))] as const)
         .filter(([aggregate, seq]) => aggregate === aggregateId && seq > deadSeq)
         .map(([, seq]) => seq)
         .sort((a, b) => a - b),
     }))
-    .sort((a, b) => a.aggregateId - b.aggregateId);
+    .sort((a, b) => (a.aggregateId < b.aggregateId ? -1 : a.aggregateId > b.aggregateId ? 1 : 0));
 }
 
 /** Why these settings may lose outbox's state; empty when they do not (or cannot be read). */
@@ -230,7 +232,7 @@ function formatHeartbeat(c: ConsumerHeartbeat, now: number): string {
 
 function formatBlocked(b: BlockedAggregate): string {
   const waiting = b.waitingSeqs.length === 0 ? 'none waiting yet' : `${b.waitingSeqs.length} waiting: seq ${b.waitingSeqs.join(', ')}`;
-  return `order ${b.aggregateId} (seq ${b.deadSeq} dead-lettered, ${waiting})`;
+  return `${b.aggregateId} (seq ${b.deadSeq} dead-lettered, ${waiting})`;
 }
 
 export function formatStatus(s: SystemStatus, now = Date.now()): string[] {

@@ -4,7 +4,8 @@ import { readList } from '../../outbox/redis/read-list.js';
 import { keys } from '../../outbox/redis/keys.js';
 
 export interface OrderViolation {
-  aggregateId: number;
+  /** The aggregate key, e.g. `order:7`. */
+  aggregateId: string;
   eventId: string;
   seq: number;
   afterSeq: number;
@@ -15,7 +16,7 @@ export interface OrderViolation {
 export interface OrderCheckResult {
   events: number;
   aggregates: number;
-  /** Entries that are not valid events; the consumer will dead-letter them. */
+  /** Entries whose envelope is not a valid event's; the consumer will dead-letter them. */
   unreadable: number;
   violations: OrderViolation[];
 }
@@ -26,7 +27,7 @@ export interface OrderCheckResult {
  */
 export async function checkOrder(redis: Redis): Promise<OrderCheckResult> {
   const seen = new Set<string>();
-  const lastSeq = new Map<number, number>();
+  const lastSeq = new Map<string, number>();
   const result: OrderCheckResult = { events: 0, aggregates: 0, unreadable: 0, violations: [] };
   let index = -1;
   for await (const raw of readList(redis, keys.events)) {

@@ -1,4 +1,5 @@
-import { inventoryDelta, type OutboxEvent } from '../../outbox/store/events.js';
+import type { OutboxEvent } from '../../outbox/store/events.js';
+import { inventoryDelta, type OrderEvent } from './order-message.js';
 
 /** What applying an event means: a change of the reserved quantity of one SKU. */
 export interface Effect {
@@ -17,8 +18,10 @@ function burnCpu(ms: number): void {
 /** The event handler. Pure, so it can run in a worker thread; `cpuCostMs` simulates heavier handlers. */
 export function computeEffect(event: OutboxEvent, cpuCostMs = 0): Effect {
   if (cpuCostMs > 0) burnCpu(cpuCostMs);
-  const delta = inventoryDelta(event);
-  const { sku } = event.payload;
+  // The consumer checked it as an order event (parseOrderMessage) before it reached the handler.
+  const order = event as unknown as OrderEvent;
+  const delta = inventoryDelta(order);
+  const { sku } = order.payload;
   return { sku, delta, result: JSON.stringify({ type: event.type, aggregateId: event.aggregateId, seq: event.seq, sku, delta }) };
 }
 

@@ -1,9 +1,12 @@
-import { randomUUID } from 'node:crypto';
 import { crashPoint } from '../../outbox/crash-point.js';
 import type { Db } from '../../outbox/store/open-database.js';
 import { ConflictError } from '../../outbox/errors/conflict-error.js';
 import { NotFoundError } from '../../outbox/errors/not-found-error.js';
-import type { EventPayload, EventType } from '../../outbox/store/events.js';
+import { createOutbox } from '../../outbox/store/outbox.js';
+import type { EventTypeOf, PayloadInputOf } from '../../outbox/events/define-events.js';
+import { orderEvents, ORDER_AGGREGATE, type OrderEvents } from './order-events.js';
+
+type EventType = EventTypeOf<OrderEvents>;
 
 export interface NewOrder {
   sku: string;
@@ -15,6 +18,7 @@ export interface Order {
   sku: string;
   qty: number;
   status: 'PLACED' | 'CANCELLED';
+  /** The seq of the order's last event (its outbox_aggregates row). */
   version: number;
 }
 
@@ -27,29 +31,31 @@ export interface OrderWrite {
 }
 
 /**
- * The order service: every write changes `orders` and appends the matching event to `outbox` in
- * one IMMEDIATE transaction, so either both rows exist or neither does. Inputs must already be
+ * The order service, a user of the public API: every write changes `orders` and appends the
+ * matching event with `createOutbox(...).append` in one IMMEDIATE transaction of its own, so either
+ * both rows exist or neither does; the event's seq comes from append. Inputs must already be
  * validated (see validate.ts). Statements are prepared once per service.
  */
 export function createOrderService(db: Db) {
+  const outbox = createOutbox(db, { events: orderEvents });
   const insertOrder = db.prepare<[string, number]>('INSERT INTO orders (sku, qty) VALUES (?, ?)');
-  const selectOrder = db.prepare<[number], Order>('SELECT id, sku, qty, status, version FROM orders WHERE id = ?');
-  const updateQty = db.prepare<[number, number, number]>('UPDATE orders SET qty = ?, version = ? WHERE id = ?');
-  const markCancelled = db.prepare<[number, number]>("UPDATE orders SET status = 'CANCELLED', version = ? WHERE id = ?");
-  const insertEvent = db.prepare<[string, number, number, string, string, number]>(
-    'INSERT INTO outbox (event_id, aggregate_id, seq, event_type, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)',
+  const selectOrder = db.prepare<[number], Order>(
+    `SELECT o.id, o.sku, o.qty, o.status, a.last_seq AS version
+       FROM orders o JOIN outbox_aggregates a ON a.aggregate_id = '${ORDER_AGGREGATE}:' || o.id
+      WHERE o.id = ?`,
   );
+  const updateQty = db.prepare<[number, number]>('UPDATE orders SET qty = ? WHERE id = ?');
+  const markCancelled = db.prepare<[number]>("UPDATE orders SET status = 'CANCELLED' WHERE id = ?");
 
-  function appendEvent(order: Order, type: EventType, payload: EventPayload): OrderWrite {
-    const eventId = randomUUID();
-    insertEvent.run(eventId, order.id, order.version, type, JSON.stringify(payload), Date.now());
-    return { order, eventId, seq: order.version, eventType: type };
+  function appendEvent<T extends EventType>(order: Omit<Order, 'version'>, type: T, payload: PayloadInputOf<OrderEvents, T>): OrderWrite {
+    const { eventId, seq } = outbox.append({ aggregateType: ORDER_AGGREGATE, aggregateId: order.id, type, payload });
+    return { order: { ...order, version: seq }, eventId, seq, eventType: type };
   }
 
   function placeOne({ sku, qty }: NewOrder): OrderWrite {
     const id = Number(insertOrder.run(sku, qty).lastInsertRowid);
     crashPoint('producer.mid-transaction', () => `crash point producer.mid-transaction: dying after inserting order ${id}`);
-    return appendEvent({ id, sku, qty, status: 'PLACED', version: 1 }, 'OrderPlaced', { orderId: id, sku, qty });
+    return appendEvent({ id, sku, qty, status: 'PLACED' }, 'OrderPlaced', { orderId: id, sku, qty });
   }
 
   function liveOrder(id: number, action: string): Order {
@@ -65,16 +71,14 @@ export function createOrderService(db: Db) {
   const changeQty = db.transaction((id: number, qty: number): OrderWrite => {
     const order = liveOrder(id, 'change its quantity');
     if (order.qty === qty) throw new ConflictError(`order ${id} already has qty ${qty}: nothing to change`);
-    const next: Order = { ...order, qty, version: order.version + 1 };
-    updateQty.run(qty, next.version, id);
-    return appendEvent(next, 'OrderQtyChanged', { orderId: id, sku: order.sku, qty, previousQty: order.qty });
+    updateQty.run(qty, id);
+    return appendEvent({ ...order, qty }, 'OrderQtyChanged', { orderId: id, sku: order.sku, qty, previousQty: order.qty });
   });
 
   const cancel = db.transaction((id: number): OrderWrite => {
     const order = liveOrder(id, 'cancel it');
-    const next: Order = { ...order, status: 'CANCELLED', version: order.version + 1 };
-    markCancelled.run(next.version, id);
-    return appendEvent(next, 'OrderCancelled', { orderId: id, sku: order.sku, qty: order.qty });
+    markCancelled.run(id);
+    return appendEvent({ ...order, status: 'CANCELLED' }, 'OrderCancelled', { orderId: id, sku: order.sku, qty: order.qty });
   });
 
   return {

@@ -41,7 +41,8 @@ const SHOWN_ROWS = 5;
 export interface Candidate {
   id: number;
   event_id: string;
-  aggregate_id: number;
+  /** The aggregate key, e.g. `order:7`. */
+  aggregate_id: string;
   seq: number;
   event_type: string;
   status: string;
@@ -122,7 +123,7 @@ async function appliedPrefixLength(redis: Redis, rows: Candidate[]): Promise<num
   for (let i = 0; i < rows.length; i += LOOKUP_CHUNK) {
     const chunk = rows.slice(i, i + LOOKUP_CHUNK);
     processed.push(redis.hmget(keys.processed, ...chunk.map((row) => row.event_id)));
-    appliedSeq.push(redis.hmget(keys.appliedSeq, ...chunk.map((row) => String(row.aggregate_id))));
+    appliedSeq.push(redis.hmget(keys.appliedSeq, ...chunk.map((row) => row.aggregate_id)));
   }
   // All sent before any answer is awaited (the connection auto-pipelines): one round trip.
   const [processedChunks, seqChunks] = await Promise.all([Promise.all(processed), Promise.all(appliedSeq)]);

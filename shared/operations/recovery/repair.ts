@@ -50,7 +50,8 @@ export function parseReplayRange(from: string, to?: string): ReplayRange {
 export interface RowToChange {
   id: number;
   event_id: string;
-  aggregate_id: number;
+  /** The aggregate key, e.g. `order:7`. */
+  aggregate_id: string;
   seq: number;
   event_type: string;
   created_at: number;

@@ -1,6 +1,8 @@
 import type { Redis } from 'ioredis';
 import type { Db } from '../../outbox/store/open-database.js';
-import { eventIdOf, inventoryDelta, type OutboxEvent, type OutboxRow } from '../../outbox/store/events.js';
+import { eventIdOf, type OutboxRow } from '../../outbox/store/events.js';
+import { inventoryDelta, type OrderEventBody } from '../../lab/orders/order-message.js';
+import { ORDER_AGGREGATE } from '../../lab/orders/order-events.js';
 import { keys } from '../../outbox/redis/keys.js';
 import { processingLists } from '../../outbox/redis/processing-lists.js';
 import { readEnvelope } from '../../outbox/redis/envelope.js';
@@ -12,7 +14,8 @@ const CHUNK = 1000;
 export interface ObservedEvent {
   id: number;
   event_id: string;
-  aggregate_id: number;
+  /** The aggregate key, e.g. `order:7`. */
+  aggregate_id: string;
   seq: number;
   status: string;
 }
@@ -21,7 +24,7 @@ export interface ObservedEvent {
 export interface NewerEvent {
   id: number;
   event_id: string;
-  aggregate_id: number;
+  aggregate_id: string;
   seq: number;
   sku: string | undefined;
   delta: number;
@@ -44,8 +47,10 @@ export interface Observation {
   pendingNewer: number;
   /** Events up to the horizon, ordered by aggregate and seq. */
   events: ObservedEvent[];
-  /** Orders with their last seq up to the horizon (their version minus newer events). */
-  orders: { id: number; lastSeq: number }[];
+  /** Orders up to the horizon (those with an event in the snapshot). */
+  orders: number;
+  /** Aggregates with their last seq up to the horizon (outbox_aggregates' last seq minus newer events). */
+  aggregates: { key: string; lastSeq: number }[];
   /** Live orders' quantities per SKU, without the newer events' effects. */
   reservedBySku: Map<string, number>;
   /** Events beyond the horizon: in S1, and committed after S1 up to the second SQLite read (S2). */
@@ -101,12 +106,14 @@ async function inFlight(redis: Redis): Promise<Observation['flight']> {
 /** The SKU an event touches and by how much; a payload that does not parse counts as no effect. */
 function newerEvent(row: OutboxRow): NewerEvent {
   try {
-    const event = { type: row.event_type, payload: JSON.parse(row.payload) } as OutboxEvent;
+    const event = { type: row.event_type, payload: JSON.parse(row.payload) } as OrderEventBody;
     return { id: row.id, event_id: row.event_id, aggregate_id: row.aggregate_id, seq: row.seq, sku: event.payload.sku, delta: inventoryDelta(event) ?? 0 };
   } catch {
     return { id: row.id, event_id: row.event_id, aggregate_id: row.aggregate_id, seq: row.seq, sku: undefined, delta: 0 };
   }
 }
+
+const KEY_PREFIX = `${ORDER_AGGREGATE}:`;
 
 const NEWER_ROWS = 'SELECT id, event_id, aggregate_id, seq, event_type, payload FROM outbox WHERE id > ? ORDER BY id';
 
@@ -115,19 +122,27 @@ function readSqlite(db: Db, horizonOrNone: number | undefined) {
   return db.transaction(() => {
     const maxId = db.prepare<[], { m: number | null }>('SELECT MAX(id) AS m FROM outbox').get()!.m ?? 0;
     const horizon = horizonOrNone ?? maxId;
+    // An order's events are those of its aggregate `order:<id>`, numbered 1..last_seq by append.
     // Events deleted by `outbox prune` count as present: they were published long ago.
     const incomplete = db
       .prepare<[], { id: number }>(
-        `SELECT o.id FROM orders o LEFT JOIN outbox_pruned p ON p.aggregate_id = o.id
-          WHERE (SELECT COUNT(*) FROM outbox e WHERE e.aggregate_id = o.id) + COALESCE(p.events, 0) <> o.version
-             OR (NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = o.id AND e.seq = o.version)
-                 AND COALESCE(p.through_seq, 0) < o.version)`,
+        `SELECT o.id FROM orders o
+           LEFT JOIN outbox_aggregates a ON a.aggregate_id = '${KEY_PREFIX}' || o.id
+           LEFT JOIN outbox_pruned p ON p.aggregate_id = '${KEY_PREFIX}' || o.id
+          WHERE a.last_seq IS NULL
+             OR (SELECT COUNT(*) FROM outbox e WHERE e.aggregate_id = a.aggregate_id) + COALESCE(p.events, 0) <> a.last_seq
+             OR (NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = a.aggregate_id AND e.seq = a.last_seq)
+                 AND COALESCE(p.through_seq, 0) < a.last_seq)`,
       )
       .all()
       .map((o) => o.id);
     const pruned = db.prepare<[], { n: number }>('SELECT COALESCE(SUM(events), 0) AS n FROM outbox_pruned').get()!.n;
     const orphans = db
-      .prepare<[], { event_id: string }>('SELECT event_id FROM outbox e WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = e.aggregate_id)')
+      .prepare<[], { event_id: string }>(
+        // The id is cast out of the key so that the lookup uses orders' primary key; the key must also match exactly.
+        `SELECT event_id FROM outbox e WHERE NOT EXISTS (
+           SELECT 1 FROM orders o WHERE o.id = CAST(substr(e.aggregate_id, ${KEY_PREFIX.length + 1}) AS INTEGER) AND '${KEY_PREFIX}' || o.id = e.aggregate_id)`,
+      )
       .all()
       .map((e) => e.event_id);
     const pendingRows = db.prepare<[], { id: number }>("SELECT id FROM outbox WHERE status = 'PENDING' ORDER BY id").all().map((p) => p.id);
@@ -136,16 +151,23 @@ function readSqlite(db: Db, horizonOrNone: number | undefined) {
       .prepare<[], ObservedEvent>('SELECT id, event_id, aggregate_id, seq, status FROM outbox ORDER BY aggregate_id, seq')
       .all();
     const newer = db.prepare<[number], OutboxRow>(NEWER_ROWS).all(horizon).map(newerEvent);
-    const newerPerOrder = new Map<number, number>();
+    const newerPerAggregate = new Map<string, number>();
     const newerPerSku = new Map<string, number>();
     for (const e of newer) {
-      newerPerOrder.set(e.aggregate_id, (newerPerOrder.get(e.aggregate_id) ?? 0) + 1);
+      newerPerAggregate.set(e.aggregate_id, (newerPerAggregate.get(e.aggregate_id) ?? 0) + 1);
       if (e.sku !== undefined) newerPerSku.set(e.sku, (newerPerSku.get(e.sku) ?? 0) + e.delta);
     }
-    const orders = db
-      .prepare<[], { id: number; version: number }>('SELECT id, version FROM orders ORDER BY id')
+    const aggregates = db
+      .prepare<[], { key: string; lastSeq: number }>('SELECT aggregate_id AS key, last_seq AS lastSeq FROM outbox_aggregates ORDER BY aggregate_id')
       .all()
-      .map((o) => ({ id: o.id, lastSeq: o.version - (newerPerOrder.get(o.id) ?? 0) }));
+      .map((a) => ({ key: a.key, lastSeq: a.lastSeq - (newerPerAggregate.get(a.key) ?? 0) }))
+      .filter((a) => a.lastSeq > 0 || !newerPerAggregate.has(a.key));
+    const snapshotOrders = new Set(aggregates.map((a) => a.key));
+    const orders = db
+      .prepare<[], number>('SELECT id FROM orders')
+      .pluck()
+      .all()
+      .filter((id) => snapshotOrders.has(KEY_PREFIX + id) || !newerPerAggregate.has(KEY_PREFIX + id)).length;
     const reservedBySku = new Map(
       db
         .prepare<[], { sku: string; qty: number }>("SELECT sku, SUM(qty) AS qty FROM orders WHERE status = 'PLACED' GROUP BY sku")
@@ -162,7 +184,8 @@ function readSqlite(db: Db, horizonOrNone: number | undefined) {
       pending: pendingRows.filter((id) => id <= horizon),
       pendingNewer: pendingRows.filter((id) => id > horizon).length,
       events: all.filter((e) => e.id <= horizon),
-      orders: orders.filter((o) => o.lastSeq > 0 || !newerPerOrder.has(o.id)),
+      orders,
+      aggregates,
       reservedBySku,
       newer,
     };
@@ -276,7 +299,7 @@ export async function stillInFlight(db: Db, redis: Redis, eventIds: string[]): P
  * Where each event is, in one atomic look (MULTI): applied, queued, in a processing list or parked.
  * Resolves the ids found nowhere. `messages` are the events' messages exactly as the relay pushes them.
  */
-export async function whereIs(redis: Redis, events: { event_id: string; aggregate_id: number; seq: number; message: string }[]): Promise<string[]> {
+export async function whereIs(redis: Redis, events: { event_id: string; aggregate_id: string; seq: number; message: string }[]): Promise<string[]> {
   const lists: string[] = [keys.events];
   for await (const list of processingLists(redis)) lists.push(list);
   const nowhere: string[] = [];

@@ -47,24 +47,24 @@ function corruptEntries(counts: Record<string, Record<string, string>>, parked: 
 }
 
 /** Aggregates whose events were applied in another order than their seq (by the recorded applyOrder). */
-function outOfOrder(events: { aggregate_id: number; seq: number }[], processed: (string | null)[]): string[] {
-  const last = new Map<number, number>();
-  const broken = new Set<number>();
+function outOfOrder(events: { aggregate_id: string; seq: number }[], processed: (string | null)[]): string[] {
+  const last = new Map<string, number>();
+  const broken = new Set<string>();
   events.forEach((event, i) => {
     const order = applyOrderOf(processed[i]);
     if (order === null) return;
     if (order <= (last.get(event.aggregate_id) ?? 0)) broken.add(event.aggregate_id);
     last.set(event.aggregate_id, order);
   });
-  return [...broken].map((id) => `aggregate ${id}`);
+  return [...broken];
 }
 
 /** Which events prune deleted, per aggregate: what a Redis that lost its state cannot get back. */
 function prunedAggregates(db: Db): string[] {
   return db
-    .prepare<[], { aggregate_id: number; through_seq: number }>(`SELECT aggregate_id, through_seq FROM outbox_pruned ORDER BY aggregate_id LIMIT ${EXAMPLES}`)
+    .prepare<[], { aggregate_id: string; through_seq: number }>(`SELECT aggregate_id, through_seq FROM outbox_pruned ORDER BY aggregate_id LIMIT ${EXAMPLES}`)
     .all()
-    .map((p) => `order ${p.aggregate_id} seq 1-${p.through_seq}`);
+    .map((p) => `${p.aggregate_id} seq 1-${p.through_seq}`);
 }
 
 export interface VerifyOptions {
@@ -228,11 +228,11 @@ async function judge(db: Db, redis: Redis, o: Observation, settle: SettleFigures
   const disordered = outOfOrder(o.events, o.processed);
 
   // At the MULTI's instant: the snapshot's last seqs, raised by the newer events applied by then.
-  const newerSeq = new Map<number, number>();
+  const newerSeq = new Map<string, number>();
   for (const e of newerApplied) newerSeq.set(e.aggregate_id, Math.max(newerSeq.get(e.aggregate_id) ?? 0, e.seq));
-  const seqMismatch = o.orders
-    .filter((order) => Number(o.appliedSeqs[String(order.id)] ?? 0) !== Math.max(order.lastSeq, newerSeq.get(order.id) ?? 0))
-    .map((order) => `order ${order.id}`);
+  const seqMismatch = o.aggregates
+    .filter((a) => Number(o.appliedSeqs[a.key] ?? 0) !== Math.max(a.lastSeq, newerSeq.get(a.key) ?? 0))
+    .map((a) => a.key);
   // The same for the inventory: the snapshot's live orders plus the newer effects applied by then.
   const expectedBySku = new Map(o.reservedBySku);
   for (const e of newerApplied) if (e.sku !== undefined) expectedBySku.set(e.sku, (expectedBySku.get(e.sku) ?? 0) + e.delta);
@@ -282,7 +282,7 @@ async function judge(db: Db, redis: Redis, o: Observation, settle: SettleFigures
     lost: lostIds,
     settle,
     figures: {
-      orders: o.orders.length,
+      orders: o.orders,
       outbox: eventIds.length,
       pruned: o.pruned,
       processedUnique,

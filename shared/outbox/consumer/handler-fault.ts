@@ -8,7 +8,8 @@ import type { Logger } from '../logger.js';
  * the consumer app's worker threads. Off when unset.
  *
  * `<kind>:<probability>`, `<kind>-first:<attempts>` or `<kind>-until:<epoch ms>`, optionally
- * followed by `@<aggregate>` or `@<aggregate>:<seq>` to hit only those events. Kinds: `throw` (the
+ * followed by `@<aggregate>` or `@<aggregate>:<seq>` to hit only those events (`<aggregate>` is the
+ * id part of the aggregate key: `@7` hits `order:7`). Kinds: `throw` (the
  * handler throws for that event), `crash` (the worker thread exits: its whole lane task is lost),
  * `hang` (the thread never answers: the handler timeout stops it).
  *
@@ -18,7 +19,8 @@ import type { Logger } from '../logger.js';
 export interface HandlerFault {
   kind: 'throw' | 'crash' | 'hang';
   when: { probability: number } | { firstAttempts: number } | { until: number };
-  aggregateId?: number;
+  /** The id part of the aggregate key (`7` for `order:7`). */
+  aggregateId?: string;
   seq?: number;
 }
 
@@ -41,7 +43,7 @@ export function parseHandlerFault(spec: string | undefined): HandlerFault | unde
   return {
     kind: kind as HandlerFault['kind'],
     when: mode === 'first' ? { firstAttempts: value } : mode === 'until' ? { until: value } : { probability: value },
-    aggregateId: aggregate === undefined ? undefined : Number(aggregate),
+    aggregateId: aggregate === undefined ? undefined : String(Number(aggregate)),
     seq: seq === undefined ? undefined : Number(seq),
   };
 }
@@ -81,7 +83,7 @@ export function handlerFaultSource(envFault: HandlerFault | undefined, file: str
 }
 
 function hits(fault: HandlerFault, event: OutboxEvent, attempt: number): boolean {
-  if (fault.aggregateId !== undefined && fault.aggregateId !== event.aggregateId) return false;
+  if (fault.aggregateId !== undefined && event.aggregateId.slice(event.aggregateId.indexOf(':') + 1) !== fault.aggregateId) return false;
   if (fault.seq !== undefined && fault.seq !== event.seq) return false;
   const { when } = fault;
   if ('probability' in when) return Math.random() < when.probability;

@@ -55,7 +55,8 @@ export interface EventToApply {
   eventId: string;
   /** The store the message comes from: applied only where Redis serves that store. */
   storeId: string;
-  aggregateId: number;
+  /** The aggregate key (`order:42`): the applied-seq field, and with `:<seq>` the parked field. */
+  aggregateId: string;
   seq: number;
   sku: string;
   delta: number;
@@ -111,7 +112,7 @@ export interface RebuildRecord {
   republished: number;
   unrecoverable: number;
   /** Pruned aggregates and the seq they were pruned through: their applied seq after the claim. */
-  pruned: { aggregate_id: number; through_seq: number }[];
+  pruned: { aggregate_id: string; through_seq: number }[];
 }
 
 /** See lua/claim-store-8.lua. Resolves the store this Redis serves afterwards, and whether this call claimed it. */

@@ -83,7 +83,7 @@ export async function ensurePaired(db: Db, redis: Redis, assertLive: () => void 
     return { kind: 'claimed' };
   }
   const republished = resetPublished(db);
-  const pruned = db.prepare<[], { aggregate_id: number; through_seq: number; events: number }>('SELECT aggregate_id, through_seq, events FROM outbox_pruned').all();
+  const pruned = db.prepare<[], { aggregate_id: string; through_seq: number; events: number }>('SELECT aggregate_id, through_seq, events FROM outbox_pruned').all();
   const unrecoverable = pruned.reduce((n, p) => n + p.events, 0);
   const { servedStore: now } = await claimStore(redis, storeId, { republished, unrecoverable, pruned });
   if (now !== storeId) throw mismatch(db, redis, storeId, now);

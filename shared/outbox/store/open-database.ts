@@ -2,7 +2,7 @@ import Database from 'better-sqlite3';
 import { existsSync } from 'node:fs';
 import { databasePath } from '../config.js';
 import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
-import { SCHEMA_VERSION } from './schema.js';
+import { SCHEMA_VERSION, schemaVersionOf } from './schema.js';
 
 export type Db = Database.Database;
 
@@ -19,10 +19,11 @@ export function configure(db: Db): Db {
  * outbox's schema version fails here, with one line, rather than on the first query with a stack.
  */
 const SCHEMA_PROBES = [
-  'SELECT id, sku, qty, status, version FROM orders',
+  'SELECT id, sku, qty, status FROM orders',
   'SELECT id, event_id, aggregate_id, seq, event_type, payload, status, created_at, published_at FROM outbox',
   'SELECT aggregate_id, through_seq, events FROM outbox_pruned',
   'SELECT key, value FROM outbox_meta',
+  'SELECT aggregate_id, last_seq FROM outbox_aggregates',
 ];
 
 function assertOutboxTables(db: Db, path: string): void {
@@ -49,13 +50,17 @@ export function openDatabase(dir: string): Db {
   let db: Db | undefined;
   try {
     db = new Database(path, { fileMustExist: true });
-    const version = db.pragma('user_version', { simple: true });
-    if (version !== SCHEMA_VERSION) {
+    // The library's version lives in outbox_meta; user_version is the user's (the lab leaves it 0).
+    const version = schemaVersionOf(db);
+    if (version !== undefined && version !== String(SCHEMA_VERSION)) {
       throw new StoreUnavailableError(
-        `${path} is not an outbox database (schema version ${version}, expected ${SCHEMA_VERSION}): run "outbox init --force" to recreate it`,
+        `${path} is not an outbox database of this version (outbox schema version ${version}, expected ${SCHEMA_VERSION}): run "outbox init --force" to recreate it`,
       );
     }
     assertOutboxTables(db, path);
+    if (version === undefined) {
+      throw new StoreUnavailableError(`${path} is not an outbox database of this version (no outbox schema version): run "outbox init --force" to recreate it`);
+    }
     return configure(db);
   } catch (error) {
     db?.close();

@@ -1,12 +1,13 @@
-import { EVENT_TYPES, type EventType, type OutboxEvent } from './events.js';
+import { isAggregateKey } from '../events/aggregate-key.js';
+import type { OutboxEvent } from './events.js';
 
 /** Why a queue entry cannot be handled; it goes to the dead-letter list with this reason. */
 export class MalformedMessageError extends Error {}
 
-const MAX_ID = Number.MAX_SAFE_INTEGER;
+const MAX_SEQ = Number.MAX_SAFE_INTEGER;
 
 function positiveInt(value: unknown, field: string): number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > MAX_ID) {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > MAX_SEQ) {
     throw new MalformedMessageError(`${field} must be a positive integer`);
   }
   return value;
@@ -23,7 +24,11 @@ function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-/** Parses and checks one queue entry; throws `MalformedMessageError` with the reason. */
+/**
+ * Parses and checks the envelope of one queue entry, whatever its event type: event_id, the
+ * aggregate key, seq, event_type, an object payload and store_id. The payload's own fields are its
+ * declaration's business (`EventSet.deliver`). Throws `MalformedMessageError` with the reason.
+ */
 export function parseMessage(raw: string): OutboxEvent {
   let message: unknown;
   try {
@@ -33,30 +38,12 @@ export function parseMessage(raw: string): OutboxEvent {
   }
   if (!isObject(message)) throw new MalformedMessageError('not a JSON object');
   const eventId = nonEmptyString(message.event_id, 'event_id', 128);
-  const aggregateId = positiveInt(message.aggregate_id, 'aggregate_id');
+  const aggregateId = message.aggregate_id;
+  if (!isAggregateKey(aggregateId)) throw new MalformedMessageError('aggregate_id must be an aggregate key "<aggregateType>:<aggregateId>"');
   const seq = positiveInt(message.seq, 'seq');
   const storeId = nonEmptyString(message.store_id, 'store_id', 64);
-  const type = message.event_type;
-  if (!EVENT_TYPES.includes(type as EventType)) {
-    throw new MalformedMessageError(`unknown event_type ${JSON.stringify(type)}`);
-  }
+  const type = nonEmptyString(message.event_type, 'event_type', 128);
   const payload = message.payload;
   if (!isObject(payload)) throw new MalformedMessageError('payload must be a JSON object');
-  if (payload.orderId !== aggregateId) throw new MalformedMessageError('payload.orderId must equal aggregate_id');
-  const common = {
-    orderId: aggregateId,
-    sku: nonEmptyString(payload.sku, 'payload.sku', 64),
-    qty: positiveInt(payload.qty, 'payload.qty'),
-  };
-  if (type === 'OrderQtyChanged') {
-    return {
-      eventId,
-      storeId,
-      aggregateId,
-      seq,
-      type,
-      payload: { ...common, previousQty: positiveInt(payload.previousQty, 'payload.previousQty') },
-    };
-  }
-  return { eventId, storeId, aggregateId, seq, type: type as EventType, payload: common };
+  return { eventId, storeId, aggregateId, seq, type, payload };
 }

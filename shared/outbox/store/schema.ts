@@ -1,25 +1,26 @@
 import type { Database } from 'better-sqlite3';
 import { randomBytes } from 'node:crypto';
+import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
 
-/** Bumped whenever the tables change; `openDatabase` refuses a file with another version. */
-export const SCHEMA_VERSION = 3;
+/**
+ * The version of the library's tables, kept in `outbox_meta` (key `schema_version`): `user_version`
+ * belongs to the user's database. Bumped whenever the library's tables change.
+ */
+export const SCHEMA_VERSION = 4;
 
-// `orders.version` is the aggregate's last event seq. Keeping it on the aggregate row (not MAX(seq)
-// over outbox) means seq stays monotonic even after old outbox rows are pruned.
-// `outbox.id` is AUTOINCREMENT so ids are never reused: it is the relay's insertion order.
-const SCHEMA = `
-CREATE TABLE orders (
-  id      INTEGER PRIMARY KEY,
-  sku     TEXT    NOT NULL CHECK (length(sku) > 0),
-  qty     INTEGER NOT NULL CHECK (qty > 0),
-  status  TEXT    NOT NULL DEFAULT 'PLACED' CHECK (status IN ('PLACED', 'CANCELLED')),
-  version INTEGER NOT NULL DEFAULT 1
-);
+/** The library's tables, in whichever database the user appends in. */
+export const LIBRARY_TABLES = ['outbox', 'outbox_pruned', 'outbox_meta', 'outbox_aggregates'] as const;
 
-CREATE TABLE outbox (
+// `aggregate_id` is the aggregate key `<aggregateType>:<aggregateId>` (e.g. `order:42`).
+// `outbox_aggregates.last_seq` is each aggregate's last event seq, assigned by `append` inside the
+// caller's transaction; a row of its own (not MAX(seq) over outbox) keeps seq monotonic after
+// `outbox prune` deleted old rows. `outbox.id` is AUTOINCREMENT so ids are never reused: it is the
+// relay's insertion order.
+const LIBRARY_SCHEMA = `
+CREATE TABLE IF NOT EXISTS outbox (
   id           INTEGER PRIMARY KEY AUTOINCREMENT,
   event_id     TEXT    NOT NULL UNIQUE,
-  aggregate_id INTEGER NOT NULL,
+  aggregate_id TEXT    NOT NULL,
   seq          INTEGER NOT NULL CHECK (seq > 0),
   event_type   TEXT    NOT NULL,
   payload      TEXT    NOT NULL,
@@ -29,38 +30,69 @@ CREATE TABLE outbox (
   UNIQUE (aggregate_id, seq)
 );
 
-CREATE INDEX outbox_pending ON outbox(status) WHERE status = 'PENDING';
+CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(status) WHERE status = 'PENDING';
+
+CREATE TABLE IF NOT EXISTS outbox_aggregates (
+  aggregate_id TEXT    PRIMARY KEY,
+  last_seq     INTEGER NOT NULL CHECK (last_seq > 0)
+) WITHOUT ROWID;
 
 -- What outbox prune deleted, per aggregate: always a prefix of its events (seq 1..through_seq).
-CREATE TABLE outbox_pruned (
-  aggregate_id INTEGER PRIMARY KEY,
+CREATE TABLE IF NOT EXISTS outbox_pruned (
+  aggregate_id TEXT    PRIMARY KEY,
   through_seq  INTEGER NOT NULL,
   events       INTEGER NOT NULL
 );
 
--- store_id: this database's identity, made by init; every message carries it and Redis records the
--- one it serves. replay_generation: bumped whenever PUBLISHED rows are set back to PENDING (replay,
--- repair, rebuild), so that a relay that read rows before that does not mark them.
-CREATE TABLE outbox_meta (
+-- schema_version: the version of these tables. store_id: this database's identity; every message
+-- carries it and Redis records the one it serves. replay_generation: bumped whenever PUBLISHED rows
+-- are set back to PENDING (replay, repair, rebuild), so that a relay that read rows before that
+-- does not mark them.
+CREATE TABLE IF NOT EXISTS outbox_meta (
   key   TEXT PRIMARY KEY,
   value TEXT NOT NULL
 ) WITHOUT ROWID;
 `;
 
+/** The library's schema version recorded in `db`; undefined when it has no `outbox_meta` or no version. */
+export function schemaVersionOf(db: Database): string | undefined {
+  try {
+    return db.prepare("SELECT value FROM outbox_meta WHERE key = 'schema_version'").pluck().get() as string | undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function tableExists(db: Database, name: string): boolean {
+  return db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?").pluck().get(name) === 1;
+}
+
 /**
- * Creates the tables in an empty database; leaves any other database alone. Safe when several
- * processes race on a new file: the IMMEDIATE transaction serializes them and only the first
- * finds it empty.
+ * Creates the library's tables in `db` when they are missing, next to whatever else it holds; its
+ * other tables and its `user_version` are left alone. Idempotent, and safe when several processes
+ * race (IMMEDIATE, or a savepoint inside the caller's transaction). Refuses a database whose outbox
+ * tables are of another version, or that has a table with a library name that is not the library's.
  */
-export function createSchema(db: Database): void {
+export function ensureOutboxTables(db: Database): void {
   db.transaction(() => {
-    const empty = db.prepare('SELECT COUNT(*) AS n FROM sqlite_master').get() as { n: number };
-    if (db.pragma('user_version', { simple: true }) !== 0 || empty.n > 0) return;
-    db.exec(SCHEMA);
+    if (tableExists(db, 'outbox_meta')) {
+      const version = schemaVersionOf(db);
+      if (version !== String(SCHEMA_VERSION)) {
+        throw new StoreUnavailableError(
+          `${db.name} holds outbox tables of another version (${version ?? 'before 4'}, expected ${SCHEMA_VERSION}): recreate them (for the lab: "outbox init --force")`,
+        );
+      }
+      return;
+    }
+    const taken = LIBRARY_TABLES.filter((name) => tableExists(db, name));
+    if (taken.length > 0) {
+      throw new StoreUnavailableError(`${db.name} already has a table named ${taken.join(', ')} that is not the outbox's: rename it, or use another database`);
+    }
+    db.exec(LIBRARY_SCHEMA);
     const meta = db.prepare('INSERT INTO outbox_meta (key, value) VALUES (?, ?)');
+    meta.run('schema_version', String(SCHEMA_VERSION));
     meta.run('store_id', newStoreId());
     meta.run('replay_generation', '0');
-    db.pragma(`user_version = ${SCHEMA_VERSION}`);
   }).immediate();
 }
 

@@ -28,7 +28,7 @@ const BENCH_STORE = 'bench';
 export function benchMessages(events: number): string[] {
   const random = seededRandom(5);
   const originals = Array.from({ length: events }, (_, i) =>
-    JSON.stringify({ event_id: `bench-${i}`, aggregate_id: i + 1, seq: 1, event_type: 'OrderPlaced', payload: { orderId: i + 1, sku: `SKU-${i % 50}`, qty: 1 + (i % 5) }, store_id: BENCH_STORE }),
+    JSON.stringify({ event_id: `bench-${i}`, aggregate_id: `order:${i + 1}`, seq: 1, event_type: 'OrderPlaced', payload: { orderId: i + 1, sku: `SKU-${i % 50}`, qty: 1 + (i % 5) }, store_id: BENCH_STORE }),
   );
   // A re-delivery lands somewhere after its original: sort by a key drawn after the original's.
   const keyed = originals.map((message, i) => ({ key: i, message }));

@@ -46,14 +46,14 @@ export interface GrowthFigures {
 const ROUNDS = 3;
 const CLI = join(REPO_ROOT, 'dist', 'apps', 'cli', 'main.js');
 
-/** Old PUBLISHED rows: events 1..rows of one aggregate. */
-const PUBLISHED_AGGREGATE = 1_000_000_000;
+/** Old PUBLISHED rows: events 1..rows of one aggregate (its key). */
+const PUBLISHED_AGGREGATE = 'order:1000000000';
 
 function insertPublished(db: Db, rows: number): void {
   db.prepare(
     `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
      INSERT INTO outbox (event_id, aggregate_id, seq, event_type, payload, status, created_at, published_at)
-     SELECT 'published-' || i, ${PUBLISHED_AGGREGATE}, i, 'OrderPlaced', '{"orderId":0,"sku":"SKU-0","qty":1}', 'PUBLISHED', 0, 0 FROM n`,
+     SELECT 'published-' || i, '${PUBLISHED_AGGREGATE}', i, 'OrderPlaced', '{"orderId":0,"sku":"SKU-0","qty":1}', 'PUBLISHED', 0, 0 FROM n`,
   ).run(rows);
 }
 
@@ -65,7 +65,7 @@ async function markPublishedApplied(redis: Redis, rows: number): Promise<void> {
     for (let i = from; i < Math.min(from + chunk, rows + 1); i += 1) fields.push(`published-${i}`, '{}');
     await redis.hset(keys.processed, ...fields);
   }
-  await redis.hset(keys.appliedSeq, String(PUBLISHED_AGGREGATE), rows);
+  await redis.hset(keys.appliedSeq, PUBLISHED_AGGREGATE, rows);
 }
 
 async function relayCost(db: Db, redis: Redis, pending: number) {

@@ -9,7 +9,7 @@ import { progress } from './progress.js';
 export interface ProducerFigures {
   /** The order service: order + OrderPlaced in one IMMEDIATE transaction each. */
   perTransaction: Rate;
-  /** Raw better-sqlite3: the same two INSERTs per IMMEDIATE transaction, nothing else. */
+  /** Raw better-sqlite3: the same statements (order, seq, event) per IMMEDIATE transaction, nothing else. */
   rawPerTransaction: Rate;
   /** The batch API: 1000 orders per transaction. */
   batch: Rate;
@@ -32,10 +32,14 @@ export async function benchProducer(workspace: string, orders: number): Promise<
   for (let round = 0; round < ROUNDS; round += 1) {
     const rawDb = freshDb(workspace, `raw-${round}`);
     const insertOrder = rawDb.prepare('INSERT INTO orders (sku, qty) VALUES (?, ?)');
-    const insertEvent = rawDb.prepare('INSERT INTO outbox (event_id, aggregate_id, seq, event_type, payload, created_at) VALUES (?, ?, 1, ?, ?, ?)');
+    const nextSeq = rawDb
+      .prepare('INSERT INTO outbox_aggregates (aggregate_id, last_seq) VALUES (?, 1) ON CONFLICT (aggregate_id) DO UPDATE SET last_seq = last_seq + 1 RETURNING last_seq')
+      .pluck();
+    const insertEvent = rawDb.prepare('INSERT INTO outbox (event_id, aggregate_id, seq, event_type, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)');
     const rawTx = rawDb.transaction((sku: string, qty: number) => {
       const id = Number(insertOrder.run(sku, qty).lastInsertRowid);
-      insertEvent.run(randomUUID(), id, 'OrderPlaced', JSON.stringify({ orderId: id, sku, qty }), Date.now());
+      const key = `order:${id}`;
+      insertEvent.run(randomUUID(), key, nextSeq.get(key), 'OrderPlaced', JSON.stringify({ orderId: id, sku, qty }), Date.now());
     });
     raw.push(await timed(orders, () => {
       for (let i = 0; i < orders; i += 1) rawTx.immediate('SKU-1', 1 + (i % 5));
