@@ -117,7 +117,7 @@ describe('relay app (BullMQ)', () => {
 
 describe('consumer app', () => {
   const event = (aggregateId: number) =>
-    JSON.stringify({ event_id: `orphan-${aggregateId}`, aggregate_id: aggregateId, seq: 1, event_type: 'OrderPlaced', payload: { orderId: aggregateId, sku: 'SKU-O', qty: 1 }, store_id: h.storeId });
+    JSON.stringify({ event_id: `orphan-${aggregateId}`, aggregate_id: `order:${aggregateId}`, seq: 1, event_type: 'OrderPlaced', payload: { orderId: aggregateId, sku: 'SKU-O', qty: 1 }, store_id: h.storeId });
 
   it('on SIGTERM hands back, in order, what it took but did not apply (an event waiting for a handler retry)', async () => {
     // Order 1's event fails its handler until the test ends, so it waits in the processing list.

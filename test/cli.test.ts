@@ -130,7 +130,7 @@ describe('outbox report and verify', () => {
     await h.cli('consume');
     await h.cli('place-order', '--sku', 'SKU-B');
     await h.client.hincrby('inventory:reserved', 'SKU-A', 1);
-    await h.client.hset('outbox.events:parked', '3:5', JSON.stringify({ reason: 'gap', message: '{}' }));
+    await h.client.hset('outbox.events:parked', 'order:3:5', JSON.stringify({ reason: 'gap', message: '{}' }));
     // The strict snapshot: the PENDING row is judged at once.
     const result = await runCli(['verify', '--settle', '0s'], h.env);
     assert.equal(result.code, 1);

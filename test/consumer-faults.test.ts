@@ -7,7 +7,7 @@ const h = useHarness();
 
 function message(aggregateId: number, seq: number | string, type = 'OrderPlaced', sku = 'SKU-X') {
   const payload = type === 'OrderQtyChanged' ? { orderId: aggregateId, sku, qty: 2, previousQty: 1 } : { orderId: aggregateId, sku, qty: 1 };
-  return `{"event_id":"evt-${aggregateId}-${seq}","aggregate_id":${aggregateId},"seq":${seq},"event_type":"${type}","payload":${JSON.stringify(payload)},"store_id":"${h.storeId}"}`;
+  return `{"event_id":"evt-${aggregateId}-${seq}","aggregate_id":"order:${aggregateId}","seq":${seq},"event_type":"${type}","payload":${JSON.stringify(payload)},"store_id":"${h.storeId}"}`;
 }
 
 const PROCESSING = 'outbox.events:processing:cli';
@@ -21,20 +21,20 @@ async function consume(): Promise<{ stdout: string; stderr: string }> {
 
 describe('the apply script under corrupt Redis state', () => {
   it('a parked entry that is not JSON: the event is applied, the entry kept as a dead letter, nothing lost', async () => {
-    await h.client.hset('outbox.events:parked', '1:2', 'not json {');
+    await h.client.hset('outbox.events:parked', 'order:1:2', 'not json {');
     await h.client.rpush('outbox.events', message(1, 1));
     const { stdout, stderr } = await consume();
     assert.match(stdout, /applied 1, duplicates skipped 0, parked 0/);
-    assert.match(stderr, /^outbox: bad state in Redis: outbox\.events:parked field 1:2 was not valid JSON: moved to outbox\.events:dead$/m);
+    assert.match(stderr, /^outbox: bad state in Redis: outbox\.events:parked field order:1:2 was not valid JSON: moved to outbox\.events:dead$/m);
     assert.equal(await h.client.llen(PROCESSING), 0);
     assert.equal(await h.client.hlen('outbox.events:parked'), 0);
     const [dead] = (await h.client.lrange('outbox.events:dead', 0, -1)).map((entry) => JSON.parse(entry));
-    assert.deepEqual([dead.reason, dead.message], ['corrupt parked entry 1:2 (not the JSON the consumer writes)', 'not json {']);
+    assert.deepEqual([dead.reason, dead.message], ['corrupt parked entry order:1:2 (not the JSON the consumer writes)', 'not json {']);
     assert.equal(await h.client.hget('inventory:reserved', 'SKU-X'), '1');
   });
 
   for (const [what, key, field] of [
-    ['a non-numeric applied seq', 'outbox:applied-seq', '1'],
+    ['a non-numeric applied seq', 'outbox:applied-seq', 'order:1'],
     ['a non-numeric inventory field', 'inventory:reserved', 'SKU-X'],
   ] as const) {
     it(`${what}: that event stays in the processing list, the others are applied, verify names the field`, async () => {
@@ -83,11 +83,11 @@ describe('the apply script under corrupt Redis state', () => {
   });
 
   it('seqs are exact integers: a parked field for seq 2^53-1 keeps every digit', async () => {
-    await h.client.hset('outbox:applied-seq', '5', '9007199254740989');
+    await h.client.hset('outbox:applied-seq', 'order:5', '9007199254740989');
     await h.client.rpush('outbox.events', message(5, '9007199254740991'));
     assert.match((await consume()).stdout, /parked 1/);
     const [field] = await h.client.hkeys('outbox.events:parked');
-    assert.equal(field, '5:9007199254740991');
+    assert.equal(field, 'order:5:9007199254740991');
     assert.match(JSON.parse((await h.client.hget('outbox.events:parked', field))!).reason, /^gap: expected seq 9007199254740990, got 9007199254740991$/);
   });
 });
@@ -106,7 +106,7 @@ describe('double effects', () => {
     assert.equal(await h.client.hget('inventory:reserved', 'SKU-A'), '5');
     assert.deepEqual(Object.values(await h.client.hgetall('outbox:apply-count')), ['1', '1']);
     // The duplicates put the lost seq guard back.
-    assert.equal(await h.client.hget('outbox:applied-seq', '1'), '2');
+    assert.equal(await h.client.hget('outbox:applied-seq', 'order:1'), '2');
     assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
   });
 

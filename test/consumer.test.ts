@@ -14,7 +14,7 @@ import { waitFor } from '../shared/tooling/local/wait-for.js';
 const h = useHarness();
 
 function message(aggregateId: number, seq: number, type = 'OrderPlaced', payload: object = { orderId: aggregateId, sku: 'SKU-X', qty: 1 }) {
-  return JSON.stringify({ event_id: `evt-${aggregateId}-${seq}`, aggregate_id: aggregateId, seq, event_type: type, payload, store_id: h.storeId });
+  return JSON.stringify({ event_id: `evt-${aggregateId}-${seq}`, aggregate_id: `order:${aggregateId}`, seq, event_type: type, payload, store_id: h.storeId });
 }
 
 /**
@@ -80,7 +80,7 @@ describe('outbox consume', () => {
     assert.match(result.stdout, /received 7 \(0 recovered from outbox\.events:processing:cli\): applied 6, duplicates skipped 1, parked 0, dead-lettered 0/);
     assert.match(result.stdout, /HLEN processed = 6/);
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-A': '3', 'SKU-B': '6' });
-    assert.deepEqual(await h.client.hgetall('outbox:applied-seq'), { 1: '2', 2: '2', 3: '1', 4: '1' });
+    assert.deepEqual(await h.client.hgetall('outbox:applied-seq'), { 'order:1': '2', 'order:2': '2', 'order:3': '1', 'order:4': '1' });
     await assertAppliedExactlyOnce(6);
     const verify = await h.cli('verify');
     assert.match(verify.stdout, /VERIFY OK/);
@@ -105,15 +105,15 @@ describe('outbox consume', () => {
     await h.client.rpush('outbox.events', cancelled, changed);
     assert.match((await h.cli('consume')).stdout, /applied 0, duplicates skipped 0, parked 2/);
     const parked = await h.client.hgetall('outbox.events:parked');
-    assert.deepEqual(Object.keys(parked).sort(), ['7:2', '7:3']);
-    assert.equal(JSON.parse(parked['7:3']).reason, 'gap: expected seq 1, got 3');
-    assert.equal(JSON.parse(parked['7:3']).message, cancelled);
+    assert.deepEqual(Object.keys(parked).sort(), ['order:7:2', 'order:7:3']);
+    assert.equal(JSON.parse(parked['order:7:3']).reason, 'gap: expected seq 1, got 3');
+    assert.equal(JSON.parse(parked['order:7:3']).message, cancelled);
     assert.equal(await h.client.hget('inventory:reserved', 'SKU-G'), null);
 
     await h.client.rpush('outbox.events', placed);
     assert.match((await h.cli('consume')).stdout, /applied 3/);
     assert.equal(await h.client.hlen('outbox.events:parked'), 0);
-    assert.equal(await h.client.hget('outbox:applied-seq', '7'), '3');
+    assert.equal(await h.client.hget('outbox:applied-seq', 'order:7'), '3');
     assert.equal(await h.client.hget('inventory:reserved', 'SKU-G'), '0');
     assert.equal(await h.client.hget('outbox:stats', 'unparked'), '2');
   });
@@ -122,11 +122,11 @@ describe('outbox consume', () => {
     const bad: [string, string][] = [
       ['not json at all', 'not JSON'],
       ['[1,2,3]', 'not a JSON object'],
-      [message(1, 1, 'OrderShipped'), 'unknown event_type "OrderShipped"'],
-      [message(2, 1, 'OrderPlaced', { orderId: 2, sku: 'SKU-X', qty: -1 }), 'payload.qty must be a positive integer'],
-      [message(3, 1, 'OrderPlaced', { orderId: 99, sku: 'SKU-X', qty: 1 }), 'payload.orderId must equal aggregate_id'],
-      [JSON.stringify({ event_id: 'e', aggregate_id: 4, seq: 0, event_type: 'OrderPlaced', payload: {} }), 'seq must be a positive integer'],
-      [message(5, 1, 'OrderQtyChanged', { orderId: 5, sku: 'SKU-X', qty: 2 }), 'payload.previousQty must be a positive integer'],
+      [message(1, 1, 'OrderShipped'), 'unknown event type "OrderShipped": declare it in defineEvents'],
+      [message(2, 1, 'OrderPlaced', { orderId: 2, sku: 'SKU-X', qty: -1 }), 'OrderPlaced payload: qty: Too small: expected number to be >0'],
+      [message(3, 1, 'OrderPlaced', { orderId: 99, sku: 'SKU-X', qty: 1 }), 'payload.orderId 99 is not the order of aggregate_id order:3'],
+      [JSON.stringify({ event_id: 'e', aggregate_id: 'order:4', seq: 0, event_type: 'OrderPlaced', payload: {} }), 'seq must be a positive integer'],
+      [message(5, 1, 'OrderQtyChanged', { orderId: 5, sku: 'SKU-X', qty: 2 }), 'OrderQtyChanged payload: previousQty: Invalid input: expected number, received undefined'],
     ];
     await h.client.rpush('outbox.events', message(10, 1), ...bad.map(([raw]) => raw), message(11, 1));
     const result = await h.cli('consume');

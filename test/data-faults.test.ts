@@ -85,7 +85,7 @@ describe('store identity', () => {
 
   it('the consumer dead-letters a message of another store, and one that reaches a Redis serving no store', async () => {
     const message = (storeId: string, id: number) =>
-      JSON.stringify({ event_id: `evt-${id}`, aggregate_id: id, seq: 1, event_type: 'OrderPlaced', payload: { orderId: id, sku: 'SKU-X', qty: 1 }, store_id: storeId });
+      JSON.stringify({ event_id: `evt-${id}`, aggregate_id: `order:${id}`, seq: 1, event_type: 'OrderPlaced', payload: { orderId: id, sku: 'SKU-X', qty: 1 }, store_id: storeId });
     await h.client.rpush('outbox.events', message('0123456789abcdef', 1), message(h.storeId, 2));
     assert.match((await h.cli('consume')).stdout, /applied 1, duplicates skipped 0, parked 0, dead-lettered 1/);
     assert.deepEqual(await h.client.hkeys('processed'), ['evt-2']);
@@ -175,7 +175,7 @@ describe('Redis that lost its state', () => {
     assert.match((await h.cli('consume')).stdout, /applied 1, duplicates skipped 0, parked 0/);
     const verify = await runCli(['verify'], h.env);
     assert.equal(verify.code, 1);
-    assert.match(verify.stdout, /pruned events Redis lost \(effects cannot be rebuilt\) +0 +7 +FAIL\n +e\.g\. order 1 seq 1-3, order 2 seq 1-2, order 3 seq 1-1, order 4 seq 1-1/);
+    assert.match(verify.stdout, /pruned events Redis lost \(effects cannot be rebuilt\) +0 +7 +FAIL\n +e\.g\. order:1 seq 1-3, order:2 seq 1-2, order:3 seq 1-1, order:4 seq 1-1/);
     assert.match(verify.stdout, /aggregates whose applied seq != last seq +0 +0 +ok/);
     assert.match(verify.stdout, /VERIFY FAILED/);
   });

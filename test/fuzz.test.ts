@@ -11,7 +11,7 @@ const h = useHarness();
 
 const valid = (aggregateId: number) => ({
   event_id: `valid-${aggregateId}`,
-  aggregate_id: aggregateId,
+  aggregate_id: `order:${aggregateId}`,
   seq: 1,
   event_type: 'OrderPlaced',
   payload: { orderId: aggregateId, sku: 'SKU-F', qty: 1 },
@@ -51,7 +51,7 @@ function malformedEntries(seed: number, count: number): (string | Buffer)[] {
     },
     () => JSON.stringify({ ...valid(400_000), event_type: pick(['OrderShipped', 'orderplaced', 'constructor', '__proto__']) }),
     () => JSON.stringify({ ...valid(500_000), event_type: 'OrderQtyChanged', payload: { orderId: 500_000, sku: 'SKU-F', qty: 2 } }),
-    () => '{"__proto__":{"polluted":true},"event_id":"p","aggregate_id":1,"seq":1,"event_type":"OrderPlaced","payload":1}',
+    () => '{"__proto__":{"polluted":true},"event_id":"p","aggregate_id":"order:1","seq":1,"event_type":"OrderPlaced","payload":1}',
   ];
   return Array.from({ length: count }, () => pick(mutations)());
 }

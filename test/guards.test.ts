@@ -74,7 +74,7 @@ describe('--dry-run changes nothing and shows what the real run then does', () =
     const dry = await h.cli('replay', '--from', '3', '--dry-run');
     assert.equal(await snapshot(), before);
     assert.equal(planned(dry, /^replay would set (\d+) PUBLISHED row\(s\) \(ids 3-16\) back to PENDING$/m), 14);
-    assert.match(dry.stdout, /^ {2}id 3 {2}order 3 seq 1 {2}OrderPlaced {2}created \S+ {2}event [0-9a-f-]{36}$/m);
+    assert.match(dry.stdout, /^ {2}id 3 {2}order:3 seq 1 {2}OrderPlaced {2}created \S+ {2}event [0-9a-f-]{36}$/m);
     assert.match(dry.stdout, /^ {2}… and 9 more$/m);
 
     const real = await h.cli('replay', '--from', '3');
@@ -91,7 +91,7 @@ describe('--dry-run changes nothing and shows what the real run then does', () =
     const dry = await h.cli('prune', '--older-than', '0s', '--batch-size', '5', '--dry-run');
     assert.equal(await snapshot(), before);
     assert.equal(planned(dry, /^prune would delete (\d+) PUBLISHED row\(s\) \(ids 1-14\) the consumer applied; kept \(not applied yet\): 3$/m), 14);
-    assert.match(dry.stdout, /^ {2}id 1 {2}order 1 seq 1 {2}OrderPlaced /m);
+    assert.match(dry.stdout, /^ {2}id 1 {2}order:1 seq 1 {2}OrderPlaced /m);
 
     const real = await h.cli('prune', '--older-than', '0s', '--batch-size', '5');
     assert.match(real.stdout, /^pruned 14 PUBLISHED row\(s\)/m);
@@ -122,7 +122,7 @@ describe('--dry-run changes nothing and shows what the real run then does', () =
     assert.equal(dry.code, 1, 'nothing was repaired: the invariants still fail');
     assert.equal(await snapshot(), before);
     assert.equal(planned(dry, /^verify --repair would republish (\d+) lost event\(s\): set their rows back to PENDING and relay every PENDING row$/m), 2);
-    assert.match(dry.stdout, /^ {2}id 6 {2}order 6 seq 1 .*\n {2}id 7 {2}order 7 seq 1 /m);
+    assert.match(dry.stdout, /^ {2}id 6 {2}order:6 seq 1 .*\n {2}id 7 {2}order:7 seq 1 /m);
 
     const real = await h.cli('verify', '--repair');
     assert.match(real.stdout, /^repair: republished 2 lost event\(s\)/m);
@@ -145,17 +145,17 @@ describe('--dry-run changes nothing and shows what the real run then does', () =
   it('dead-letter drop and parked drop: the entries they would drop, then the real run drops them', async () => {
     await h.client.rpush('outbox.events', 'garbage one', 'garbage two');
     await h.cli('consume');
-    await h.client.hset('outbox.events:parked', '7:2', JSON.stringify({ reason: 'gap', message: 'm', parkedAt: 1 }));
+    await h.client.hset('outbox.events:parked', 'order:7:2', JSON.stringify({ reason: 'gap', message: 'm', parkedAt: 1 }));
     const before = await snapshot();
     const dead = await h.cli('dead-letter', 'drop', '--all', '--dry-run');
-    const parked = await h.cli('parked', 'drop', '--id', '7:2', '--dry-run');
+    const parked = await h.cli('parked', 'drop', '--id', 'order:7:2', '--dry-run');
     assert.equal(await snapshot(), before);
     assert.equal(planned(dead, /^dead-letter drop would drop (\d+) dead-letter entr\(ies\) for good$/m), 2);
     assert.match(dead.stdout, /^ {2}0 {2}\S+ {2}not JSON {2}garbage one$/m);
     assert.equal(planned(parked, /^parked drop would drop (\d+) parked entr\(ies\) for good$/m), 1);
 
     assert.match((await h.cli('dead-letter', 'drop', '--all')).stdout, /^2 dead-letter entr\(ies\) dropped$/m);
-    assert.match((await h.cli('parked', 'drop', '--id', '7:2')).stdout, /^1 parked entr\(ies\) dropped$/m);
+    assert.match((await h.cli('parked', 'drop', '--id', 'order:7:2')).stdout, /^1 parked entr\(ies\) dropped$/m);
   });
 });
 

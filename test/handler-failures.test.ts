@@ -75,9 +75,9 @@ const EVENTS = 9;
 
 /** Every event of order `aggregateId`, in the order the consumer applied them (from `processed`). */
 async function appliedSeqs(aggregateId: number): Promise<number[]> {
-  const processed = Object.values(await h.client.hgetall('processed')).map((v) => JSON.parse(v) as { aggregateId: number; seq: number; applyOrder: number });
+  const processed = Object.values(await h.client.hgetall('processed')).map((v) => JSON.parse(v) as { aggregateId: string; seq: number; applyOrder: number });
   return processed
-    .filter((p) => p.aggregateId === aggregateId)
+    .filter((p) => p.aggregateId === `order:${aggregateId}`)
     .sort((a, b) => a.applyOrder - b.applyOrder)
     .map((p) => p.seq);
 }
@@ -124,16 +124,16 @@ describe('consumer app: a failing handler is retried, a poison event dead-letter
     const app = startConsumerApp({ OUTBOX_HANDLER_FAIL: 'throw-first:4@1:2' });
     try {
       // Taken in the same round as seq 2, seq 3 is parked behind it; order 2 flows on.
-      await waitFor(async () => (await parkedFields()).includes('1:3'), { message: 'seq 3 was not parked behind the waiting seq 2' });
-      await waitFor(async () => (await h.client.hget('outbox:applied-seq', '2')) === '2');
-      assert.equal(await h.client.hget('outbox:applied-seq', '1'), '1');
+      await waitFor(async () => (await parkedFields()).includes('order:1:3'), { message: 'seq 3 was not parked behind the waiting seq 2' });
+      await waitFor(async () => (await h.client.hget('outbox:applied-seq', 'order:2')) === '2');
+      assert.equal(await h.client.hget('outbox:applied-seq', 'order:1'), '1');
       assert.ok(Number(await h.client.hget('outbox:attempts', (await eventIdOf(1, 2))!)) >= 1, 'the failed attempts are counted in Redis');
       assert.equal(await h.client.llen('outbox.events:processing:consumer-0'), 1, 'the waiting event stays in the processing list');
       // seq 4 arrives in a later round while seq 2 still waits: parked too.
       await writeAndRelay((orders) => orders.cancelOrder(1));
-      await waitFor(async () => (await parkedFields()).includes('1:4'), { message: 'seq 4 was not parked behind the waiting seq 2' });
-      assert.equal(await h.client.hget('outbox:applied-seq', '1'), '1', 'seq 2 still waits (the test must reach this before its retry succeeds)');
-      await waitFor(async () => (await h.client.hget('outbox:applied-seq', '1')) === '4', { message: 'order 1 was not released' });
+      await waitFor(async () => (await parkedFields()).includes('order:1:4'), { message: 'seq 4 was not parked behind the waiting seq 2' });
+      assert.equal(await h.client.hget('outbox:applied-seq', 'order:1'), '1', 'seq 2 still waits (the test must reach this before its retry succeeds)');
+      await waitFor(async () => (await h.client.hget('outbox:applied-seq', 'order:1')) === '4', { message: 'order 1 was not released' });
     } finally {
       assert.equal(await stop(app), 0);
     }
@@ -191,7 +191,7 @@ describe('consumer app: a failing handler is retried, a poison event dead-letter
     }
     const [dead] = (await h.client.lrange('outbox.events:dead', 0, -1)).map((e) => JSON.parse(e) as { reason: string; message: string });
     assert.equal(dead.reason, 'handler failed 5 times: handler task lost: worker exited with code: 1');
-    assert.deepEqual([JSON.parse(dead.message).aggregate_id, JSON.parse(dead.message).seq], [3, 2]);
+    assert.deepEqual([JSON.parse(dead.message).aggregate_id, JSON.parse(dead.message).seq], ['order:3', 2]);
     assert.deepEqual(await appliedSeqs(1), [1, 2, 3, 4]);
     // The first lost task cost every event of the lane one attempt; the poison event alone the next four.
     assert.equal(await h.client.hget('outbox:stats', 'handlerFailures'), String(EVENTS + 4));
@@ -206,7 +206,7 @@ describe('consumer app: a failing handler is retried, a poison event dead-letter
       assert.equal(await stop(app), 0);
     }
     await assertAllAppliedInOrder();
-    assert.match(app.output(), /"aggregateId":1,"seq":1,"attempt":1,"error":"handler timed out after 300 ms \(its worker thread was stopped\)"/);
+    assert.match(app.output(), /"aggregateId":"order:1","seq":1,"attempt":1,"error":"handler timed out after 300 ms \(its worker thread was stopped\)"/);
   });
 
   it('dead-letters an event after --max-attempts, parks its successors, names the blocked order, and dead-letter retry releases them in order', async () => {
@@ -223,16 +223,16 @@ describe('consumer app: a failing handler is retried, a poison event dead-letter
     assert.equal(JSON.parse(dead.message).seq, 2);
     assert.equal(await h.client.exists('outbox:attempts'), 0, 'the count is cleared once dead-lettered');
     assert.equal(await h.client.hget('outbox:stats', 'handlerFailures'), '5');
-    assert.deepEqual(await parkedFields(), ['1:3', '1:4']);
-    assert.equal(await h.client.hget('outbox:applied-seq', '1'), '1');
+    assert.deepEqual(await parkedFields(), ['order:1:3', 'order:1:4']);
+    assert.equal(await h.client.hget('outbox:applied-seq', 'order:1'), '1');
     assert.deepEqual(await appliedSeqs(2), [1, 2], 'other orders are applied');
     assert.deepEqual(await appliedSeqs(3), [1, 2]);
     assert.match(sick.output(), /"msg":"dead-lettered","reason":"handler failed 5 times: /);
 
     const status = await h.cli('status');
-    assert.match(status.stdout, /^blocked     order 1 \(seq 2 dead-lettered, 2 waiting: seq 3, 4\)/m);
+    assert.match(status.stdout, /^blocked     order:1 \(seq 2 dead-lettered, 2 waiting: seq 3, 4\)/m);
     const json = JSON.parse((await h.cli('status', '--json')).stdout);
-    assert.deepEqual(json.blocked, [{ aggregateId: 1, deadSeq: 2, waitingSeqs: [3, 4] }]);
+    assert.deepEqual(json.blocked, [{ aggregateId: 'order:1', deadSeq: 2, waitingSeqs: [3, 4] }]);
 
     const healthy = startConsumerApp();
     try {
@@ -255,7 +255,7 @@ describe('consumer app: a failing handler is retried, a poison event dead-letter
     const counted = Number(await h.client.hget('outbox:stats', 'handlerFailures'));
     assert.ok(counted < 5, 'killed before the last attempt');
     const waiting = await h.client.lrange('outbox.events:processing:consumer-0', 0, -1);
-    assert.deepEqual(waiting.map((raw) => [JSON.parse(raw).aggregate_id, JSON.parse(raw).seq]), [[1, 2]], 'the waiting event is still in the processing list');
+    assert.deepEqual(waiting.map((raw) => [JSON.parse(raw).aggregate_id, JSON.parse(raw).seq]), [['order:1', 2]], 'the waiting event is still in the processing list');
     assert.equal(await h.client.hget('outbox:attempts', JSON.parse(waiting[0]).event_id), String(counted));
 
     const second = startConsumerApp(env);
@@ -284,8 +284,8 @@ describe('consumer app: a failing handler is retried, a poison event dead-letter
 
 async function eventIdOf(aggregateId: number, seq: number): Promise<string | undefined> {
   for (const raw of await h.client.lrange('outbox.events:processing:consumer-0', 0, -1)) {
-    const message = JSON.parse(raw) as { event_id: string; aggregate_id: number; seq: number };
-    if (message.aggregate_id === aggregateId && message.seq === seq) return message.event_id;
+    const message = JSON.parse(raw) as { event_id: string; aggregate_id: string; seq: number };
+    if (message.aggregate_id === `order:${aggregateId}` && message.seq === seq) return message.event_id;
   }
   return undefined;
 }
@@ -293,7 +293,7 @@ async function eventIdOf(aggregateId: number, seq: number): Promise<string | und
 describe('outbox consume: events waiting for a retry', () => {
   /** A handler that fails order 1's seq 2 on its first `failures` attempts. */
   const failingSeq2 = (failures: number) => (events: OutboxEvent[], attempts: number[]) =>
-    events.map((event, i) => (event.aggregateId === 1 && event.seq === 2 && attempts[i] <= failures ? { error: `attempt ${attempts[i]} failed` } : computeEffect(event)));
+    events.map((event, i) => (event.aggregateId === 'order:1' && event.seq === 2 && attempts[i] <= failures ? { error: `attempt ${attempts[i]} failed` } : computeEffect(event)));
 
   it('retries within the same run after the backoff and ends once the event is applied', async () => {
     await writeAndRelay(lifecycle);
@@ -318,7 +318,7 @@ describe('outbox consume: events waiting for a retry', () => {
       redis.disconnect();
     }
     assert.equal(JSON.parse((await h.client.lindex('outbox.events:dead', 0))!).reason, 'handler failed 3 times: attempt 3 failed');
-    assert.deepEqual(await parkedFields(), ['1:3', '1:4']);
+    assert.deepEqual(await parkedFields(), ['order:1:3', 'order:1:4']);
     assert.equal(await h.client.llen('outbox.events:processing:cli'), 0);
     // The CLI (default handler) then applies the retried dead letter and what waited behind it.
     await h.cli('dead-letter', 'retry', '--all');

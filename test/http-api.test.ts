@@ -129,7 +129,7 @@ describe('producer HTTP API', () => {
       assert.deepEqual(response.body, { error: 'internal error' });
       assert.ok(logged.some((line) => /"msg":"request failed"/.test(line)));
     } finally {
-      db.exec("CREATE TABLE orders (id INTEGER PRIMARY KEY, sku TEXT NOT NULL, qty INTEGER NOT NULL, status TEXT NOT NULL DEFAULT 'PLACED', version INTEGER NOT NULL DEFAULT 1)");
+      db.exec("CREATE TABLE orders (id INTEGER PRIMARY KEY, sku TEXT NOT NULL, qty INTEGER NOT NULL, status TEXT NOT NULL DEFAULT 'PLACED')");
     }
   });
 });

@@ -86,8 +86,9 @@ describe('outbox place-order', () => {
     assert.equal(count(dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING' AND event_type = 'OrderPlaced' AND seq = 1"), 3);
     const db = readDb(dir);
     try {
-      const row = db.prepare('SELECT aggregate_id, payload FROM outbox ORDER BY id LIMIT 1').get() as { aggregate_id: number; payload: string };
-      assert.deepEqual(JSON.parse(row.payload), { orderId: row.aggregate_id, sku: 'SKU-A', qty: 2 });
+      const row = db.prepare('SELECT aggregate_id, payload FROM outbox ORDER BY id LIMIT 1').get() as { aggregate_id: string; payload: string };
+      assert.equal(row.aggregate_id, 'order:1');
+      assert.deepEqual(JSON.parse(row.payload), { orderId: 1, sku: 'SKU-A', qty: 2 });
     } finally {
       db.close();
     }
@@ -102,15 +103,16 @@ describe('outbox place-order', () => {
 
   it('a failure between the two INSERTs leaves neither row', async () => {
     const dir = await freshDir();
-    // The next order will get id 1; an outbox row already holding (aggregate 1, seq 1) makes the
+    // The next order will get id 1; an outbox row already holding (order:1, seq 1) makes the
     // outbox INSERT fail on UNIQUE(aggregate_id, seq), after the order INSERT succeeded.
     const db = new Database(join(dir, 'app.db'));
-    db.prepare("INSERT INTO outbox (event_id, aggregate_id, seq, event_type, payload, created_at) VALUES ('blocker', 1, 1, 'OrderPlaced', '{}', 0)").run();
+    db.prepare("INSERT INTO outbox (event_id, aggregate_id, seq, event_type, payload, created_at) VALUES ('blocker', 'order:1', 1, 'OrderPlaced', '{}', 0)").run();
     db.close();
     const result = await runCli(['place-order'], { dir, redisUrl: h.redis.url });
     assert.notEqual(result.code, 0);
     assert.equal(count(dir, 'SELECT COUNT(*) FROM orders'), 0);
     assert.equal(count(dir, "SELECT COUNT(*) FROM outbox WHERE event_id <> 'blocker'"), 0);
+    assert.equal(count(dir, 'SELECT COUNT(*) FROM outbox_aggregates'), 0, 'the seq taken is rolled back too');
   });
 
   it('a process killed between the two INSERTs leaves neither row', async () => {
@@ -137,7 +139,7 @@ describe('order lifecycle', () => {
     assert.equal(cancel.code, 0, cancel.stderr);
     const db = readDb(dir);
     try {
-      const events = db.prepare('SELECT seq, event_type, payload FROM outbox WHERE aggregate_id = 1 ORDER BY id').all() as {
+      const events = db.prepare('SELECT seq, event_type, payload FROM outbox WHERE aggregate_id = \'order:1\' ORDER BY id').all() as {
         seq: number;
         event_type: string;
         payload: string;
@@ -150,7 +152,8 @@ describe('order lifecycle', () => {
           [3, 'OrderCancelled', { orderId: 1, sku: 'SKU-B', qty: 7 }],
         ],
       );
-      assert.deepEqual(db.prepare('SELECT qty, status, version FROM orders WHERE id = 1').get(), { qty: 7, status: 'CANCELLED', version: 3 });
+      assert.deepEqual(db.prepare('SELECT qty, status FROM orders WHERE id = 1').get(), { qty: 7, status: 'CANCELLED' });
+      assert.equal(db.prepare("SELECT last_seq FROM outbox_aggregates WHERE aggregate_id = 'order:1'").pluck().get(), 3);
     } finally {
       db.close();
     }

@@ -25,14 +25,14 @@ describe('outbox prune', () => {
     assert.equal(kept(result.stdout), 0);
     assert.equal(count(h.env.dir, 'SELECT COUNT(*) FROM outbox'), 0);
     assert.equal(count(h.env.dir, 'SELECT SUM(events) FROM outbox_pruned'), 27);
-    assert.equal(count(h.env.dir, 'SELECT through_seq FROM outbox_pruned WHERE aggregate_id = 1'), 2);
+    assert.equal(count(h.env.dir, 'SELECT through_seq FROM outbox_pruned WHERE aggregate_id = \'order:1\''), 2);
     const verify = await h.cli('verify');
     assert.match(verify.stdout, /processed_unique = outbox rows \+ pruned +27 +27 +ok/);
     assert.match(verify.stdout, /VERIFY OK/);
 
     // A pruned aggregate goes on with the next seq, kept on the order row.
     await h.cli('change-qty', '--id', '1', '--qty', '7');
-    assert.equal(count(h.env.dir, 'SELECT seq FROM outbox WHERE aggregate_id = 1'), 3);
+    assert.equal(count(h.env.dir, 'SELECT seq FROM outbox WHERE aggregate_id = \'order:1\''), 3);
     await h.cli('relay');
     assert.match((await h.cli('consume')).stdout, /applied 1/);
     assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
@@ -71,7 +71,7 @@ describe('outbox prune', () => {
     await h.cli('relay');
     // Row 4's message is held back: the consumer applies rows 1-3 and 5, and parks row 6 (gap).
     const held = (await h.client.lindex('outbox.events', 3))!;
-    assert.deepEqual([JSON.parse(held).aggregate_id, JSON.parse(held).seq], [1, 2]);
+    assert.deepEqual([JSON.parse(held).aggregate_id, JSON.parse(held).seq], ['order:1', 2]);
     await h.client.lrem('outbox.events', 1, held);
     assert.match((await h.cli('consume')).stdout, /applied 4, .*parked 1/);
 
@@ -82,9 +82,9 @@ describe('outbox prune', () => {
     const pruned = readDb(h.env.dir);
     try {
       assert.deepEqual(pruned.prepare('SELECT aggregate_id, through_seq, events FROM outbox_pruned ORDER BY aggregate_id').all(), [
-        { aggregate_id: 1, through_seq: 1, events: 1 },
-        { aggregate_id: 2, through_seq: 1, events: 1 },
-        { aggregate_id: 3, through_seq: 1, events: 1 },
+        { aggregate_id: 'order:1', through_seq: 1, events: 1 },
+        { aggregate_id: 'order:2', through_seq: 1, events: 1 },
+        { aggregate_id: 'order:3', through_seq: 1, events: 1 },
       ]);
     } finally {
       pruned.close();
@@ -94,8 +94,8 @@ describe('outbox prune', () => {
     await h.cli('consume');
     const rest = await h.cli('prune', '--older-than', '0s');
     assert.match(rest.stdout, /^pruned 3 PUBLISHED row/);
-    assert.equal(count(h.env.dir, 'SELECT through_seq FROM outbox_pruned WHERE aggregate_id = 1'), 3);
-    assert.equal(count(h.env.dir, 'SELECT through_seq FROM outbox_pruned WHERE aggregate_id = 2'), 2);
+    assert.equal(count(h.env.dir, 'SELECT through_seq FROM outbox_pruned WHERE aggregate_id = \'order:1\''), 3);
+    assert.equal(count(h.env.dir, 'SELECT through_seq FROM outbox_pruned WHERE aggregate_id = \'order:2\''), 2);
     assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
   });
 
@@ -103,7 +103,7 @@ describe('outbox prune', () => {
     await h.cli('place-order', '--count', '3');
     await h.cli('relay');
     await h.cli('consume');
-    await h.client.hdel('outbox:applied-seq', '2');
+    await h.client.hdel('outbox:applied-seq', 'order:2');
     const result = await h.cli('prune', '--older-than', '0s');
     assert.match(result.stdout, /^pruned 1 PUBLISHED row/);
     assert.equal(kept(result.stdout), 2);

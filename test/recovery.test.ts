@@ -7,7 +7,7 @@ import { count } from './helpers/stores.js';
 const h = useHarness();
 
 function message(aggregateId: number, seq: number, type = 'OrderPlaced') {
-  return JSON.stringify({ event_id: `evt-${aggregateId}-${seq}`, aggregate_id: aggregateId, seq, event_type: type, payload: { orderId: aggregateId, sku: 'SKU-X', qty: 1 }, store_id: h.storeId });
+  return JSON.stringify({ event_id: `evt-${aggregateId}-${seq}`, aggregate_id: `order:${aggregateId}`, seq, event_type: type, payload: { orderId: aggregateId, sku: 'SKU-X', qty: 1 }, store_id: h.storeId });
 }
 
 async function placeLifecycle(orders: number) {
@@ -76,7 +76,7 @@ describe('verify --repair', () => {
     }
     const result = await runCli(['verify'], h.env);
     assert.equal(result.code, 1);
-    assert.match(result.stdout, /aggregates applied out of seq order +0 +1 +FAIL\n +e\.g\. aggregate 1/);
+    assert.match(result.stdout, /aggregates applied out of seq order +0 +1 +FAIL\n +e\.g\. order:1/);
   });
 });
 
@@ -145,7 +145,7 @@ describe('dead-letter and parked tools', () => {
     await h.cli('consume');
     assert.match((await h.cli('parked', 'list')).stdout, /^7:2  \S+  gap: expected seq 1, got 2  /m);
 
-    await h.cli('parked', 'retry', '--id', '7:2');
+    await h.cli('parked', 'retry', '--id', 'order:7:2');
     assert.equal(await h.client.hlen('outbox.events:parked'), 0);
     assert.deepEqual(await h.client.lrange('outbox.events', 0, -1), [message(7, 2, 'OrderCancelled')]);
     await h.cli('consume');

@@ -22,7 +22,7 @@ describe('outbox relay', () => {
     const messages = (await queue()).map((raw) => JSON.parse(raw));
     assert.deepEqual(
       messages.map((m) => [m.aggregate_id, m.seq, m.event_type]),
-      [[1, 1, 'OrderPlaced'], [2, 1, 'OrderPlaced'], [3, 1, 'OrderPlaced'], [2, 2, 'OrderQtyChanged']],
+      [['order:1', 1, 'OrderPlaced'], ['order:2', 1, 'OrderPlaced'], ['order:3', 1, 'OrderPlaced'], ['order:2', 2, 'OrderQtyChanged']],
     );
     assert.deepEqual(messages[3].payload, { orderId: 2, sku: 'SKU-1', qty: 4, previousQty: 1 });
     assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PUBLISHED' AND published_at IS NOT NULL"), 4);

@@ -3,9 +3,25 @@
  * write events in its own transactions, relay them and consume them with its own handlers is
  * exported here; nothing else under shared/ is part of the API.
  */
+export { defineEvents } from './events/define-events.js';
+export type {
+  AggregateTypeOf,
+  AnyDeliveredEvent,
+  DeliveredEvent,
+  EventDeclaration,
+  EventDeclarations,
+  EventSet,
+  EventTypeOf,
+  NewEvent,
+  PayloadInputOf,
+  PayloadOf,
+} from './events/define-events.js';
+export { aggregateKey, splitAggregateKey } from './events/aggregate-key.js';
+export { createOutbox, type AppendedEvent, type Outbox, type OutboxOptions } from './store/outbox.js';
 export { connectRedis, closeRedis, type RedisConnectOptions } from './redis/connect.js';
 export { createRelay, DEFAULT_RELAY_BATCH_SIZE, type Relay, type RelayOptions, type RelayBatch } from './relay/relay.js';
 export { OutboxError } from './errors/outbox-error.js';
 export { InvalidInputError } from './errors/invalid-input-error.js';
+export { InvalidEventError } from './errors/invalid-event-error.js';
 export { StoreUnavailableError } from './errors/store-unavailable-error.js';
 export { StoreMismatchError } from './errors/store-mismatch-error.js';
