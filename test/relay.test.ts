@@ -137,7 +137,7 @@ describe('outbox order-check', () => {
     const { event_id } = JSON.parse(placed);
     assert.equal(
       readFileSync(join(h.env.dir, 'order_check.out'), 'utf8'),
-      `ORDER VIOLATION aggregate=1 seq=1 after_seq=2 event_id=${event_id} index=1\n`,
+      `ORDER VIOLATION aggregate=order:1 seq=1 after_seq=2 event_id=${event_id} index=1\n`,
     );
   });
 });

@@ -54,11 +54,16 @@ CREATE TABLE IF NOT EXISTS outbox_meta (
 ) WITHOUT ROWID;
 `;
 
-/** The library's schema version recorded in `db`; undefined when it has no `outbox_meta` or no version. */
+/**
+ * The library's schema version recorded in `db`; undefined when it has no `outbox_meta` table or no
+ * version in it. A file that is not a database throws (SQLite's own error).
+ */
 export function schemaVersionOf(db: Database): string | undefined {
+  if (!tableExists(db, 'outbox_meta')) return undefined;
   try {
     return db.prepare("SELECT value FROM outbox_meta WHERE key = 'schema_version'").pluck().get() as string | undefined;
   } catch {
+    // An outbox_meta table of another shape: the schema probes name what is wrong.
     return undefined;
   }
 }
