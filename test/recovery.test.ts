@@ -143,7 +143,7 @@ describe('dead-letter and parked tools', () => {
   it('lists, retries and drops parked events', async () => {
     await h.client.rpush('outbox.events', message(7, 2, 'OrderCancelled'));
     await h.cli('consume');
-    assert.match((await h.cli('parked', 'list')).stdout, /^7:2  \S+  gap: expected seq 1, got 2  /m);
+    assert.match((await h.cli('parked', 'list')).stdout, /^order:7:2  \S+  gap: expected seq 1, got 2  /m);
 
     await h.cli('parked', 'retry', '--id', 'order:7:2');
     assert.equal(await h.client.hlen('outbox.events:parked'), 0);
