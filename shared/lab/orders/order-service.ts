@@ -40,8 +40,9 @@ export function createOrderService(db: Db) {
   const outbox = createOutbox(db, { events: orderEvents });
   const insertOrder = db.prepare<[string, number]>('INSERT INTO orders (sku, qty) VALUES (?, ?)');
   const selectOrder = db.prepare<[number], Order>(
-    `SELECT o.id, o.sku, o.qty, o.status, a.last_seq AS version
-       FROM orders o JOIN outbox_aggregates a ON a.aggregate_id = '${ORDER_AGGREGATE}:' || o.id
+    // LEFT JOIN: an order whose events were lost (verify names it) is still found, at version 0.
+    `SELECT o.id, o.sku, o.qty, o.status, COALESCE(a.last_seq, 0) AS version
+       FROM orders o LEFT JOIN outbox_aggregates a ON a.aggregate_id = '${ORDER_AGGREGATE}:' || o.id
       WHERE o.id = ?`,
   );
   const updateQty = db.prepare<[number, number]>('UPDATE orders SET qty = ? WHERE id = ?');
