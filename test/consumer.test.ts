@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { createConsumer, emptyStats } from '../shared/outbox/consumer/consumer.js';
+import { createConsumerEngine, emptyStats } from '../shared/outbox/consumer/consumer.js';
+import { runRedisHandlers } from '../shared/outbox/consumer/run-redis-handlers.js';
+import { handlers } from '../shared/lab/orders/order-handlers.js';
 import { openDatabase } from '../shared/outbox/store/open-database.js';
 import { createOrderService } from '../shared/lab/orders/order-service.js';
 import { connectRedis } from '../shared/outbox/redis/connect.js';
@@ -118,7 +120,7 @@ describe('outbox consume', () => {
     assert.equal(await h.client.hget('outbox:stats', 'unparked'), '2');
   });
 
-  it('dead-letters malformed entries with the reason and keeps going', async () => {
+  it('dead-letters malformed entries, unknown types and payloads their schema refuses, with the reason, and keeps going', async () => {
     const bad: [string, string][] = [
       ['not json at all', 'not JSON'],
       ['[1,2,3]', 'not a JSON object'],
@@ -166,7 +168,7 @@ describe('outbox consume', () => {
   it('a re-sent apply (reply lost, command replayed) is a no-op', async () => {
     const connection = await connectRedis(h.env.redisUrl);
     try {
-      const consumer = createConsumer(connection, { consumerId: 'replay' });
+      const consumer = createConsumerEngine(connection, { consumerId: 'replay', handler: (events) => runRedisHandlers(handlers, events) });
       const raw = message(1, 1);
       await connection.rpush(consumer.processingList, raw);
       const send = async () => (await (await consumer.sendRound([Buffer.from(raw)], emptyStats())).answered)[0].outcome;

@@ -3,8 +3,9 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { createConsumer } from '../shared/outbox/consumer/consumer.js';
-import { computeEffect } from '../shared/lab/orders/effect.js';
+import { createConsumerEngine } from '../shared/outbox/consumer/consumer.js';
+import { runRedisHandlers } from '../shared/outbox/consumer/run-redis-handlers.js';
+import { handlers } from '../shared/lab/orders/order-handlers.js';
 import { openDatabase } from '../shared/outbox/store/open-database.js';
 import type { OutboxEvent } from '../shared/outbox/store/events.js';
 import { REPO_ROOT } from '../shared/tooling/local/pm2.js';
@@ -75,9 +76,9 @@ const EVENTS = 9;
 
 /** Every event of order `aggregateId`, in the order the consumer applied them (from `processed`). */
 async function appliedSeqs(aggregateId: number): Promise<number[]> {
-  const processed = Object.values(await h.client.hgetall('processed')).map((v) => JSON.parse(v) as { aggregateId: string; seq: number; applyOrder: number });
+  const processed = Object.values(await h.client.hgetall('processed')).map((v) => JSON.parse(v) as { aggregate: string; seq: number; applyOrder: number });
   return processed
-    .filter((p) => p.aggregateId === `order:${aggregateId}`)
+    .filter((p) => p.aggregate === `order:${aggregateId}`)
     .sort((a, b) => a.applyOrder - b.applyOrder)
     .map((p) => p.seq);
 }
@@ -293,13 +294,13 @@ async function eventIdOf(aggregateId: number, seq: number): Promise<string | und
 describe('outbox consume: events waiting for a retry', () => {
   /** A handler that fails order 1's seq 2 on its first `failures` attempts. */
   const failingSeq2 = (failures: number) => (events: OutboxEvent[], attempts: number[]) =>
-    events.map((event, i) => (event.aggregateId === 'order:1' && event.seq === 2 && attempts[i] <= failures ? { error: `attempt ${attempts[i]} failed` } : computeEffect(event)));
+    events.map((event, i) => (event.aggregateId === 'order:1' && event.seq === 2 && attempts[i] <= failures ? { error: `attempt ${attempts[i]} failed` } : runRedisHandlers(handlers, [event])[0]));
 
   it('retries within the same run after the backoff and ends once the event is applied', async () => {
     await writeAndRelay(lifecycle);
     const redis = await connectRedis(h.env.redisUrl);
     try {
-      const stats = await createConsumer(redis, { handler: failingSeq2(2) }).drain();
+      const stats = await createConsumerEngine(redis, { handler: failingSeq2(2) }).drain();
       assert.equal(stats.retried, 2);
       assert.equal(stats.dead, 0);
     } finally {
@@ -312,7 +313,7 @@ describe('outbox consume: events waiting for a retry', () => {
     await writeAndRelay(lifecycle);
     const redis = await connectRedis(h.env.redisUrl);
     try {
-      const stats = await createConsumer(redis, { handler: failingSeq2(Infinity), maxAttempts: 3 }).drain();
+      const stats = await createConsumerEngine(redis, { handler: failingSeq2(Infinity), maxAttempts: 3 }).drain();
       assert.deepEqual([stats.retried, stats.dead, stats.applied], [2, 1, EVENTS - 3]);
     } finally {
       redis.disconnect();

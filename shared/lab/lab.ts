@@ -5,7 +5,8 @@ import { checkOrder, formatOrderCheck } from './checks/order-check.js';
 import { findDuplicates, formatDuplicates } from './checks/dup-check.js';
 import { formatChecks, verifyStores } from '../operations/verify/verify.js';
 import type { OutboxConfig } from '../outbox/config.js';
-import { createConsumer } from '../outbox/consumer/consumer.js';
+import { createConsumer } from '../outbox/index.js';
+import { handlers } from './orders/order-handlers.js';
 import { openDatabase } from '../outbox/store/open-database.js';
 import { dualWrite } from './dualwrite.js';
 import { clearProjectKeys, createDatabase } from './init-stores.js';
@@ -75,7 +76,7 @@ export async function runLab(config: OutboxConfig, redis: Redis, io: LabIo): Pro
     show('atleastonce.out');
 
     step('7. consume: LMOVE to a processing list, SET NX + effect + HSET processed + ack in one script');
-    const stats = await createConsumer(redis).drain();
+    const stats = await (await createConsumer({ redis, handlers, consumerId: 'cli' })).drain();
     io.log(`   received ${stats.received}: applied ${stats.applied}, duplicates skipped ${stats.duplicates}, parked ${stats.parked}, dead-lettered ${stats.dead}`);
     io.log(`   HLEN processed = ${await redis.hlen(keys.processed)}, unique events = ${(await countStores(db, redis)).outbox}`);
 

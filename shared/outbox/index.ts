@@ -25,3 +25,17 @@ export { InvalidInputError } from './errors/invalid-input-error.js';
 export { InvalidEventError } from './errors/invalid-event-error.js';
 export { StoreUnavailableError } from './errors/store-unavailable-error.js';
 export { StoreMismatchError } from './errors/store-mismatch-error.js';
+export { ConfigError } from './errors/config-error.js';
+export { createConsumer, checkConsumerOptions, type CreateConsumerOptions, type OutboxConsumer, type StartOptions } from './consumer/create-consumer.js';
+export type { ConsumeStats } from './consumer/consumer.js';
+export { effect, type RedisEffect, type RedisEffectOp } from './consumer/effects.js';
+export {
+  defineRedisHandlers,
+  defineDatabaseHandlers,
+  PoisonEventError,
+  type HandlerSet,
+  type RedisHandlerSet,
+  type DatabaseHandlerSet,
+  type RedisHandler,
+  type DatabaseHandler,
+} from './consumer/handlers.js';

@@ -1,7 +1,8 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { consumerBatchSize, consumerId, maxAttempts } from '../../../shared/runtime/config/consumer-config.js';
 import { flagOptions, forCommand, readSettings } from '../../../shared/runtime/config/settings.js';
-import { createConsumer } from '../../../shared/outbox/consumer/consumer.js';
+import { handlers } from '../../../shared/lab/orders/order-handlers.js';
+import { createConsumer } from '../../../shared/outbox/index.js';
 import { keys } from '../../../shared/outbox/redis/keys.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { withRedis } from '../stores.js';
@@ -28,7 +29,8 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const options = readSettings(settings, argv);
   await withRedis(configOf(argv), async (redis) => {
     const problems = new Set<string>();
-    const consumer = createConsumer(redis, { ...options, onProblem: (problem) => problems.add(problem) });
+    // The lab's handlers, in this thread: a drain of a few events does not pay for starting threads.
+    const consumer = await createConsumer({ redis, handlers, ...options, onProblem: (problem) => problems.add(problem) });
     const s = await consumer.drain();
     for (const problem of problems) console.error(`outbox: bad state in Redis: ${problem}`);
     console.log(

@@ -1,16 +1,14 @@
 import type { Redis } from 'ioredis';
 import { crashPoint } from '../crash-point.js';
 import type { OutboxEvent } from '../store/events.js';
-import { MalformedMessageError } from '../store/parse-message.js';
+import { MalformedMessageError, parseMessage } from '../store/parse-message.js';
 import { laneOf } from '../events/aggregate-key.js';
 import { keys } from '../redis/keys.js';
 import { applyEvents, deadLetter, defineScripts, handlerFailed, take as takeMessages, type ApplyOutcome, type EventToApply } from '../redis/scripts.js';
 import { sleep } from '../sleep.js';
 import { decodeEntry } from './decode-entry.js';
 import { startHeartbeat } from './heartbeats.js';
-import { computeEffects, type Effect, type HandlerResult } from '../../lab/orders/effect.js';
-// Transitional (issue 11): the order payload checks moved to the lab; helper B's handler sets replace both lab imports.
-import { parseOrderMessage } from '../../lab/orders/order-message.js';
+import type { EncodedEffect, HandlerResult } from './handler-result.js';
 import { backoffMs, createRetryQueue } from './retries.js';
 
 export interface ConsumerOptions {
@@ -25,11 +23,11 @@ export interface ConsumerOptions {
   dedupeTtlSeconds?: number;
   /**
    * Computes the effects of a task of events, in order (e.g. on a worker pool), given the number of
-   * this attempt at each (1 = first). A result `{error}` fails that event's attempt; a rejection
-   * (a worker thread lost, a timeout) fails every event of the task. Default: `computeEffects` in
-   * this thread.
+   * this attempt at each (1 = first). A result `{error}` fails that event's attempt, `{poison}`
+   * dead-letters it at once; a rejection (a worker thread lost, a timeout) fails every event of the
+   * task. The public `createConsumer` builds it from a handler set.
    */
-  handler?: (events: OutboxEvent[], attempts: number[]) => HandlerResult[] | Promise<HandlerResult[]>;
+  handler: (events: OutboxEvent[], attempts: number[]) => HandlerResult[] | Promise<HandlerResult[]>;
   /**
    * Attempts the handler gets at an event: a failed attempt leaves the event in the processing list
    * and tries it again after a backoff; the last one dead-letters it. Default 5.
@@ -112,11 +110,11 @@ export function emptyStats(): ConsumeStats {
  * dead-lettered only after `maxAttempts`. Meanwhile the seq guard parks the aggregate's later
  * events, and applying it re-queues them in order.
  */
-export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
+export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
   const consumerId = options.consumerId ?? 'cli';
   const batchSize = options.batchSize ?? 1000;
   const dedupeTtlSeconds = options.dedupeTtlSeconds ?? DEFAULT_DEDUPE_TTL_SECONDS;
-  const handler = options.handler ?? ((events: OutboxEvent[]) => computeEffects(events));
+  const { handler } = options;
   const lanes = Math.max(1, options.lanes ?? 1);
   const maxAttempts = options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
   const processingList = keys.processing(consumerId);
@@ -135,9 +133,12 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
     return status;
   }
 
-  function toApply(raw: string, event: OutboxEvent, effect: Effect): EventToApply {
-    const { eventId, storeId, aggregateId, seq } = event;
-    return { raw, eventId, storeId, aggregateId, seq, sku: effect.sku, delta: effect.delta, result: effect.result };
+  function toApply(raw: string, event: OutboxEvent, effects: EncodedEffect[]): EventToApply {
+    const { eventId, storeId, seq, type } = event;
+    const aggregate = event.aggregateId;
+    // The processed entry says what was applied; the script adds applyOrder and appliedAt.
+    const result = `{"type":${JSON.stringify(type)},"aggregate":${JSON.stringify(aggregate)},"seq":${seq},"effects":${effects.length}}`;
+    return { raw, eventId, storeId, aggregate, seq, effects, result };
   }
 
   /**
@@ -149,7 +150,7 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
     const tasks = Array.from({ length: lanes }, () => [] as Handled[]);
     for (const item of items) {
       if (item.attempt! > 1) tasks.push([item]);
-      else tasks[laneOf(item.event!.aggregateId, lanes)].push(item);
+      else tasks[lanes === 1 ? 0 : laneOf(item.event!.aggregateId, lanes)].push(item);
     }
     const resultOf = new Map<Handled, HandlerResult>();
     await Promise.all(
@@ -195,7 +196,7 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
         continue;
       }
       try {
-        parsed.push({ raw, event: parseOrderMessage(raw), attempt: 1 });
+        parsed.push({ raw, event: parseMessage(raw), attempt: 1 });
       } catch (error) {
         if (!(error instanceof MalformedMessageError)) throw error;
         parsed.push({ raw, reason: error.message });
@@ -216,10 +217,11 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
     for (const p of items) {
       const result = resultOf.get(p);
       if (!result) rejected.push(p);
+      else if ('poison' in result) rejected.push({ ...p, reason: result.poison });
       else if ('error' in result) failed.push({ item: p, error: result.error });
       else {
         applied.push(p);
-        batch.push(toApply(p.raw as string, p.event!, result));
+        batch.push(toApply(p.raw as string, p.event!, result.effects));
       }
     }
     const sent: Promise<Outcome[]>[] = [
@@ -335,4 +337,4 @@ export function createConsumer(redis: Redis, options: ConsumerOptions = {}) {
   };
 }
 
-export type Consumer = ReturnType<typeof createConsumer>;
+export type ConsumerEngine = ReturnType<typeof createConsumerEngine>;

@@ -6,7 +6,7 @@ import type { Logger } from '../logger.js';
 import { keys } from '../redis/keys.js';
 import { sleep } from '../sleep.js';
 import { everyInterval } from '../stats-interval.js';
-import { createConsumer, type ConsumerOptions, type Handled } from './consumer.js';
+import { createConsumerEngine, type ConsumerOptions, type Handled } from './consumer.js';
 import { createConsumerStats, type ConsumerStats } from './consumer-stats.js';
 import { startHeartbeat } from './heartbeats.js';
 import { reclaimOrphans } from './orphans.js';
@@ -44,7 +44,7 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
     reported.set(problem, now);
     log.error('bad state in Redis: the messages concerned stay in the processing list or go to the dead-letter list', { problem });
   };
-  const consumer = createConsumer(redis, { ...options, onProblem });
+  const consumer = createConsumerEngine(redis, { ...options, onProblem });
   const { processingList } = consumer;
   const stats = consumerStats.counters;
   let stopping = false;

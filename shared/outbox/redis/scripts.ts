@@ -5,7 +5,7 @@ import { keyPrefixOfConnection } from './scan-keys.js';
 
 /** The Lua scripts in ./lua, named `<name>-<numberOfKeys>.lua`. */
 const SCRIPT_FILES = {
-  applyEvents: 'apply-events-11.lua',
+  applyEvents: 'apply-events-10.lua',
   claimStore: 'claim-store-8.lua',
   pushEvents: 'push-events-3.lua',
   deadLetter: 'dead-letter-3.lua',
@@ -55,11 +55,11 @@ export interface EventToApply {
   eventId: string;
   /** The store the message comes from: applied only where Redis serves that store. */
   storeId: string;
-  /** The aggregate key (`order:42`): the applied-seq field, and with `:<seq>` the parked field. */
-  aggregateId: string;
+  /** The aggregate key (what the applied-seq hash and parked fields use). */
+  aggregate: string;
   seq: number;
-  sku: string;
-  delta: number;
+  /** Its effects, each as `encodeEffect` gives it: op, key (relative to the namespace), field or member, value. */
+  effects: (readonly [string, string, string, string])[];
   /** JSON object stored in the processed hash (the script adds applyOrder and appliedAt, Redis's TIME when it applied the event). */
   result: string;
 }
@@ -67,20 +67,23 @@ export interface EventToApply {
 export interface ApplyResult {
   /** One per event, in order. */
   outcomes: ApplyOutcome[];
-  /** Bad state the script met in Redis (a non-number where a count belongs, a corrupt parked entry). */
+  /** Bad state the script met in Redis (a key of another type, a non-number where a count belongs, a corrupt parked entry). */
   problems: string[];
 }
 
-/** See lua/apply-events-11.lua: applies `events` in order, resolving one outcome per event. */
+/** See lua/apply-events-10.lua: applies `events` and their effects in order, resolving one outcome per event. */
 export async function applyEvents(redis: Redis, processingList: string, events: EventToApply[], dedupeTtlSeconds: number): Promise<ApplyResult> {
-  // The markers' keys are derived in the script, so their prefix carries the namespace itself.
-  const args: (string | number)[] = [keyPrefixOfConnection(redis) + keys.seen(''), dedupeTtlSeconds];
-  for (const e of events) args.push(e.raw, e.eventId, e.aggregateId, e.seq, e.sku, e.delta, e.result, e.storeId);
+  // The markers' and the effects' keys are derived in the script, so their prefix carries the namespace itself.
+  const namespace = keyPrefixOfConnection(redis);
+  const args: (string | number)[] = [namespace + keys.seen(''), dedupeTtlSeconds, namespace];
+  for (const e of events) {
+    args.push(e.raw, e.eventId, e.aggregate, e.seq, e.storeId, e.result, e.effects.length);
+    for (const effect of e.effects) args.push(...effect);
+  }
   const [outcomes, problems] = (await client(redis).applyEvents(
     processingList,
     keys.processed,
     keys.appliedSeq,
-    keys.inventory,
     keys.parked,
     keys.stats,
     keys.events,

@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
-import { createConsumer } from '../../outbox/consumer/consumer.js';
+import { handlers } from '../../lab/orders/order-handlers.js';
+import { createConsumer } from '../../outbox/index.js';
 import { seededRandom } from '../../lab/random.js';
 import { keys } from '../../outbox/redis/keys.js';
 import { median, rate, timed, type Rate } from './measure.js';
@@ -7,7 +8,8 @@ import { progress } from './progress.js';
 
 export interface ConsumerFigures {
   /**
-   * createConsumer().drain(): LMOVE batches + the atomic apply script per message. Counted in
+   * createConsumer({ handlers: the lab's }).drain(): LMOVE batches, the lab's handler set (Redis
+   * effects as data) in this thread, the atomic apply script per chunk. Counted in
    * applied (distinct) events: the re-deliveries it absorbs on the way are not counted.
    */
   consumer: Rate;
@@ -61,7 +63,7 @@ export async function benchConsumer(redis: Redis, events: number, naiveEvents: n
   for (let round = 0; round < ROUNDS; round += 1) {
     await clearConsumerState(redis);
     await fill(redis, messages);
-    const consumer = createConsumer(redis, { consumerId: 'bench', batchSize: 1000 });
+    const consumer = await createConsumer({ redis, handlers, consumerId: 'bench', batchSize: 1000 });
     ours.push(await timed(events, () => consumer.drain((stats) => bar.set(round * messages.length + stats.received))));
     const applied = Number(await redis.hget(keys.stats, 'applied'));
     if (applied !== events) throw new Error(`the consumer applied ${applied} of ${events} unique events`);

@@ -1,0 +1,154 @@
+import type { Redis } from 'ioredis';
+import { Piscina } from 'piscina';
+import { ConfigError } from '../errors/config-error.js';
+import type { Logger } from '../logger.js';
+import type { OutboxEvent } from '../store/events.js';
+import { createConsumerEngine, DEFAULT_DEDUPE_TTL_SECONDS, DEFAULT_MAX_ATTEMPTS, type ConsumeStats, type ConsumerOptions } from './consumer.js';
+import type { HandlerFault } from './handler-fault.js';
+import type { HandlerResult } from './handler-result.js';
+import type { HandlerTask } from './handler-worker.js';
+import type { HandlerSet, RedisHandlerSet } from './handlers.js';
+import { loadHandlerSet, notAHandlerSet } from './load-handlers.js';
+import { runRedisHandlers } from './run-redis-handlers.js';
+import { startConsumer, type RunConsumerOptions } from './run-consumer.js';
+
+export interface CreateConsumerOptions {
+  /** A connection to the Redis the relay pushes to (its key prefix is the namespace). */
+  redis: Redis;
+  /**
+   * The handler set (`defineRedisHandlers`), run in this thread; or the URL of a module whose
+   * export `handlers` is one, run on a pool of `threads` worker threads (piscina).
+   */
+  handlers: HandlerSet | URL;
+  /** Names this consumer's processing list; a consumer started again with the same id recovers it. 1-64 of [A-Za-z0-9._-]. Default 'consumer'. */
+  consumerId?: string;
+  /** Messages taken per round, at most. 1-100000, default 1000. */
+  batchSize?: number;
+  /** Worker threads, for a module URL. 1-64, default 2. */
+  threads?: number;
+  /** Lanes a round is split into by aggregate (parallel across lanes, in order within one). 1-64, default `threads` for a module URL, 1 in this thread. */
+  lanes?: number;
+  /** Handler attempts at an event before it is dead-lettered. 1-1000, default 5. */
+  maxAttempts?: number;
+  /** TTL of the per-event dedupe marker, seconds; 0 keeps it forever. Default 7 days. */
+  dedupeTtlSeconds?: number;
+  /** How long one task on a worker thread may run before the thread is stopped and the attempt fails, ms. Default 5000. */
+  handlerTimeoutMs?: number;
+  /** Simulated CPU work per event, ms, for benchmarks. Default 0. */
+  cpuCostMs?: number;
+  /** Injected handler failures (tests, chaos), for a module URL: the fault in force when a task is sent. Default none. */
+  fault?: () => HandlerFault | undefined;
+  /** Told of bad state the apply script met in Redis (a key of another type, a non-integer where hincrby adds, ...). */
+  onProblem?: (problem: string) => void;
+}
+
+const CONSUMER_ID = /^[A-Za-z0-9._-]{1,64}$/;
+
+function whole(options: CreateConsumerOptions, name: 'batchSize' | 'threads' | 'lanes' | 'maxAttempts' | 'dedupeTtlSeconds' | 'handlerTimeoutMs', min: number, max: number): void {
+  const value = options[name];
+  if (value !== undefined && (!Number.isInteger(value) || value < min || value > max)) {
+    throw new ConfigError(`createConsumer: ${name} must be an integer from ${min} to ${max}, got ${String(value)}`);
+  }
+}
+
+/** Checks the options, without touching Redis: a ConfigError (exit 2) saying what is wrong. */
+export function checkConsumerOptions(options: CreateConsumerOptions): void {
+  if (typeof options !== 'object' || options === null) throw new ConfigError('createConsumer: pass the options object { redis, handlers, ... }');
+  if (typeof options.redis !== 'object' || options.redis === null || typeof options.redis.duplicate !== 'function') throw new ConfigError('createConsumer: redis must be an ioredis connection');
+  if (!(options.handlers instanceof URL)) {
+    const wrong = notAHandlerSet(options.handlers);
+    if (wrong) throw new ConfigError(`createConsumer: handlers ${wrong}`);
+  }
+  if (options.consumerId !== undefined && !CONSUMER_ID.test(options.consumerId)) {
+    throw new ConfigError(`createConsumer: consumerId must be 1-64 letters, digits, ".", "_" or "-", got ${JSON.stringify(options.consumerId)}`);
+  }
+  whole(options, 'batchSize', 1, 100_000);
+  whole(options, 'threads', 1, 64);
+  whole(options, 'lanes', 1, 64);
+  whole(options, 'maxAttempts', 1, 1000);
+  whole(options, 'dedupeTtlSeconds', 0, 2 ** 31 - 1);
+  whole(options, 'handlerTimeoutMs', 1, 2 ** 31 - 1);
+  if (options.cpuCostMs !== undefined && !(options.cpuCostMs >= 0 && options.cpuCostMs <= 10_000)) {
+    throw new ConfigError(`createConsumer: cpuCostMs must be a number of ms from 0 to 10000, got ${String(options.cpuCostMs)}`);
+  }
+}
+
+/** What a rejected pool task means, in the words of the log line. */
+function taskError(error: Error, timeoutMs: number): Error {
+  return error.name === 'AbortError' ? new Error(`handler timed out after ${timeoutMs} ms (its worker thread was stopped)`) : new Error(`handler task lost: ${error.message}`);
+}
+
+/** What the long-running consumer needs besides the options: see `startConsumer`. */
+export type StartOptions = Omit<RunConsumerOptions, keyof ConsumerOptions | 'consumerId'> & {
+  log: Logger;
+  /** Opens the connection the consumer takes with (BLMOVE): one that fails fast instead of reconnecting. */
+  connectBlocking: () => Promise<Redis>;
+};
+
+/**
+ * The consumer of your events: takes from `outbox.events`, runs your handlers (one per event type),
+ * and applies each event's effects exactly once, in seq order per aggregate, in the same atomic step
+ * as its dedupe marker, its `processed` entry and its ack. Checks the options (and loads a handlers
+ * module) before it touches Redis.
+ *
+ * `drain()` consumes until the queue is empty (a CLI, a batch job); `start()` runs until stopped
+ * (an app: BLMOVE when idle, heartbeat, reclaims the processing lists of consumers that are gone).
+ */
+export async function createConsumer(options: CreateConsumerOptions) {
+  checkConsumerOptions(options);
+  const { redis } = options;
+  const consumerId = options.consumerId ?? 'consumer';
+  const onPool = options.handlers instanceof URL;
+  const threads = options.threads ?? 2;
+  const timeoutMs = options.handlerTimeoutMs ?? 5_000;
+  const cpuCostMs = options.cpuCostMs ?? 0;
+  let pool: Piscina | undefined;
+  let handler: ConsumerOptions['handler'];
+
+  if (options.handlers instanceof URL) {
+    const module = options.handlers.href;
+    // Loaded here first: a module that is not there or exports no set fails now, not in a worker.
+    await loadHandlerSet(module);
+    // A fixed pool: piscina's default idleTimeout of 0 would stop an idle thread and start it
+    // again (module loading included) for the next task, adding tens of ms of latency.
+    const workers = new Piscina({ filename: new URL('./handler-worker.js', import.meta.url).href, minThreads: threads, maxThreads: threads, idleTimeout: 60_000 });
+    pool = workers;
+    handler = async (events: OutboxEvent[], attempts: number[]) => {
+      const task: HandlerTask = { module, events, attempts, cpuCostMs, fault: options.fault?.() };
+      try {
+        return (await workers.run(task, { signal: AbortSignal.timeout(timeoutMs) })) as HandlerResult[];
+      } catch (error) {
+        throw taskError(error as Error, timeoutMs);
+      }
+    };
+  } else {
+    const set = options.handlers as RedisHandlerSet;
+    handler = (events: OutboxEvent[]) => runRedisHandlers(set, events, { cpuCostMs });
+  }
+
+  const engineOptions: ConsumerOptions & { consumerId: string } = {
+    consumerId,
+    handler,
+    batchSize: options.batchSize ?? 1000,
+    lanes: options.lanes ?? (onPool ? threads : 1),
+    maxAttempts: options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
+    dedupeTtlSeconds: options.dedupeTtlSeconds ?? DEFAULT_DEDUPE_TTL_SECONDS,
+    onProblem: options.onProblem,
+  };
+  const engine = createConsumerEngine(redis, engineOptions);
+
+  return {
+    consumerId,
+    processingList: engine.processingList,
+    /** Recovers this consumer's processing list, then consumes until the queue is empty and no event waits for a retry. */
+    drain: (onRound?: (stats: ConsumeStats) => void): Promise<ConsumeStats> => engine.drain(onRound),
+    /** Runs until `stop()` on the result. */
+    start: ({ log, connectBlocking, ...run }: StartOptions) => startConsumer(redis, connectBlocking, log, { ...engineOptions, ...run }),
+    /** Stops the worker threads (after `drain` or the started consumer's `stop`). The connection is the caller's. */
+    close: async (): Promise<void> => {
+      await pool?.destroy();
+    },
+  };
+}
+
+export type OutboxConsumer = Awaited<ReturnType<typeof createConsumer>>;

@@ -1,0 +1,357 @@
+--[[
+  Applies a batch of events, in order, each at most once and in seq order per aggregate, and acks
+  each in the same step: a message leaves the processing list only together with its effects, its
+  parking or its dead-lettering. An event's effects are data the handler returned (hincrby, hset,
+  hdel, sadd, srem, zincrby, set on keys under the namespace); the script knows nothing of what
+  they mean. Redis does not roll a script back, so the script reads and checks everything first
+  (phase 1: the outcome of every event, and every effect against the state the events before it in
+  this call leave) and writes only after that (phase 2); nothing in phase 2 can fail on the data it
+  finds. Bad state it meets (a key of another type, a non-integer where hincrby adds, a result out
+  of range, a project key) is reported, and that event is left in the processing list with none of
+  its effects applied.
+
+  Input:
+    KEYS[1]  processing list the messages were moved to (the ack removes them from it)
+    KEYS[2]  processed hash (event_id -> JSON result)
+    KEYS[3]  applied-seq hash (aggregate -> last applied seq)
+    KEYS[4]  parked hash ("<aggregate>:<seq>" -> JSON {reason, message, parkedAt})
+    KEYS[5]  stats hash (applied, duplicates, parked, unparked, dead)
+    KEYS[6]  event queue (an unparked successor is pushed back to its head)
+    KEYS[7]  meta hash; its field 'store' names the store this Redis serves
+    KEYS[8]  dead-letter list (a message of another store, or a corrupt parked entry, goes there)
+    KEYS[9]  apply-count hash (event_id -> times its effects were applied: the evidence verify reads)
+    KEYS[10] attempts hash (event_id -> failed handler attempts): an acked event's entry goes
+
+    ARGV[1] dedupe marker key prefix; the marker of an event is <prefix><event_id>
+    ARGV[2] dedupe marker TTL in seconds (0 = never expires)
+    ARGV[3] namespace key prefix ('' for none): an effect's key is <prefix><key>
+      (Marker and effect keys are derived, not declared: like the rest of this project, the script
+      expects one Redis, not a Cluster.)
+    then per event, from ARGV[4]: raw message exactly as it sits in the processing list, event_id,
+      aggregate key, seq (an integer), store id of the message, processed value (a JSON object, to
+      which the script adds "applyOrder", the stats hash's 'applied' counter, and "appliedAt"),
+      number of effects n, then 4 values per effect: op, key (relative to the namespace), field or
+      member ('' for set), value ('' for hdel, srem; the increment for hincrby, zincrby)
+
+  Time: appliedAt, parkedAt and deadAt are Redis's clock (TIME, ms since epoch) when the script
+  runs, i.e. when the event was applied, not when the consumer built the call. (TIME is allowed in
+  a script that writes: Redis >= 5 replicates a script's effects, not the script.)
+
+  Output: { outcomes, problems }
+    outcomes, one per event, in order:
+      'invalid'   its seq is not an integer, an effect is refused, or Redis holds bad state it would
+                  need (see problems): nothing done, the message stays in the processing list
+      'stale'     the message was not in the processing list (already acked, e.g. a re-sent call): nothing done
+      'foreign'   the message comes from another store than the one this Redis serves (or Redis serves
+                  none: it lost its state): acked and dead-lettered with the reason, no effect
+      'duplicate' seen before (dedupe marker, processed entry, or seq <= last applied): acked, no effect
+      'parked'    seq > last applied + 1: acked and parked until the gap is filled
+      'applied'   effects applied, counted, recorded in processed, acked; a parked successor is re-queued
+    problems: one line per piece of bad state met (empty when none)
+]]
+local rcall = redis.call
+local prefix, ttl, namespace = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local FIRST = 4
+local EVENT_FIELDS = 7
+if not ttl or not namespace then
+  return redis.error_reply('apply-events: ttl must be a number and the namespace prefix given')
+end
+
+-- Integers as Redis stores them (no leading zeros, no '+'): exact in a Lua number up to 2^53, printed back with %d.
+local MAX_EXACT = 9007199254740991
+local function integer(text)
+  if type(text) ~= 'string' or not (text == '0' or string.match(text, '^%-?[1-9]%d*$')) then return nil end
+  local n = tonumber(text)
+  if not n or n > MAX_EXACT or n < -MAX_EXACT then return nil end
+  return n
+end
+local function int(n) return string.format('%d', n) end
+
+-- The events, read before anything else: a call that does not add up changes nothing.
+local events = {}
+local at = FIRST
+while at <= #ARGV do
+  local n = tonumber(ARGV[at + 6])
+  if not n or n < 0 or n ~= math.floor(n) or at + EVENT_FIELDS - 1 + n * 4 > #ARGV then
+    return redis.error_reply('apply-events: each event needs 7 values and 4 per effect')
+  end
+  events[#events + 1] = {
+    raw = ARGV[at], eventId = ARGV[at + 1], aggregate = ARGV[at + 2], seqText = ARGV[at + 3],
+    store = ARGV[at + 4], result = ARGV[at + 5], seq = integer(ARGV[at + 3]),
+    firstEffect = at + EVENT_FIELDS, effects = n,
+  }
+  at = at + EVENT_FIELDS + n * 4
+end
+local count = #events
+
+local clock = rcall('TIME')
+local now = int(tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
+
+local problems = {}
+local function problem(text) problems[#problems + 1] = text end
+
+-- Phase 1: read and check. No write happens before it ends.
+local served = rcall('HGET', KEYS[7], 'store')
+local STATS = { 'applied', 'duplicates', 'parked', 'unparked', 'dead' }
+local statValues = rcall('HMGET', KEYS[5], unpack(STATS))
+local statOk = {}
+for i, name in ipairs(STATS) do
+  local value = statValues[i]
+  statOk[name] = not value or integer(value) ~= nil
+  if not statOk[name] then problem(KEYS[5] .. ' field ' .. name .. ' holds "' .. value .. '", not an integer') end
+end
+local applied = statOk.applied and (integer(statValues[1] or '0')) or nil
+
+-- Usually the batch is exactly the head of the processing list, in order: then one LTRIM acks it all.
+local head = rcall('LRANGE', KEYS[1], 0, count - 1)
+local atHead = #head == count
+for i = 1, count do
+  if not atHead or head[i] ~= events[i].raw then
+    atHead = false
+    break
+  end
+end
+
+-- What Redis will hold once the events checked so far are applied: key types, hash fields, scores.
+-- An event's effects are checked against it in a stage of their own, kept only when all pass.
+local OP_TYPE = { hincrby = 'hash', hset = 'hash', hdel = 'hash', sadd = 'set', srem = 'set', zincrby = 'zset', set = 'string' }
+local typeOf, fieldOf, scoreOf = {}, {}, {}
+
+local function isProjectKey(key)
+  return string.sub(key, 1, 6) == 'outbox' or key == 'processed' or string.sub(key, 1, 5) == 'bull:'
+end
+
+-- Checks an event's effects; nil when all can be applied, else why not (and nothing is kept).
+local function checkEffects(e)
+  local stageType, stageField, stageScore = {}, {}, {}
+  local function keyType(full)
+    local t = stageType[full] or typeOf[full]
+    if t == nil then
+      t = rcall('TYPE', full).ok
+      typeOf[full] = t
+    end
+    return t
+  end
+  for j = 0, e.effects - 1 do
+    local base = e.firstEffect + j * 4
+    local op, key, field, value = ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
+    local wanted = OP_TYPE[op]
+    local where = 'effect ' .. (j + 1) .. ' of event ' .. e.eventId .. ' (' .. tostring(op) .. ' ' .. key .. ')'
+    if not wanted then return where .. ': unknown op' end
+    if key == '' or isProjectKey(key) then return where .. ': not a key effects may touch (outbox*, processed and bull:* are the project\'s)' end
+    local full = namespace .. key
+    local t = keyType(full)
+    if t ~= 'none' and t ~= wanted then return where .. ': the key holds a ' .. t .. ', not a ' .. wanted end
+    local slot = full .. '\0' .. field
+    if op == 'hincrby' then
+      local by = integer(value)
+      if not by then return where .. ': increment "' .. value .. '" is not an integer' end
+      local current = stageField[slot]
+      if current == nil then current = fieldOf[slot] end
+      if current == nil then
+        current = rcall('HGET', full, field) or false
+        fieldOf[slot] = current
+      end
+      local n = current and integer(current) or (not current and 0) or nil
+      if n == nil then return where .. ': field ' .. field .. ' holds "' .. current .. '", not an integer' end
+      local result = n + by
+      if result > MAX_EXACT or result < -MAX_EXACT then return where .. ': field ' .. field .. ' would leave the exact integer range' end
+      stageField[slot] = int(result)
+    elseif op == 'hset' then
+      stageField[slot] = value
+    elseif op == 'hdel' then
+      stageField[slot] = false
+    elseif op == 'zincrby' then
+      local by = tonumber(value)
+      if not by or by ~= by or by == math.huge or by == -math.huge then return where .. ': increment "' .. value .. '" is not a finite number' end
+      local current = stageScore[slot]
+      if current == nil then current = scoreOf[slot] end
+      if current == nil then
+        local score = rcall('ZSCORE', full, field)
+        current = score and tonumber(score) or 0
+        scoreOf[slot] = current
+      end
+      local result = current + by
+      if result ~= result then return where .. ': member ' .. field .. ' would get a score that is not a number' end
+      stageScore[slot] = result
+    end
+    -- srem and hdel never create a key; the others do, with the op's type.
+    if op ~= 'srem' and op ~= 'hdel' then stageType[full] = wanted end
+  end
+  for k, v in pairs(stageType) do typeOf[k] = v end
+  for k, v in pairs(stageField) do fieldOf[k] = v end
+  for k, v in pairs(stageScore) do scoreOf[k] = v end
+  return nil
+end
+
+local lastOf, badAggregate, seenNow = {}, {}, {}
+local present = {}
+for _, e in ipairs(events) do
+  if not atHead then
+    -- Not at the head: each message must still be in the list (a re-sent call finds it gone).
+    if present[e.raw] == nil then present[e.raw] = #rcall('LPOS', KEYS[1], e.raw, 'COUNT', 0) end
+    if present[e.raw] > 0 then
+      present[e.raw] = present[e.raw] - 1
+    else
+      e.kind = 'stale'
+    end
+  end
+  if e.kind then
+    -- stale: nothing more to check
+  elseif e.store ~= served then
+    e.kind = 'foreign'
+  elseif not e.seq or e.seq < 1 or not applied then
+    e.kind = 'invalid'
+  else
+    if lastOf[e.aggregate] == nil and not badAggregate[e.aggregate] then
+      local value = rcall('HGET', KEYS[3], e.aggregate)
+      lastOf[e.aggregate] = value and integer(value) or (not value and 0) or nil
+      if lastOf[e.aggregate] == nil then
+        badAggregate[e.aggregate] = true
+        problem(KEYS[3] .. ' field ' .. e.aggregate .. ' holds "' .. value .. '", not an integer')
+      end
+    end
+    local last = lastOf[e.aggregate]
+    if badAggregate[e.aggregate] then
+      e.kind = 'invalid'
+    elseif seenNow[e.eventId] then
+      e.kind = 'duplicate'
+    else
+      local processed = rcall('HEXISTS', KEYS[2], e.eventId) == 1
+      if processed or e.seq <= last or rcall('EXISTS', prefix .. e.eventId) == 1 then
+        e.kind = 'duplicate'
+        if processed and e.seq > last then
+          -- Applied before, but its applied seq was lost: put the seq guard back.
+          e.restoreSeq = true
+          lastOf[e.aggregate] = e.seq
+        end
+      end
+    end
+    if e.kind then
+      -- duplicate or invalid: decided above
+    elseif e.seq > last + 1 then
+      e.kind = 'parked'
+      e.expected = last + 1
+    else
+      local refused = checkEffects(e)
+      if refused then
+        problem(refused)
+        e.kind = 'invalid'
+      else
+        e.kind = 'apply'
+        lastOf[e.aggregate] = e.seq
+        seenNow[e.eventId] = true
+      end
+    end
+  end
+end
+
+-- Phase 2: write. Every value used below was checked above.
+local counts = { duplicates = 0, parked = 0, unparked = 0, dead = 0 }
+local anyParked = rcall('EXISTS', KEYS[4]) == 1
+-- Failed handler attempts are rare too: only while some are counted does an ack clear its entry.
+local anyAttempts = rcall('EXISTS', KEYS[10]) == 1
+local outcomes = {}
+local acked = {}
+local allAcked = true
+
+local function deadLetter(reason, message)
+  rcall('RPUSH', KEYS[8], cjson.encode({ reason = reason, message = message, deadAt = tonumber(now) }))
+  counts.dead = counts.dead + 1
+end
+
+local function applyEffects(e)
+  for j = 0, e.effects - 1 do
+    local base = e.firstEffect + j * 4
+    local op, key, field, value = ARGV[base], namespace .. ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
+    if op == 'hincrby' then rcall('HINCRBY', key, field, value)
+    elseif op == 'hset' then rcall('HSET', key, field, value)
+    elseif op == 'hdel' then rcall('HDEL', key, field)
+    elseif op == 'sadd' then rcall('SADD', key, field)
+    elseif op == 'srem' then rcall('SREM', key, field)
+    elseif op == 'zincrby' then rcall('ZINCRBY', key, value, field)
+    else rcall('SET', key, value) end
+  end
+end
+
+for _, e in ipairs(events) do
+  local outcome
+  local parkedField = e.aggregate .. ':' .. e.seqText
+  if e.kind == 'stale' or e.kind == 'invalid' then
+    outcome = e.kind
+  elseif e.kind == 'foreign' then
+    deadLetter(served and ('from store ' .. e.store .. ', but this Redis serves store ' .. served)
+      or ('from store ' .. e.store .. ', but this Redis serves no store (it lost its state; the relay rebuilds it from SQLite)'), e.raw)
+    outcome = 'foreign'
+  elseif e.kind == 'duplicate' then
+    -- Seen before: by its marker, by its processed entry (even with the marker and the applied
+    -- seq gone), or by the seq guard.
+    if anyParked then rcall('HDEL', KEYS[4], parkedField) end
+    if e.restoreSeq then rcall('HSET', KEYS[3], e.aggregate, e.seqText) end
+    counts.duplicates = counts.duplicates + 1
+    outcome = 'duplicate'
+  elseif e.kind == 'parked' then
+    -- Not applied, so no dedupe marker: its redelivery has to be applied later.
+    local reason = 'gap: expected seq ' .. int(e.expected) .. ', got ' .. e.seqText
+    rcall('HSET', KEYS[4], parkedField, cjson.encode({ reason = reason, message = e.raw, parkedAt = tonumber(now) }))
+    anyParked = true
+    counts.parked = counts.parked + 1
+    outcome = 'parked'
+  else
+    applied = applied + 1
+    if ttl > 0 then
+      rcall('SET', prefix .. e.eventId, '1', 'EX', ttl)
+    else
+      rcall('SET', prefix .. e.eventId, '1')
+    end
+    applyEffects(e)
+    rcall('HSET', KEYS[2], e.eventId, string.sub(e.result, 1, -2) .. ',"applyOrder":' .. int(applied) .. ',"appliedAt":' .. now .. '}')
+    rcall('HSET', KEYS[3], e.aggregate, e.seqText)
+    -- The count is evidence, not a condition: a field holding a non-number is reported, and
+    -- pcall keeps its error from aborting the script after the writes above.
+    local times = redis.pcall('HINCRBY', KEYS[9], e.eventId, 1)
+    if type(times) == 'table' then
+      problem(KEYS[9] .. ' field ' .. e.eventId .. ' holds a non-integer: this application was not counted')
+    elseif times > 1 then
+      problem('event ' .. e.eventId .. ' was applied more than once (its processed entry had been removed)')
+    end
+    if anyParked then
+      rcall('HDEL', KEYS[4], parkedField)
+      local successorField = e.aggregate .. ':' .. int(e.seq + 1)
+      local successor = rcall('HGET', KEYS[4], successorField)
+      if successor then
+        rcall('HDEL', KEYS[4], successorField)
+        local ok, envelope = pcall(cjson.decode, successor)
+        if ok and type(envelope) == 'table' and type(envelope.message) == 'string' then
+          rcall('LPUSH', KEYS[6], envelope.message)
+          counts.unparked = counts.unparked + 1
+        else
+          -- Kept for an operator, not lost: `outbox dead-letter list` shows it.
+          deadLetter('corrupt parked entry ' .. successorField .. ' (not the JSON the consumer writes)', successor)
+          problem(KEYS[4] .. ' field ' .. successorField .. ' was not valid JSON: moved to ' .. KEYS[8])
+        end
+      end
+    end
+    outcome = 'applied'
+  end
+  outcomes[#outcomes + 1] = outcome
+  if outcome == 'stale' or outcome == 'invalid' then
+    allAcked = false
+  else
+    acked[#acked + 1] = e.raw
+    if anyAttempts then rcall('HDEL', KEYS[10], e.eventId) end
+  end
+end
+
+-- The ack, in the same step as what happened to each message.
+if atHead and allAcked then
+  rcall('LTRIM', KEYS[1], count, -1)
+else
+  for _, raw in ipairs(acked) do rcall('LREM', KEYS[1], 1, raw) end
+end
+
+if statOk.applied then rcall('HSET', KEYS[5], 'applied', int(applied)) end
+for name, n in pairs(counts) do
+  if n > 0 and statOk[name] then rcall('HINCRBY', KEYS[5], name, n) end
+end
+return { outcomes, problems }
