@@ -113,74 +113,82 @@ for i = 1, count do
 end
 
 -- What Redis will hold once the events checked so far are applied: key types, hash fields, scores.
--- An event's effects are checked against it in a stage of their own, kept only when all pass.
+-- An event's effects change it as they are checked; an undo log takes the changes back when one
+-- of them is refused, so a refused event leaves nothing behind (the log is reused: no table per event).
 local OP_TYPE = { hincrby = 'hash', hset = 'hash', hdel = 'hash', sadd = 'set', srem = 'set', zincrby = 'zset', set = 'string' }
 local typeOf, fieldOf, scoreOf = {}, {}, {}
+local undoTable, undoSlot, undoValue, undone = {}, {}, {}, 0
+
+local function change(tbl, slot, value)
+  undone = undone + 1
+  undoTable[undone], undoSlot[undone], undoValue[undone] = tbl, slot, tbl[slot]
+  tbl[slot] = value
+end
 
 local function isProjectKey(key)
   return string.sub(key, 1, 6) == 'outbox' or key == 'processed' or string.sub(key, 1, 5) == 'bull:'
 end
 
--- Checks an event's effects; nil when all can be applied, else why not (and nothing is kept).
-local function checkEffects(e)
-  local stageType, stageField, stageScore = {}, {}, {}
-  local function keyType(full)
-    local t = stageType[full] or typeOf[full]
-    if t == nil then
-      t = rcall('TYPE', full).ok
-      typeOf[full] = t
-    end
-    return t
+-- Checks one effect against the state so far and records its change; nil when it can be applied, else why not.
+local function checkEffect(base)
+  local op, key, field, value = ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
+  local wanted = OP_TYPE[op]
+  if not wanted then return 'unknown op' end
+  if key == '' or isProjectKey(key) then return 'not a key effects may touch (outbox*, processed and bull:* are the project\'s)' end
+  local full = namespace .. key
+  local t = typeOf[full]
+  if t == nil then
+    t = rcall('TYPE', full).ok
+    typeOf[full] = t
   end
-  for j = 0, e.effects - 1 do
-    local base = e.firstEffect + j * 4
-    local op, key, field, value = ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
-    local wanted = OP_TYPE[op]
-    local where = 'effect ' .. (j + 1) .. ' of event ' .. e.eventId .. ' (' .. tostring(op) .. ' ' .. key .. ')'
-    if not wanted then return where .. ': unknown op' end
-    if key == '' or isProjectKey(key) then return where .. ': not a key effects may touch (outbox*, processed and bull:* are the project\'s)' end
-    local full = namespace .. key
-    local t = keyType(full)
-    if t ~= 'none' and t ~= wanted then return where .. ': the key holds a ' .. t .. ', not a ' .. wanted end
+  if t ~= 'none' and t ~= wanted then return 'the key holds a ' .. t .. ', not a ' .. wanted end
+  if op == 'hincrby' or op == 'hset' or op == 'hdel' or op == 'zincrby' then
     local slot = full .. '\0' .. field
     if op == 'hincrby' then
       local by = integer(value)
-      if not by then return where .. ': increment "' .. value .. '" is not an integer' end
-      local current = stageField[slot]
-      if current == nil then current = fieldOf[slot] end
+      if not by then return 'increment "' .. value .. '" is not an integer' end
+      local current = fieldOf[slot]
       if current == nil then
         current = rcall('HGET', full, field) or false
         fieldOf[slot] = current
       end
       local n = current and integer(current) or (not current and 0) or nil
-      if n == nil then return where .. ': field ' .. field .. ' holds "' .. current .. '", not an integer' end
+      if n == nil then return 'field ' .. field .. ' holds "' .. current .. '", not an integer' end
       local result = n + by
-      if result > MAX_EXACT or result < -MAX_EXACT then return where .. ': field ' .. field .. ' would leave the exact integer range' end
-      stageField[slot] = int(result)
-    elseif op == 'hset' then
-      stageField[slot] = value
-    elseif op == 'hdel' then
-      stageField[slot] = false
+      if result > MAX_EXACT or result < -MAX_EXACT then return 'field ' .. field .. ' would leave the exact integer range' end
+      change(fieldOf, slot, int(result))
     elseif op == 'zincrby' then
       local by = tonumber(value)
-      if not by or by ~= by or by == math.huge or by == -math.huge then return where .. ': increment "' .. value .. '" is not a finite number' end
-      local current = stageScore[slot]
-      if current == nil then current = scoreOf[slot] end
+      if not by or by ~= by or by == math.huge or by == -math.huge then return 'increment "' .. value .. '" is not a finite number' end
+      local current = scoreOf[slot]
       if current == nil then
         local score = rcall('ZSCORE', full, field)
         current = score and tonumber(score) or 0
         scoreOf[slot] = current
       end
       local result = current + by
-      if result ~= result then return where .. ': member ' .. field .. ' would get a score that is not a number' end
-      stageScore[slot] = result
+      if result ~= result then return 'member ' .. field .. ' would get a score that is not a number' end
+      change(scoreOf, slot, result)
+    else
+      change(fieldOf, slot, op == 'hset' and value or false)
     end
-    -- srem and hdel never create a key; the others do, with the op's type.
-    if op ~= 'srem' and op ~= 'hdel' then stageType[full] = wanted end
   end
-  for k, v in pairs(stageType) do typeOf[k] = v end
-  for k, v in pairs(stageField) do fieldOf[k] = v end
-  for k, v in pairs(stageScore) do scoreOf[k] = v end
+  -- srem and hdel never create a key; the others do, with the op's type.
+  if t == 'none' and op ~= 'srem' and op ~= 'hdel' then change(typeOf, full, wanted) end
+  return nil
+end
+
+-- Checks an event's effects; nil when all can be applied, else why not (and the state is as before).
+local function checkEffects(e)
+  undone = 0
+  for j = 0, e.effects - 1 do
+    local base = e.firstEffect + j * 4
+    local refused = checkEffect(base)
+    if refused then
+      for i = undone, 1, -1 do undoTable[i][undoSlot[i]] = undoValue[i] end
+      return 'effect ' .. (j + 1) .. ' of event ' .. e.eventId .. ' (' .. tostring(ARGV[base]) .. ' ' .. ARGV[base + 1] .. '): ' .. refused
+    end
+  end
   return nil
 end
 
