@@ -5,7 +5,7 @@ import { checkOrder, formatOrderCheck } from './checks/order-check.js';
 import { findDuplicates, formatDuplicates } from './checks/dup-check.js';
 import { formatChecks, verifyStores } from '../operations/verify/verify.js';
 import type { OutboxConfig } from '../outbox/config.js';
-import { createConsumer } from '../outbox/index.js';
+import { createConsumer } from '../outbox/consumer/create-consumer.js';
 import { handlers } from './orders/order-handlers.js';
 import { openDatabase } from '../outbox/store/open-database.js';
 import { dualWrite } from './dualwrite.js';

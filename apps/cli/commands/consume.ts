@@ -2,7 +2,7 @@ import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { consumerBatchSize, consumerId, maxAttempts } from '../../../shared/runtime/config/consumer-config.js';
 import { flagOptions, forCommand, readSettings } from '../../../shared/runtime/config/settings.js';
 import { handlers } from '../../../shared/lab/orders/order-handlers.js';
-import { createConsumer } from '../../../shared/outbox/index.js';
+import { createConsumer } from '../../../shared/outbox/consumer/create-consumer.js';
 import { keys } from '../../../shared/outbox/redis/keys.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { withRedis } from '../stores.js';

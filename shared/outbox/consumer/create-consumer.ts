@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { Piscina } from 'piscina';
+import type { Piscina } from 'piscina';
 import { ConfigError } from '../errors/config-error.js';
 import type { Logger } from '../logger.js';
 import type { OutboxEvent } from '../store/events.js';
@@ -111,7 +111,9 @@ export async function createConsumer(options: CreateConsumerOptions) {
     await loadHandlerSet(module);
     // A fixed pool: piscina's default idleTimeout of 0 would stop an idle thread and start it
     // again (module loading included) for the next task, adding tens of ms of latency.
-    const workers = new Piscina({ filename: new URL('./handler-worker.js', import.meta.url).href, minThreads: threads, maxThreads: threads, idleTimeout: 60_000 });
+    // Imported here: a consumer that runs its handlers in this thread (the CLI) does not load piscina.
+    const { Piscina: Pool } = await import('piscina');
+    const workers = new Pool({ filename: new URL('./handler-worker.js', import.meta.url).href, minThreads: threads, maxThreads: threads, idleTimeout: 60_000 });
     pool = workers;
     handler = async (events: OutboxEvent[], attempts: number[]) => {
       const task: HandlerTask = { module, events, attempts, cpuCostMs, fault: options.fault?.() };

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { handlers } from '../../lab/orders/order-handlers.js';
-import { createConsumer } from '../../outbox/index.js';
+import { createConsumer } from '../../outbox/consumer/create-consumer.js';
 import { seededRandom } from '../../lab/random.js';
 import { keys } from '../../outbox/redis/keys.js';
 import { median, rate, timed, type Rate } from './measure.js';
