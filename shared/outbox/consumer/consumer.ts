@@ -4,7 +4,7 @@ import type { OutboxEvent } from '../store/events.js';
 import { MalformedMessageError, parseMessage } from '../store/parse-message.js';
 import { laneOf } from '../events/aggregate-key.js';
 import { keys } from '../redis/keys.js';
-import { applyEvents, deadLetter, defineScripts, handlerFailed, take as takeMessages, type ApplyOutcome, type EventToApply } from '../redis/scripts.js';
+import { applyEvents, deadLetter, defineScripts, handlerFailed, moveToProcessing, type ApplyOutcome, type EventToApply } from '../redis/scripts.js';
 import { sleep } from '../sleep.js';
 import { decodeEntry } from './decode-entry.js';
 import { startHeartbeat } from './heartbeats.js';
@@ -204,7 +204,7 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
     }
     if (recovered) await loadAttempts(parsed);
     // Events waiting for a retry go first: they were taken before anything in this round.
-    const retries: Handled[] = waiting.takeDue(Date.now()).map((w) => ({ raw: w.raw, event: w.event, attempt: w.attempts + 1 }));
+    const retries: Handled[] = waiting.removeDue(Date.now()).map((w) => ({ raw: w.raw, event: w.event, attempt: w.attempts + 1 }));
     const items = [...retries, ...parsed];
     const valid = items.filter((p) => p.event);
     const results = await runHandlers(valid);
@@ -268,7 +268,7 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
 
   /** Moves up to `batchSize` messages into the processing list (LMOVE each, in one script); resolves what was moved. */
   function take(connection: Redis): Promise<Buffer[]> {
-    return takeMessages(connection, processingList, batchSize);
+    return moveToProcessing(connection, processingList, batchSize);
   }
 
   /**

@@ -34,7 +34,7 @@ export function createRetryQueue() {
       waiting.push(entry);
     },
     /** Removes and returns the entries due at `now`, in order. */
-    takeDue(now: number): Waiting[] {
+    removeDue(now: number): Waiting[] {
       const due = waiting.filter((w) => w.dueAt <= now);
       if (due.length > 0) waiting = waiting.filter((w) => w.dueAt > now);
       return due;

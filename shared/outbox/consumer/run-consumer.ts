@@ -91,7 +91,7 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
    * Whatever is queued, or, when nothing is, the first message to arrive within the timeout (which
    * ends early when an event waiting for a retry falls due).
    */
-  async function take(connection: Redis): Promise<Buffer[]> {
+  async function takeOrWait(connection: Redis): Promise<Buffer[]> {
     const queued = await consumer.take(connection);
     consumerStats.taken(queued.length);
     if (queued.length > 0) return queued;
@@ -126,7 +126,7 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
             await round(leftovers, true);
           }
         }
-        const entries = await take(blocking);
+        const entries = await takeOrWait(blocking);
         takeFailures.clear();
         if (entries.length > 0 || consumer.nextRetryInMs() === 0) await round(entries);
       } catch (error) {

@@ -12,14 +12,14 @@ const SCRIPT_FILES = {
   handlerFailed: 'handler-failed-4.lua',
   requeueDeadLetter: 'requeue-dead-letter-2.lua',
   requeueParked: 'requeue-parked-2.lua',
-  take: 'take-2.lua',
+  moveToProcessing: 'move-to-processing-2.lua',
 } as const;
 
 type ScriptName = keyof typeof SCRIPT_FILES;
 type Args = (string | number | Buffer)[];
 
 /** The commands `defineScripts` adds; reached only through the typed wrappers below. */
-type ScriptClient = Record<ScriptName, (...args: Args) => Promise<unknown>> & { takeBuffer: (...args: Args) => Promise<unknown> };
+type ScriptClient = Record<ScriptName, (...args: Args) => Promise<unknown>> & { moveToProcessingBuffer: (...args: Args) => Promise<unknown> };
 
 let sources: Record<ScriptName, { lua: string; numberOfKeys: number }> | undefined;
 
@@ -175,7 +175,7 @@ export async function requeueParked(redis: Redis, field: string): Promise<Requeu
   return REQUEUE_RESULT[(await client(redis).requeueParked(keys.parked, keys.events, field)) as number];
 }
 
-/** See lua/take-2.lua: moves up to `count` messages to `processingList`, as bytes. */
-export async function take(redis: Redis, processingList: string, count: number): Promise<Buffer[]> {
-  return (await client(redis).takeBuffer(keys.events, processingList, count)) as Buffer[];
+/** See lua/move-to-processing-2.lua: moves up to `count` messages to `processingList`, as bytes. */
+export async function moveToProcessing(redis: Redis, processingList: string, count: number): Promise<Buffer[]> {
+  return (await client(redis).moveToProcessingBuffer(keys.events, processingList, count)) as Buffer[];
 }
