@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import type { Redis } from 'ioredis';
+import { Redis } from 'ioredis';
 import { z } from 'zod';
 import { createConsumerEngine, type ConsumeStats } from '../shared/outbox/consumer/consumer.js';
 import { createConsumer, defineRedisHandlers, effect } from '../shared/outbox/index.js';
@@ -204,6 +204,51 @@ describe('Redis effects as data', () => {
     assert.deepEqual([await h.client.get('account:1:status'), await h.client.hget('balances', '1'), await h.client.hget('outbox:applied-seq', '1')], ['closed', '4', '3']);
     assert.deepEqual(await h.client.smembers('accounts:open'), ['2']);
     await assertSeqOrder();
+  });
+
+  it('puts effects under the namespace, like every key of the project, and refuses the project\'s keys there too', async () => {
+    const namespaced = await connectRedis(h.redis.url, { namespace: 'tenant-a' });
+    try {
+      await h.client.hset('tenant-a:outbox:meta', 'store', h.storeId);
+      await h.client.rpush('tenant-a:outbox.events', message(1, 1, 'AccountOpened', { owner: 'one' }), message(1, 2, 'Deposited', { amount: 7 }));
+      const consumer = await createConsumer({ redis: namespaced, handlers: accountHandlers, consumerId: 'accounts' });
+      assert.equal((await consumer.drain()).applied, 2);
+      assert.deepEqual(
+        [await h.client.hget('tenant-a:balances', '1'), await h.client.get('tenant-a:account:1:status'), await h.client.exists('balances', 'account:1:status')],
+        ['7', 'open', 0],
+      );
+      // A key that is the project's under the namespace is refused by the script too.
+      const problems: string[] = [];
+      const engine = createConsumerEngine(namespaced, { consumerId: 'raw', handler: (events) => events.map(() => ({ effects: [['set', 'outbox:meta', '', 'x'] as const] })), onProblem: (p) => problems.push(p) });
+      await h.client.rpush('tenant-a:outbox.events', message(2, 1, 'Raw', {}));
+      assert.equal((await engine.drain()).invalid, 1);
+      assert.match(problems[0], /not a key effects may touch/);
+      assert.equal(await h.client.type('tenant-a:outbox:meta'), 'hash');
+    } finally {
+      namespaced.disconnect();
+    }
+  });
+
+  it('createConsumer refuses bad options in one line, before it touches Redis', async () => {
+    const offline = new Redis('redis://127.0.0.1:1', { lazyConnect: true });
+    try {
+      const refused = async (options: object, message: string) =>
+        assert.rejects(createConsumer({ redis: offline, handlers: accountHandlers, ...options }), { name: 'ConfigError', message });
+      await refused({ batchSize: 0 }, 'createConsumer: batchSize must be an integer from 1 to 100000, got 0');
+      await refused({ consumerId: 'a b' }, 'createConsumer: consumerId must be 1-64 letters, digits, ".", "_" or "-", got "a b"');
+      await refused({ handlers: { OrderPlaced: () => [] } }, 'createConsumer: handlers is not a handler set (no mode "redis" or "database"): make it with defineRedisHandlers(events, {...})');
+      const nowhere = new URL('./no-such-module.js', import.meta.url);
+      await assert.rejects(createConsumer({ redis: offline, handlers: nowhere }), (error: Error) => {
+        assert.equal(error.name, 'ConfigError');
+        assert.ok(error.message.startsWith(`handlers module ${nowhere.href} cannot be loaded: Cannot find module`), error.message);
+        return true;
+      });
+      const noSet = new URL('../shared/outbox/consumer/lanes.js', import.meta.url);
+      await refused({ handlers: noSet }, `handlers module ${noSet.href}: its export "handlers" is not a handler set: make it with defineRedisHandlers(events, {...})`);
+      assert.equal(offline.status, 'wait', 'no connection was attempted');
+    } finally {
+      offline.disconnect();
+    }
   });
 
   it('keeps each account in seq order across lanes on worker threads', async () => {
