@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { z } from 'zod';
 import { createConsumerEngine, type ConsumeStats } from '../shared/outbox/consumer/consumer.js';
-import { createConsumer, defineRedisHandlers, effect } from '../shared/outbox/index.js';
+import { createConsumer, defineEvents, defineRedisHandlers, effect } from '../shared/outbox/index.js';
 import { connectRedis } from '../shared/outbox/redis/connect.js';
 import { handlers as accountHandlers } from './fixtures/account-handlers.js';
 import { useHarness } from './helpers/harness.js';
@@ -18,7 +18,7 @@ let redis: Redis;
 
 /** A message of account `account` as the relay would push it. */
 function message(account: number, seq: number, type: string, payload: object): string {
-  return JSON.stringify({ event_id: `acc-${account}-${seq}`, aggregate_id: account, seq, event_type: type, payload, store_id: h.storeId });
+  return JSON.stringify({ event_id: `acc-${account}-${seq}`, aggregate_id: `account:${account}`, seq, event_type: type, payload, store_id: h.storeId });
 }
 
 /** Drains the queue in this process with the accounts handler set; resolves the stats and the problems met. */
@@ -108,7 +108,7 @@ describe('Redis effects as data', () => {
     assert.deepEqual([again.stats.applied, again.stats.duplicates], [0, queue.length]);
     await assertLifecyclesApplied(6);
     const processed = JSON.parse((await h.client.hget('processed', 'acc-1-1'))!);
-    assert.deepEqual({ ...processed, appliedAt: typeof processed.appliedAt }, { type: 'AccountOpened', aggregate: '1', seq: 1, effects: 3, applyOrder: 1, appliedAt: 'number' });
+    assert.deepEqual({ ...processed, appliedAt: typeof processed.appliedAt }, { type: 'AccountOpened', aggregate: 'account:1', seq: 1, effects: 3, applyOrder: 1, appliedAt: 'number' });
   });
 
   it('an event whose effect would fail (wrong type, non-integer, out of range, alone or with the batch before it) applies none of its effects and stays in the processing list; the others apply', async () => {
@@ -164,7 +164,7 @@ describe('Redis effects as data', () => {
     const problems: string[] = [];
     const engine = createConsumerEngine(redis, {
       consumerId: 'raw',
-      handler: (events) => events.map((e) => ({ effects: effectsOf[e.aggregateId as unknown as number] })),
+      handler: (events) => events.map((e) => ({ effects: effectsOf[Number(e.aggregateId.slice('account:'.length))] })),
       onProblem: (p) => problems.push(p),
     });
     await h.client.rpush('outbox.events', ...raws);
@@ -176,15 +176,15 @@ describe('Redis effects as data', () => {
     assert.deepEqual(await h.client.smembers('fine'), ['member']);
 
     await h.client.del('outbox.events:processing:raw');
-    const sneaky = defineRedisHandlers({ Hack: { aggregate: 'account', payload: z.object({}) } }, { Hack: () => [effect.set('outbox:meta', 'x')] });
+    const sneaky = defineRedisHandlers(defineEvents({ Hack: { aggregate: 'account', payload: z.object({}) } }), { Hack: () => [effect.set('outbox:meta', 'x')] });
     await h.client.rpush('outbox.events', message(9, 1, 'Hack', {}), message(9, 2, 'Unknown', {}), message(10, 1, 'Deposited', { amount: 'ten' }));
     const result = await drain({ handlers: sneaky });
     assert.equal(result.stats.dead, 3);
     const reasons = (await h.client.lrange('outbox.events:dead', 0, -1)).map((d) => JSON.parse(d).reason);
     assert.deepEqual(reasons, [
       'the Hack handler returned a bad effect: set on "outbox:meta": effects may not touch the outbox\'s own keys (outbox*, processed, bull:*); pick another key',
-      'unknown event type "Unknown": not declared in the consumer\'s events',
-      'unknown event type "Deposited": not declared in the consumer\'s events',
+      'unknown event type "Unknown": declare it in defineEvents',
+      'unknown event type "Deposited": declare it in defineEvents',
     ]);
     await h.client.rpush('outbox.events', message(10, 1, 'Deposited', { amount: 'ten' }));
     await drain();
@@ -195,13 +195,13 @@ describe('Redis effects as data', () => {
     await h.client.rpush('outbox.events', message(1, 3, 'AccountClosed', {}), message(1, 2, 'Deposited', { amount: 4 }), message(2, 1, 'AccountOpened', { owner: 'two' }));
     const parked = await drain();
     assert.deepEqual([parked.stats.applied, parked.stats.parked], [1, 2]);
-    assert.deepEqual(Object.keys(await h.client.hgetall('outbox.events:parked')).sort(), ['1:2', '1:3']);
+    assert.deepEqual(Object.keys(await h.client.hgetall('outbox.events:parked')).sort(), ['account:1:2', 'account:1:3']);
     assert.equal(await h.client.exists('balances', 'account:1:status'), 0);
     await h.client.rpush('outbox.events', message(1, 1, 'AccountOpened', { owner: 'one' }));
     const filled = await drain();
     assert.equal(filled.stats.applied, 3);
     assert.equal(await h.client.hlen('outbox.events:parked'), 0);
-    assert.deepEqual([await h.client.get('account:1:status'), await h.client.hget('balances', '1'), await h.client.hget('outbox:applied-seq', '1')], ['closed', '4', '3']);
+    assert.deepEqual([await h.client.get('account:1:status'), await h.client.hget('balances', '1'), await h.client.hget('outbox:applied-seq', 'account:1')], ['closed', '4', '3']);
     assert.deepEqual(await h.client.smembers('accounts:open'), ['2']);
     await assertSeqOrder();
   });
@@ -243,7 +243,7 @@ describe('Redis effects as data', () => {
         assert.ok(error.message.startsWith(`handlers module ${nowhere.href} cannot be loaded: Cannot find module`), error.message);
         return true;
       });
-      const noSet = new URL('../shared/outbox/consumer/lanes.js', import.meta.url);
+      const noSet = new URL('../shared/outbox/consumer/effects.js', import.meta.url);
       await refused({ handlers: noSet }, `handlers module ${noSet.href}: its export "handlers" is not a handler set: make it with defineRedisHandlers(events, {...})`);
       assert.equal(offline.status, 'wait', 'no connection was attempted');
     } finally {

@@ -26,7 +26,8 @@ export interface DatabaseHandlerSet<D extends EventDeclarations = EventDeclarati
 }
 
 /** What `createConsumer` takes as `handlers` (or a module URL whose export `handlers` is one). */
-export type HandlerSet = RedisHandlerSet<any> | DatabaseHandlerSet<any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+// Any declarations: a set is checked at run time, as each event is delivered.
+export type HandlerSet = RedisHandlerSet<any> | DatabaseHandlerSet<any>;
 
 /** Redis effects as data: each handler returns the effects of its event; the apply script applies them once, with the ack. */
 export function defineRedisHandlers<D extends EventDeclarations>(events: EventSet<D>, handlers: RedisHandlers<D>): RedisHandlerSet<D> {
