@@ -173,7 +173,9 @@ local function checkEffect(base)
       change(fieldOf, slot, op == 'hset' and value or false)
     end
   end
-  -- srem and hdel never create a key; the others do, with the op's type.
+  -- srem and hdel never create a key; the others do, with the op's type. (Nor is a key that hdel or
+  -- srem may have emptied taken as gone: a later effect of another type on it in the same call is
+  -- refused, 'invalid', although Redis would have taken it. Rare, and on the safe side.)
   if t == 'none' and op ~= 'srem' and op ~= 'hdel' then change(typeOf, full, wanted) end
   return nil
 end
