@@ -224,18 +224,16 @@ for _, e in ipairs(events) do
     local last = lastOf[e.aggregate]
     if badAggregate[e.aggregate] then
       e.kind = 'invalid'
-    elseif seenNow[e.eventId] then
+    elseif seenNow[e.eventId] or e.seq <= last then
+      -- Seen in this call, or behind the seq guard: no need to ask Redis.
       e.kind = 'duplicate'
-    else
-      local processed = rcall('HEXISTS', KEYS[2], e.eventId) == 1
-      if processed or e.seq <= last or rcall('EXISTS', prefix .. e.eventId) == 1 then
-        e.kind = 'duplicate'
-        if processed and e.seq > last then
-          -- Applied before, but its applied seq was lost: put the seq guard back.
-          e.restoreSeq = true
-          lastOf[e.aggregate] = e.seq
-        end
-      end
+    elseif rcall('HEXISTS', KEYS[2], e.eventId) == 1 then
+      -- Applied before, but its applied seq was lost: put the seq guard back.
+      e.kind = 'duplicate'
+      e.restoreSeq = true
+      lastOf[e.aggregate] = e.seq
+    elseif rcall('EXISTS', prefix .. e.eventId) == 1 then
+      e.kind = 'duplicate'
     end
     if e.kind then
       -- duplicate or invalid: decided above
