@@ -131,6 +131,8 @@ describe('Redis that lost its state', () => {
     await placeLifecycle();
     await h.cli('relay');
     await h.cli('consume');
+    // The consumer recorded the key its effects wrote: the rebuild deletes what that set names.
+    assert.deepEqual(await h.client.smembers('outbox:effect-keys'), ['inventory:reserved']);
     // The inventory and processed survive while the applied seqs and dedupe markers go ...
     const markers = await h.client.keys('outbox:seen:*');
     await h.client.del('outbox:meta', 'outbox:applied-seq', ...markers);

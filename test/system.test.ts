@@ -9,6 +9,7 @@ import { Pm2 } from '../shared/tooling/local/pm2.js';
 import { freePort, RedisServer, testClient } from '../shared/tooling/local/redis-server.js';
 import { readDb, tempDir } from './helpers/stores.js';
 import { keys } from '../shared/outbox/redis/keys.js';
+import { INVENTORY_KEY } from '../shared/lab/orders/order-keys.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 
 const APPS = ['outbox-producer', 'outbox-relay', 'outbox-consumer'];
@@ -151,7 +152,7 @@ describe('the system under pm2', () => {
     const db = readDb(env.dir);
     const live = db.prepare("SELECT sku, SUM(qty) AS qty FROM orders WHERE status = 'PLACED' GROUP BY sku").all() as { sku: string; qty: number }[];
     db.close();
-    const reserved = await client.hgetall(keys.inventory);
+    const reserved = await client.hgetall(INVENTORY_KEY);
     assert.deepEqual(
       Object.fromEntries(Object.entries(reserved).filter(([, qty]) => qty !== '0')),
       Object.fromEntries(live.map(({ sku, qty }) => [sku, String(qty)])),

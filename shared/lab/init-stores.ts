@@ -6,7 +6,7 @@ import { configure } from '../outbox/store/open-database.js';
 import { ConflictError } from '../outbox/errors/conflict-error.js';
 import { InvalidInputError } from '../outbox/errors/invalid-input-error.js';
 import { StoreUnavailableError } from '../outbox/errors/store-unavailable-error.js';
-import { projectKeyPatterns } from '../outbox/redis/keys.js';
+import { keys, projectKeyPatterns } from '../outbox/redis/keys.js';
 import { keyPrefixOfConnection, scanKeys, unlinkAll } from '../outbox/redis/scan-keys.js';
 import { createLabSchema } from './orders/orders-schema.js';
 
@@ -59,9 +59,17 @@ function assertDirectory(dir: string): void {
   }
 }
 
-/** Every key this project owns in the connection's namespace (and no other), without the prefix. */
+/**
+ * Every key this project owns in the connection's namespace (and no other), without the prefix:
+ * its own keys and, outside a namespace (where '*' covers them), the keys effects wrote.
+ */
 async function* projectKeys(redis: Redis): AsyncGenerator<string> {
-  for (const pattern of projectKeyPatterns(keyPrefixOfConnection(redis))) yield* scanKeys(redis, pattern);
+  const prefix = keyPrefixOfConnection(redis);
+  if (prefix === '') {
+    const effectKeys = await redis.smembers(keys.effectKeys);
+    yield* effectKeys;
+  }
+  for (const pattern of projectKeyPatterns(prefix)) yield* scanKeys(redis, pattern);
 }
 
 /** Deletes every key this project owns in the connection's namespace (and no other); resolves how many. */

@@ -1,6 +1,6 @@
 import { effect } from '../../outbox/consumer/effects.js';
 import { defineRedisHandlers, PoisonEventError } from '../../outbox/consumer/handlers.js';
-import { keys } from '../../outbox/redis/keys.js';
+import { INVENTORY_KEY } from './order-keys.js';
 import { orderEvents } from './order-events.js';
 import { inventoryDelta, type OrderEventBody } from './order-message.js';
 
@@ -9,7 +9,7 @@ function reserve(e: OrderEventBody & { aggregateId: string }) {
   if (String(e.payload.orderId) !== e.aggregateId) {
     throw new PoisonEventError(`payload.orderId ${e.payload.orderId} is not the order of aggregate_id order:${e.aggregateId}`);
   }
-  return [effect.hincrby(keys.inventory, e.payload.sku, inventoryDelta(e))];
+  return [effect.hincrby(INVENTORY_KEY, e.payload.sku, inventoryDelta(e))];
 }
 
 /**

@@ -4,6 +4,7 @@ import { eventIdOf, type OutboxRow } from '../../outbox/store/events.js';
 import { inventoryDelta, type OrderEventBody } from '../../lab/orders/order-message.js';
 import { ORDER_AGGREGATE } from '../../lab/orders/order-events.js';
 import { keys } from '../../outbox/redis/keys.js';
+import { INVENTORY_KEY } from '../../lab/orders/order-keys.js';
 import { processingLists } from '../../outbox/redis/processing-lists.js';
 import { readEnvelope } from '../../outbox/redis/envelope.js';
 import { readList } from '../../outbox/redis/read-list.js';
@@ -209,7 +210,7 @@ async function readConsumerState(redis: Redis) {
       .hlen(keys.processed)
       .hgetall(keys.applyCount)
       .hgetall(keys.appliedSeq)
-      .hgetall(keys.inventory)
+      .hgetall(INVENTORY_KEY)
       .hgetall(keys.stats)
       .hgetall(keys.parked)
       .llen(keys.deadLetter),

@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import type { Db } from '../../outbox/store/open-database.js';
 import { eventIdOf, toMessage, type OutboxRow } from '../../outbox/store/events.js';
 import { keys } from '../../outbox/redis/keys.js';
+import { INVENTORY_KEY } from '../../lab/orders/order-keys.js';
 import { readEnvelope } from '../../outbox/redis/envelope.js';
 import { hasPublished, storeIdOf } from '../../outbox/store/store-meta.js';
 import { sleep } from '../../outbox/sleep.js';
@@ -209,7 +210,7 @@ async function judge(db: Db, redis: Redis, o: Observation, settle: SettleFigures
     return id === undefined || !newerIds.has(id);
   }).length;
   const corrupt = corruptEntries(
-    { [keys.appliedSeq]: o.appliedSeqs, [keys.inventory]: o.inventory, [keys.stats]: o.stats, [keys.applyCount]: o.applyCounts },
+    { [keys.appliedSeq]: o.appliedSeqs, [INVENTORY_KEY]: o.inventory, [keys.stats]: o.stats, [keys.applyCount]: o.applyCounts },
     o.parked,
   );
 

@@ -30,8 +30,11 @@ export const keys = {
   applyCount: 'outbox:apply-count',
   /** Hash aggregate_id -> last applied seq. */
   appliedSeq: 'outbox:applied-seq',
-  /** Hash sku -> reserved quantity: the consumer's effect. */
-  inventory: 'inventory:reserved',
+  /**
+   * Set: the full name of every key an effect wrote, recorded in the same step. A Redis that lost
+   * its meta hash but kept effects has them deleted before the rebuild applies every event again.
+   */
+  effectKeys: 'outbox:effect-keys',
   /** Hash "<aggregate_id>:<seq>" -> JSON {reason, message, parkedAt}: events that arrived ahead of a gap. */
   parked: 'outbox.events:parked',
   /** List of JSON {reason, message, deadAt}: entries that are not valid events. */
@@ -62,9 +65,10 @@ export function bullPrefixOf(keyPrefix: string): string {
 
 /**
  * SCAN patterns (relative to the namespace) covering every key above and the BullMQ queues, for
- * `outbox init --force`. In a namespace everything under it is this deployment's.
+ * `outbox init --force` (which also deletes the keys `keys.effectKeys` names). In a namespace
+ * everything under it is this deployment's.
  */
 export function projectKeyPatterns(keyPrefix: string): string[] {
   if (keyPrefix !== '') return ['*'];
-  return ['outbox.*', 'outbox:*', keys.processed, keys.inventory, 'bull:outbox-relay:*', 'bull:outbox-prune:*'];
+  return ['outbox.*', 'outbox:*', keys.processed, 'bull:outbox-relay:*', 'bull:outbox-prune:*'];
 }

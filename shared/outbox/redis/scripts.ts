@@ -5,7 +5,7 @@ import { keyPrefixOfConnection } from './scan-keys.js';
 
 /** The Lua scripts in ./lua, named `<name>-<numberOfKeys>.lua`. */
 const SCRIPT_FILES = {
-  applyEvents: 'apply-events-10.lua',
+  applyEvents: 'apply-events-11.lua',
   claimStore: 'claim-store-8.lua',
   pushEvents: 'push-events-3.lua',
   deadLetter: 'dead-letter-3.lua',
@@ -71,7 +71,7 @@ export interface ApplyResult {
   problems: string[];
 }
 
-/** See lua/apply-events-10.lua: applies `events` and their effects in order, resolving one outcome per event. */
+/** See lua/apply-events-11.lua: applies `events` and their effects in order, resolving one outcome per event. */
 export async function applyEvents(redis: Redis, processingList: string, events: EventToApply[], dedupeTtlSeconds: number): Promise<ApplyResult> {
   // The markers' and the effects' keys are derived in the script, so their prefix carries the namespace itself.
   const namespace = keyPrefixOfConnection(redis);
@@ -91,6 +91,7 @@ export async function applyEvents(redis: Redis, processingList: string, events: 
     keys.deadLetter,
     keys.applyCount,
     keys.attempts,
+    keys.effectKeys,
     ...args,
   )) as [ApplyOutcome[], string[]];
   return { outcomes, problems };
@@ -124,7 +125,7 @@ export async function claimStore(redis: Redis, storeId: string, rebuild?: Rebuil
     keys.meta,
     keys.processed,
     keys.appliedSeq,
-    keys.inventory,
+    keys.effectKeys,
     keys.parked,
     keys.stats,
     keys.applyCount,

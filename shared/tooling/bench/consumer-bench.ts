@@ -3,6 +3,7 @@ import { handlers } from '../../lab/orders/order-handlers.js';
 import { createConsumer } from '../../outbox/consumer/create-consumer.js';
 import { seededRandom } from '../../lab/random.js';
 import { keys } from '../../outbox/redis/keys.js';
+import { INVENTORY_KEY } from '../../lab/orders/order-keys.js';
 import { median, rate, timed, type Rate } from './measure.js';
 import { progress } from './progress.js';
 
@@ -48,7 +49,7 @@ async function clearConsumerState(redis: Redis): Promise<void> {
     if (found.length > 0) await redis.unlink(...found);
     cursor = next;
   } while (cursor !== '0');
-  await redis.unlink(keys.events, keys.processed, keys.appliedSeq, keys.inventory, keys.stats, keys.parked, keys.processing('bench'));
+  await redis.unlink(keys.events, keys.processed, keys.appliedSeq, INVENTORY_KEY, keys.stats, keys.parked, keys.processing('bench'));
   await redis.hset(keys.meta, 'store', BENCH_STORE);
 }
 
@@ -79,7 +80,7 @@ export async function benchConsumer(redis: Redis, events: number, naiveEvents: n
       const event = JSON.parse(raw);
       if ((await redis.set(keys.seen(event.event_id), '1', 'NX')) === 'OK') {
         await redis.hset(keys.processed, event.event_id, raw);
-        await redis.hincrby(keys.inventory, event.payload.sku, event.payload.qty);
+        await redis.hincrby(INVENTORY_KEY, event.payload.sku, event.payload.qty);
       }
       bar.tick();
     }

@@ -3,9 +3,10 @@
   hash is gone: on first use, or after Redis lost its state and the relay set every published row
   back to PENDING (a rebuild). Idempotent: a second call finds the store named and changes nothing.
 
-  When it claims, it first deletes whatever consumer state is left (processed, applied seqs,
-  inventory, parked, stats, apply counts, failed-attempt counts): every effect is about to be applied again from SQLite, so leftovers of
-  a partial loss (the meta hash gone, the inventory still there) would be applied twice, or applied
+  When it claims, it first deletes whatever consumer state is left (processed, applied seqs, every
+  key an effect wrote as recorded in the effect-keys set, parked, stats, apply counts,
+  failed-attempt counts): every effect is about to be applied again from SQLite, so leftovers of
+  a partial loss (the meta hash gone, an effect's key still there) would be applied twice, or applied
   seqs without their effects would skip the events as duplicates. The caller deleted the dedupe
   markers before (no consumer applies anything while no store is claimed). Then it gives pruned
   aggregates their applied seq, in the same step, so that no consumer sees the store claimed
@@ -15,7 +16,7 @@
     KEYS[1] meta hash
     KEYS[2] processed hash
     KEYS[3] applied-seq hash
-    KEYS[4] inventory hash
+    KEYS[4] effect-keys set (full names of the keys effects wrote; deleted with the set)
     KEYS[5] parked hash
     KEYS[6] stats hash
     KEYS[7] apply-count hash
@@ -33,7 +34,12 @@
 ]]
 local served = redis.call('HGET', KEYS[1], 'store')
 if served then return { 'served', served } end
--- UNLINK: a large processed hash is freed in the background, not while Redis waits.
+-- UNLINK: a large processed hash is freed in the background, not while Redis waits. The effect
+-- keys are named by the set (derived, not declared: one Redis, not a Cluster), in slices.
+local effectKeys = redis.call('SMEMBERS', KEYS[4])
+for first = 1, #effectKeys, 1000 do
+  redis.call('UNLINK', unpack(effectKeys, first, math.min(first + 999, #effectKeys)))
+end
 redis.call('UNLINK', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
 -- HSET takes the pairs in slices: Lua's stack limits how many unpack can pass at once.
 for first = 5, #ARGV, 1000 do

@@ -21,6 +21,9 @@
     KEYS[8]  dead-letter list (a message of another store, or a corrupt parked entry, goes there)
     KEYS[9]  apply-count hash (event_id -> times its effects were applied: the evidence verify reads)
     KEYS[10] attempts hash (event_id -> failed handler attempts): an acked event's entry goes
+    KEYS[11] effect-keys set: every key an effect wrote (full name), added in the same step, so that
+             a Redis that lost its meta hash but kept effects can have them deleted before every
+             event is applied again (claim-store-8.lua)
 
     ARGV[1] dedupe marker key prefix; the marker of an event is <prefix><event_id>
     ARGV[2] dedupe marker TTL in seconds (0 = never expires)
@@ -268,10 +271,15 @@ local function deadLetter(reason, message)
   counts.dead = counts.dead + 1
 end
 
+local touched, touchedList = {}, {}
 local function applyEffects(e)
   for j = 0, e.effects - 1 do
     local base = e.firstEffect + j * 4
     local op, key, field, value = ARGV[base], namespace .. ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
+    if not touched[key] then
+      touched[key] = true
+      touchedList[#touchedList + 1] = key
+    end
     if op == 'hincrby' then rcall('HINCRBY', key, field, value)
     elseif op == 'hset' then rcall('HSET', key, field, value)
     elseif op == 'hdel' then rcall('HDEL', key, field)
@@ -349,6 +357,11 @@ for _, e in ipairs(events) do
     acked[#acked + 1] = e.raw
     if anyAttempts then rcall('HDEL', KEYS[10], e.eventId) end
   end
+end
+
+-- The keys effects wrote, recorded with them (SADD takes them in slices: Lua's stack limits unpack).
+for first = 1, #touchedList, 1000 do
+  rcall('SADD', KEYS[11], unpack(touchedList, first, math.min(first + 999, #touchedList)))
 end
 
 -- The ack, in the same step as what happened to each message.

@@ -1,0 +1,46 @@
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { cpSync, readdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { promisify } from 'node:util';
+import { REPO_ROOT } from '../shared/tooling/local/pm2.js';
+import { useHarness } from './helpers/harness.js';
+import { tempDir } from './helpers/stores.js';
+
+// The package as a user gets it: `npm pack`, installed into a new project, used from there with its
+// own TypeScript compile against the declarations. The quickstart of the README is the program.
+const run = promisify(execFile);
+const h = useHarness({ init: false });
+const QUICKSTART = join(REPO_ROOT, 'examples', 'quickstart');
+const TSC = join(REPO_ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
+
+describe('the packed package', () => {
+  it('installs from its tarball into a new project, whose TypeScript producer, relay and consumer run against it', async () => {
+    const project = tempDir();
+    // The build ran before the tests; packing must not run it again (--ignore-scripts skips prepare).
+    await run('npm', ['pack', '--ignore-scripts', '--pack-destination', project], { cwd: REPO_ROOT });
+    const [tarball] = readdirSync(project).filter((name) => name.endsWith('.tgz'));
+    assert.ok(tarball, 'npm pack wrote no tarball');
+    writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'todo-service', version: '1.0.0', type: 'module', private: true }));
+    // The dependencies come from this repository's installed tree (hard links: the registry and
+    // better-sqlite3's compile are not what this test is about); npm installs the tarball itself
+    // and prunes what the package does not need.
+    await run('cp', ['-al', join(REPO_ROOT, 'node_modules'), join(project, 'node_modules')]);
+    await run('npm', ['install', `./${tarball}`, 'zod', '--offline', '--no-audit', '--no-fund', '--ignore-scripts'], { cwd: project });
+    const installed = readdirSync(join(project, 'node_modules', 'outbox', 'dist'));
+    assert.deepEqual(installed.sort(), ['apps', 'shared'], 'the package ships the compiled library and apps, not the tests');
+
+    cpSync(QUICKSTART, join(project, 'src'), { recursive: true });
+    writeFileSync(
+      join(project, 'tsconfig.json'),
+      JSON.stringify({ compilerOptions: { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, outDir: 'out', rootDir: 'src', skipLibCheck: true }, include: ['src'] }),
+    );
+    await run(process.execPath, [TSC, '-p', 'tsconfig.json'], { cwd: project });
+
+    const { stdout } = await run(process.execPath, ['out/main.js'], { cwd: project, env: { ...process.env, REDIS_URL: h.env.redisUrl, TASKS_DB: join(project, 'tasks.db') } });
+    assert.equal(stdout, 'open tasks: 2\ncompleted: 1\n');
+    // Three events (two added, one completed), each applied once.
+    assert.equal(await h.client.hlen('processed'), 3);
+  });
+});
