@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { cpSync, readdirSync, writeFileSync } from 'node:fs';
+import { cpSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { promisify } from 'node:util';
@@ -22,12 +22,16 @@ describe('the packed package', () => {
     await run('npm', ['pack', '--ignore-scripts', '--pack-destination', project], { cwd: REPO_ROOT });
     const [tarball] = readdirSync(project).filter((name) => name.endsWith('.tgz'));
     assert.ok(tarball, 'npm pack wrote no tarball');
-    writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'todo-service', version: '1.0.0', type: 'module', private: true }));
+    // The project's own dependencies at the versions this repository has installed (zod for its
+    // event schemas, Node's types for its compile).
+    const installedVersion = (name: string) => JSON.parse(readFileSync(join(REPO_ROOT, 'node_modules', name, 'package.json'), 'utf8')).version as string;
+    const dependencies = { zod: installedVersion('zod'), '@types/node': installedVersion('@types/node') };
+    writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'todo-service', version: '1.0.0', type: 'module', private: true, dependencies }));
     // The dependencies come from this repository's installed tree (hard links: the registry and
-    // better-sqlite3's compile are not what this test is about); npm installs the tarball itself
-    // and prunes what the package does not need.
+    // better-sqlite3's compile are not what this test is about; --offline proves none is fetched);
+    // npm installs the tarball itself and prunes what neither needs.
     await run('cp', ['-al', join(REPO_ROOT, 'node_modules'), join(project, 'node_modules')]);
-    await run('npm', ['install', `./${tarball}`, 'zod', '--offline', '--no-audit', '--no-fund', '--ignore-scripts'], { cwd: project });
+    await run('npm', ['install', `./${tarball}`, '--offline', '--no-audit', '--no-fund', '--ignore-scripts'], { cwd: project });
     const installed = readdirSync(join(project, 'node_modules', 'outbox', 'dist'));
     assert.deepEqual(installed.sort(), ['apps', 'shared'], 'the package ships the compiled library and apps, not the tests');
 
