@@ -78,3 +78,18 @@ describe('README', () => {
     assert.ok(ran.includes('npx outbox report') && ran.includes('npx outbox verify'), 'the blocks lost their report and verify lines');
   });
 });
+
+describe('README: Use it in your service', () => {
+  it('shows the quickstart files exactly as they are (the build compiles them, test/package.test.ts runs them)', () => {
+    const start = README.indexOf('## Use it in your service');
+    const end = README.indexOf('\n## ', start + 1);
+    assert.ok(start >= 0, 'README has no "Use it in your service" section');
+    const blocks = [...README.slice(start, end).matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]);
+    assert.ok(blocks.length >= 3, 'the section lost its code blocks');
+    for (const block of blocks) {
+      const file = /^\/\/ (examples\/[\w/.-]+\.ts):/.exec(block)?.[1];
+      assert.ok(file, `a code block does not start with "// examples/<file>.ts:":\n${block}`);
+      assert.equal(block, readFileSync(`${ROOT}/${file}`, 'utf8'), `${file} differs from the README`);
+    }
+  });
+});
