@@ -16,6 +16,9 @@ export const CRASH_POINTS = [
   'relay.mid-batch',
   'consumer.after-lmove',
   'consumer.after-apply',
+  'consumer.after-claim',
+  'consumer.after-commit',
+  'consumer.after-processed',
 ] as const;
 
 export type CrashPointName = (typeof CRASH_POINTS)[number];

@@ -13,6 +13,8 @@ const SCRIPT_FILES = {
   requeueDeadLetter: 'requeue-dead-letter-2.lua',
   requeueParked: 'requeue-parked-2.lua',
   moveToProcessing: 'move-to-processing-2.lua',
+  claimEvents: 'claim-event-8.lua',
+  completeEvents: 'complete-event-10.lua',
 } as const;
 
 type ScriptName = keyof typeof SCRIPT_FILES;
@@ -179,4 +181,69 @@ export async function requeueParked(redis: Redis, field: string): Promise<Requeu
 /** See lua/move-to-processing-2.lua: moves up to `count` messages to `processingList`, as bytes. */
 export async function moveToProcessing(redis: Redis, processingList: string, count: number): Promise<Buffer[]> {
   return (await client(redis).moveToProcessingBuffer(keys.events, processingList, count)) as Buffer[];
+}
+
+/** An event of database mode, as the claim and complete scripts take it. */
+export interface EventToClaim {
+  /** The message exactly as it sits in the processing list. */
+  raw: string;
+  eventId: string;
+  storeId: string;
+  /** The opaque aggregate key (applied-seq field, parked field prefix). */
+  aggregate: string;
+  seq: number;
+}
+
+export type ClaimOutcome = 'claimed' | 'busy' | 'duplicate' | 'parked' | 'foreign' | 'stale' | 'invalid';
+
+export interface ClaimResult {
+  outcomes: ClaimOutcome[];
+  /** Per event: ms left of the other owner's lease when 'busy', else 0. */
+  waits: number[];
+  problems: string[];
+}
+
+/** See lua/claim-event-8.lua: claims `events` (at most one per aggregate) for `leaseMs` on behalf of `owner`. */
+export async function claimEvents(redis: Redis, processingList: string, events: EventToClaim[], leaseMs: number, owner: string): Promise<ClaimResult> {
+  const args: (string | number)[] = [keyPrefixOfConnection(redis) + keys.seen(''), leaseMs, owner];
+  for (const e of events) args.push(e.raw, e.eventId, e.aggregate, e.seq, e.storeId);
+  const [outcomes, waits, problems] = (await client(redis).claimEvents(
+    processingList,
+    keys.processed,
+    keys.appliedSeq,
+    keys.parked,
+    keys.stats,
+    keys.meta,
+    keys.deadLetter,
+    keys.attempts,
+    ...args,
+  )) as [ClaimOutcome[], number[], string[]];
+  return { outcomes, waits, problems };
+}
+
+export type CompleteOutcome = 'applied' | 'duplicate' | 'foreign' | 'stale' | 'invalid';
+
+/** See lua/complete-event-10.lua: records `events` whose effect the consumer's database committed, and acks them. */
+export async function completeEvents(
+  redis: Redis,
+  processingList: string,
+  events: (EventToClaim & { result: string })[],
+  dedupeTtlSeconds: number,
+): Promise<{ outcomes: CompleteOutcome[]; problems: string[] }> {
+  const args: (string | number)[] = [keyPrefixOfConnection(redis) + keys.seen(''), dedupeTtlSeconds];
+  for (const e of events) args.push(e.raw, e.eventId, e.aggregate, e.seq, e.storeId, e.result);
+  const [outcomes, problems] = (await client(redis).completeEvents(
+    processingList,
+    keys.processed,
+    keys.appliedSeq,
+    keys.parked,
+    keys.stats,
+    keys.events,
+    keys.meta,
+    keys.deadLetter,
+    keys.applyCount,
+    keys.attempts,
+    ...args,
+  )) as [CompleteOutcome[], string[]];
+  return { outcomes, problems };
 }

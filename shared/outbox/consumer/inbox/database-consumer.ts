@@ -1,0 +1,195 @@
+import type { Redis } from 'ioredis';
+import { randomUUID } from 'node:crypto';
+import { crashPoint } from '../../crash-point.js';
+import { keys } from '../../redis/keys.js';
+import { deadLetter, take as takeMessages } from '../../redis/scripts.js';
+import type { Db } from '../../store/open-database.js';
+import { MalformedMessageError, parseMessage } from '../../store/parse-message.js';
+import { sleep } from '../../sleep.js';
+import { DEFAULT_DEDUPE_TTL_SECONDS, DEFAULT_MAX_ATTEMPTS, emptyStats, type ConsumeStats } from '../consumer.js';
+import { decodeEntry } from '../decode-entry.js';
+import { startHeartbeat } from '../heartbeats.js';
+import { createRetryQueue } from '../retries.js';
+import { openConsumerDatabase } from './consumer-database.js';
+import type { DatabaseHandlerSet } from './database-handlers.js';
+import { aggregateKeyOf, executeLane, laneOf, type InboxContext, type InboxItem, type InboxOutcome } from './execute-lane.js';
+
+export const DEFAULT_LEASE_MS = 30_000;
+
+export interface DatabaseConsumerOptions {
+  /** The consumer's own SQLite database: a path (created if missing) or a connection the caller opened. */
+  database: string | Db;
+  handlers: DatabaseHandlerSet;
+  /** As the engine's (consumer.ts): processing list name. Default 'cli'. */
+  consumerId?: string;
+  /** Messages taken per round. Default 1000. */
+  batchSize?: number;
+  /** Lanes a round is split into by aggregate (hash of its key); they overlap their Redis round trips. Default 1. */
+  lanes?: number;
+  /** Attempts a throwing handler gets before its event is dead-lettered. Default 5. */
+  maxAttempts?: number;
+  /** TTL of the completed dedupe marker, in seconds; 0 keeps it forever. Default 7 days. */
+  dedupeTtlSeconds?: number;
+  /**
+   * How long a claim holds an event, ms: a process that dies between claim and complete leaves it
+   * claimed this long, then another attempt takes it. Longer than the slowest handler. Default 30 s.
+   */
+  leaseMs?: number;
+  onProblem?: (problem: string) => void;
+}
+
+/** The engine's counters, plus events found claimed by another (maybe dead) process, waiting for its lease. */
+export type DatabaseConsumeStats = ConsumeStats & { busy: number };
+
+const STAT_OF: Record<InboxOutcome, keyof DatabaseConsumeStats> = {
+  applied: 'applied',
+  duplicate: 'duplicates',
+  parked: 'parked',
+  dead: 'dead',
+  foreign: 'dead',
+  stale: 'stale',
+  invalid: 'invalid',
+  retry: 'retried',
+  busy: 'busy',
+};
+
+export function emptyDatabaseStats(): DatabaseConsumeStats {
+  return { ...emptyStats(), busy: 0 };
+}
+
+/**
+ * Database mode's driver (brief decision 6), on the engine's machinery: the processing list and
+ * its recovery, `take`, the attempts hash and `handler-failed`, the dead-letter list, the retry
+ * queue, heartbeats. What differs from consumer.ts is the step per event: claim → handler in the
+ * consumer's own database with the inbox row → complete (execute-lane.ts), instead of handlers
+ * then apply-events. Same shape as the engine's consumer, so a public `createConsumer` can pick it.
+ */
+export function createDatabaseConsumer(redis: Redis, options: DatabaseConsumerOptions) {
+  const consumerId = options.consumerId ?? 'cli';
+  const batchSize = options.batchSize ?? 1000;
+  const lanes = Math.max(1, options.lanes ?? 1);
+  const processingList = keys.processing(consumerId);
+  const ownsDb = typeof options.database === 'string';
+  const db = typeof options.database === 'string' ? openConsumerDatabase(options.database) : options.database;
+  const waiting = createRetryQueue();
+  const context: InboxContext = {
+    redis,
+    processingList,
+    db,
+    handlers: options.handlers,
+    // Per process: a restarted consumer is another owner, so what its predecessor claimed waits for the lease.
+    owner: `${consumerId}:${process.pid}:${randomUUID().slice(0, 8)}`,
+    leaseMs: options.leaseMs ?? DEFAULT_LEASE_MS,
+    dedupeTtlSeconds: options.dedupeTtlSeconds ?? DEFAULT_DEDUPE_TTL_SECONDS,
+    maxAttempts: options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
+    onProblem: options.onProblem,
+  };
+
+  function parse(entries: Buffer[]): { items: InboxItem[]; bad: { raw: string | Buffer; reason: string }[] } {
+    const items: InboxItem[] = [];
+    const bad: { raw: string | Buffer; reason: string }[] = [];
+    for (const entry of entries) {
+      const raw = decodeEntry(entry);
+      if (raw === null) {
+        bad.push({ raw: entry, reason: 'not UTF-8 text' });
+        continue;
+      }
+      try {
+        items.push({ raw, event: parseMessage(raw), attempt: 1 });
+      } catch (error) {
+        if (!(error instanceof MalformedMessageError)) throw error;
+        bad.push({ raw, reason: error.message });
+      }
+    }
+    return { items, bad };
+  }
+
+  /** Sets `attempt` on messages read back from the processing list: failed attempts counted in Redis, plus one. */
+  async function loadAttempts(items: InboxItem[]): Promise<void> {
+    if (items.length === 0) return;
+    const counts = await redis.hmget(keys.attempts, ...items.map((p) => p.event.eventId));
+    items.forEach((p, i) => (p.attempt = Number(counts[i] ?? 0) + 1));
+  }
+
+  /**
+   * Handles a round: bad entries are dead-lettered, events due for a retry go first, then the
+   * lanes run (in parallel with each other, each in order). Resolves each event's outcome; an
+   * event that failed or found another's claim waits in the retry queue (and the processing list).
+   */
+  async function handleRound(entries: Buffer[], stats: DatabaseConsumeStats, { recovered = false } = {}): Promise<InboxItem[]> {
+    const { items: taken, bad } = parse(entries);
+    if (recovered) await loadAttempts(taken);
+    const retries = waiting.takeDue(Date.now()).map((w): InboxItem => ({ raw: w.raw, event: w.event, attempt: w.attempts + 1 }));
+    const items = [...retries, ...taken];
+    const tasks = Array.from({ length: lanes }, () => [] as InboxItem[]);
+    for (const item of items) tasks[laneOf(aggregateKeyOf(item.event), lanes)].push(item);
+    const [deadOutcomes] = await Promise.all([
+      Promise.all(bad.map(async ({ raw, reason }) => ((await deadLetter(redis, processingList, raw, reason)) ? 'dead' : 'stale') as InboxOutcome)),
+      ...tasks.map((task) => executeLane(context, task)),
+    ]);
+    stats.received += entries.length;
+    for (const outcome of deadOutcomes) stats[STAT_OF[outcome]] += 1;
+    const now = Date.now();
+    for (const item of items) {
+      stats[STAT_OF[item.outcome!]] += 1;
+      if (item.outcome === 'retry') waiting.add({ raw: item.raw, event: item.event, attempts: item.attempt, dueAt: now + item.retryInMs! });
+      // Not a failed attempt: the same attempt again, once the other process's lease is over.
+      if (item.outcome === 'busy') waiting.add({ raw: item.raw, event: item.event, attempts: item.attempt - 1, dueAt: now + item.retryInMs! });
+    }
+    return items;
+  }
+
+  async function recover(stats: DatabaseConsumeStats): Promise<void> {
+    waiting.clear();
+    const leftovers = await redis.lrangeBuffer(processingList, 0, -1);
+    stats.recovered += leftovers.length;
+    await handleRound(leftovers, stats, { recovered: true });
+  }
+
+  /**
+   * Recovers this consumer's processing list, then consumes until the queue is empty and no event
+   * waits (for a retry or for another process's lease). Rounds run one after another.
+   */
+  async function drain(onRound?: (stats: DatabaseConsumeStats) => void): Promise<DatabaseConsumeStats> {
+    const stopHeartbeat = startHeartbeat(redis, consumerId);
+    const stats = emptyDatabaseStats();
+    try {
+      await recover(stats);
+      for (;;) {
+        const raws = await takeMessages(redis, processingList, batchSize);
+        if (raws.length === 0) {
+          if ((await redis.llen(keys.events)) > 0) continue;
+          const dueInMs = waiting.nextDueInMs(Date.now());
+          if (dueInMs === null) return stats;
+          await sleep(dueInMs);
+        } else {
+          crashPoint('consumer.after-lmove', () => `crash point consumer.after-lmove: dying with ${raws.length} messages in ${processingList}`);
+        }
+        await handleRound(raws, stats);
+        onRound?.(stats);
+      }
+    } finally {
+      await stopHeartbeat();
+    }
+  }
+
+  return {
+    consumerId,
+    processingList,
+    /** This process's claim token (the value of the markers it claims). */
+    owner: context.owner,
+    db,
+    handleRound,
+    recover,
+    drain,
+    /** Ms until an event waiting for a retry or a lease is due (0: now), null when none waits. */
+    nextRetryInMs: () => waiting.nextDueInMs(Date.now()),
+    forgetRetries: () => waiting.clear(),
+    /** Closes the database when this consumer opened it (given a path). */
+    close(): void {
+      if (ownsDb) db.close();
+    },
+  };
+}
+
+export type DatabaseConsumer = ReturnType<typeof createDatabaseConsumer>;

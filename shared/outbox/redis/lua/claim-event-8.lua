@@ -1,0 +1,170 @@
+--[[
+  Database mode, step 1 of 2 (complete-event-10.lua is step 2): claims events before their handlers
+  run in the consumer's own database. The checks are apply-events-11.lua's (processed, seq guard,
+  gap), then the event's dedupe marker is taken as a lease: SET with a TTL, holding
+  "claim:<owner>", so that a claim whose process died expires and the event is retried. The effect
+  itself is made once by the consumer database's inbox table, not here. Everything is read and
+  checked before the first write (Redis does not roll a script back).
+
+  The caller sends at most one event per aggregate per call (seq n+1 cannot be claimed before seq n
+  is completed: it would be parked).
+
+  Input:
+    KEYS[1] processing list the messages were moved to (an ack removes them from it)
+    KEYS[2] processed hash (event_id -> JSON result)
+    KEYS[3] applied-seq hash (aggregate_id -> last applied seq)
+    KEYS[4] parked hash ("<aggregate_id>:<seq>" -> JSON {reason, message, parkedAt})
+    KEYS[5] stats hash (duplicates, parked, dead)
+    KEYS[6] meta hash; its field 'store' names the store this Redis serves
+    KEYS[7] dead-letter list (a message of another store goes there)
+    KEYS[8] attempts hash (event_id -> failed handler attempts): an acked event's entry goes
+
+    ARGV[1] dedupe marker key prefix; the marker of an event is <prefix><event_id>
+    ARGV[2] lease in ms (an integer >= 1): the claim marker's TTL
+    ARGV[3] owner: this consumer process's claim token (its own claims it may take again at once)
+    then 5 values per event, from ARGV[4]:
+      raw message exactly as it sits in the processing list, event_id, aggregate_id, seq, store id
+
+  Output: { outcomes, waits, problems }
+    outcomes, one per event, in order:
+      'claimed'   the marker now holds this owner's claim for the lease: run the handler, then complete
+      'busy'      another owner's claim holds it (its lease has waits[i] ms left): nothing done, the
+                  message stays in the processing list
+      'duplicate' seen before (completed marker, processed entry, or seq <= last applied): acked
+      'parked'    seq > last applied + 1: acked and parked until the gap is filled
+      'foreign'   from another store than the one this Redis serves: acked and dead-lettered
+      'stale'     the message was not in the processing list: nothing done
+      'invalid'   its seq is not an integer, or Redis holds bad state it needs (see problems):
+                  nothing done, the message stays in the processing list
+    waits: per event, the ms left of the lease that made it 'busy' (0 otherwise)
+    problems: one line per piece of bad state met
+]]
+local rcall = redis.call
+local prefix, lease, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local FIELDS = 5
+local FIRST = 4
+local count = (#ARGV - FIRST + 1) / FIELDS
+if not lease or lease < 1 or lease ~= math.floor(lease) or count ~= math.floor(count) or owner == '' then
+  return redis.error_reply('claim-event: lease must be a whole number of ms >= 1, owner non-empty, and each event needs 5 values')
+end
+local CLAIM = 'claim:' .. owner
+
+local MAX_EXACT = 9007199254740991
+local function integer(text)
+  if type(text) ~= 'string' or not string.match(text, '^%-?%d+$') then return nil end
+  local n = tonumber(text)
+  if not n or n > MAX_EXACT or n < -MAX_EXACT then return nil end
+  return n
+end
+local function int(n) return string.format('%d', n) end
+
+local clock = rcall('TIME')
+local now = int(tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
+
+local problems = {}
+local function problem(text) problems[#problems + 1] = text end
+
+-- Phase 1: read and check.
+local served = rcall('HGET', KEYS[6], 'store')
+local STATS = { 'duplicates', 'parked', 'dead' }
+local statValues = rcall('HMGET', KEYS[5], unpack(STATS))
+local statOk = {}
+for i, name in ipairs(STATS) do
+  statOk[name] = not statValues[i] or integer(statValues[i]) ~= nil
+  if not statOk[name] then problem(KEYS[5] .. ' field ' .. name .. ' holds "' .. statValues[i] .. '", not an integer') end
+end
+
+local lastOf, badAggregate, present, plan = {}, {}, {}, {}
+for i = 0, count - 1 do
+  local base = FIRST + i * FIELDS
+  local e = { raw = ARGV[base], eventId = ARGV[base + 1], aggregate = ARGV[base + 2], seqText = ARGV[base + 3], store = ARGV[base + 4] }
+  e.seq = integer(e.seqText)
+  if present[e.raw] == nil then present[e.raw] = #rcall('LPOS', KEYS[1], e.raw, 'COUNT', 0) end
+  if present[e.raw] > 0 then
+    present[e.raw] = present[e.raw] - 1
+  else
+    e.kind = 'stale'
+  end
+  if e.kind then
+    -- stale: nothing more to check
+  elseif e.store ~= served then
+    e.kind = 'foreign'
+  elseif not e.seq or e.seq < 1 then
+    e.kind = 'invalid'
+  else
+    if lastOf[e.aggregate] == nil and not badAggregate[e.aggregate] then
+      local value = rcall('HGET', KEYS[3], e.aggregate)
+      lastOf[e.aggregate] = value and integer(value) or (not value and 0) or nil
+      if lastOf[e.aggregate] == nil then
+        badAggregate[e.aggregate] = true
+        problem(KEYS[3] .. ' field ' .. e.aggregate .. ' holds "' .. value .. '", not an integer')
+      end
+    end
+    if badAggregate[e.aggregate] then
+      e.kind = 'invalid'
+    else
+      e.kind = 'candidate'
+      e.processed = rcall('HEXISTS', KEYS[2], e.eventId) == 1
+      e.marker = rcall('GET', prefix .. e.eventId)
+    end
+  end
+  plan[#plan + 1] = e
+end
+
+-- Phase 2: write. Every value used below was checked above.
+local counts = { duplicates = 0, parked = 0, dead = 0 }
+local anyParked = rcall('EXISTS', KEYS[4]) == 1
+local anyAttempts = rcall('EXISTS', KEYS[8]) == 1
+local outcomes, waits = {}, {}
+for _, e in ipairs(plan) do
+  local outcome, wait = e.kind, 0
+  local acked = false
+  if e.kind == 'foreign' then
+    rcall('RPUSH', KEYS[7], cjson.encode({
+      reason = served and ('from store ' .. e.store .. ', but this Redis serves store ' .. served)
+        or ('from store ' .. e.store .. ', but this Redis serves no store (it lost its state; the relay rebuilds it from SQLite)'),
+      message = e.raw, deadAt = tonumber(now) }))
+    counts.dead = counts.dead + 1
+    acked = true
+  elseif e.kind == 'candidate' then
+    local seenKey = prefix .. e.eventId
+    local last = lastOf[e.aggregate]
+    local parkedField = e.aggregate .. ':' .. e.seqText
+    local claimedByOther = e.marker and e.marker ~= '1' and e.marker ~= CLAIM
+    if e.processed or e.seq <= last or e.marker == '1' then
+      -- Seen before ('1' is the marker a completed or applied event keeps).
+      if anyParked then rcall('HDEL', KEYS[4], parkedField) end
+      if e.processed and e.seq > last then
+        -- Completed before, but its applied seq was lost: put the seq guard back.
+        lastOf[e.aggregate] = e.seq
+        rcall('HSET', KEYS[3], e.aggregate, e.seqText)
+      end
+      counts.duplicates = counts.duplicates + 1
+      outcome, acked = 'duplicate', true
+    elseif claimedByOther then
+      -- Its handler may be running (or its process died): the lease decides when it may be retried.
+      outcome, wait = 'busy', math.max(0, rcall('PTTL', seenKey))
+    elseif e.seq > last + 1 then
+      if e.marker == CLAIM then rcall('DEL', seenKey) end
+      local reason = 'gap: expected seq ' .. int(last + 1) .. ', got ' .. e.seqText
+      rcall('HSET', KEYS[4], parkedField, cjson.encode({ reason = reason, message = e.raw, parkedAt = tonumber(now) }))
+      anyParked = true
+      counts.parked = counts.parked + 1
+      outcome, acked = 'parked', true
+    else
+      rcall('SET', seenKey, CLAIM, 'PX', lease)
+      outcome = 'claimed'
+    end
+  end
+  if acked then
+    rcall('LREM', KEYS[1], 1, e.raw)
+    if anyAttempts then rcall('HDEL', KEYS[8], e.eventId) end
+  end
+  outcomes[#outcomes + 1] = outcome
+  waits[#waits + 1] = wait
+end
+
+for name, n in pairs(counts) do
+  if n > 0 and statOk[name] then rcall('HINCRBY', KEYS[5], name, n) end
+end
+return { outcomes, waits, problems }

@@ -1,0 +1,182 @@
+--[[
+  Database mode, step 2 of 2 (claim-event-8.lua is step 1): records events whose effect the
+  consumer's own database has committed (with its inbox row), and acks each in the same step:
+  processed, applied seq, apply count, stats, the ack, a parked successor re-queued, and the dedupe
+  marker turned from a claim into the completed marker. Idempotent: an event already processed is
+  only acked. Everything is read and checked before the first write (Redis does not roll back).
+
+  Input:
+    KEYS[1]  processing list holding the messages
+    KEYS[2]  processed hash (event_id -> JSON result)
+    KEYS[3]  applied-seq hash (aggregate_id -> last applied seq)
+    KEYS[4]  parked hash ("<aggregate_id>:<seq>" -> JSON {reason, message, parkedAt})
+    KEYS[5]  stats hash (applied, duplicates, unparked, dead)
+    KEYS[6]  event queue (an unparked successor is pushed back to its head)
+    KEYS[7]  meta hash; its field 'store' names the store this Redis serves
+    KEYS[8]  dead-letter list
+    KEYS[9]  apply-count hash (event_id -> times its effect was recorded: the evidence verify reads)
+    KEYS[10] attempts hash (event_id -> failed handler attempts): a completed event's entry goes
+
+    ARGV[1] dedupe marker key prefix; the marker of an event is <prefix><event_id>
+    ARGV[2] dedupe marker TTL in seconds (0 = never expires)
+    then 6 values per event, from ARGV[3]:
+      raw message exactly as it sits in the processing list, event_id, aggregate_id, seq, store id,
+      processed value (a JSON object, to which the script adds "applyOrder" and "appliedAt")
+
+  Output: { outcomes, problems }
+    outcomes, one per event, in order:
+      'applied'   recorded, counted, acked; a parked successor is re-queued
+      'duplicate' already processed (another consumer completed it): acked only
+      'foreign'   Redis now serves another store: acked and dead-lettered (the effect stays in the
+                  consumer's database, where its inbox row makes a redelivery a no-op)
+      'stale'     the message was not in the processing list: nothing done
+      'invalid'   its seq is not an integer, or Redis holds bad state it needs: nothing done, the
+                  message stays in the processing list (its redelivery finds the inbox row)
+    problems: one line per piece of bad state met
+]]
+local rcall = redis.call
+local prefix, ttl = ARGV[1], tonumber(ARGV[2])
+local FIELDS = 6
+local FIRST = 3
+local count = (#ARGV - FIRST + 1) / FIELDS
+if not ttl or ttl < 0 or count ~= math.floor(count) then
+  return redis.error_reply('complete-event: ttl must be a number >= 0 and each event needs 6 values')
+end
+
+local MAX_EXACT = 9007199254740991
+local function integer(text)
+  if type(text) ~= 'string' or not string.match(text, '^%-?%d+$') then return nil end
+  local n = tonumber(text)
+  if not n or n > MAX_EXACT or n < -MAX_EXACT then return nil end
+  return n
+end
+local function int(n) return string.format('%d', n) end
+
+local clock = rcall('TIME')
+local now = int(tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
+
+local problems = {}
+local function problem(text) problems[#problems + 1] = text end
+
+-- Phase 1: read and check.
+local served = rcall('HGET', KEYS[7], 'store')
+local STATS = { 'applied', 'duplicates', 'unparked', 'dead' }
+local statValues = rcall('HMGET', KEYS[5], unpack(STATS))
+local statOk = {}
+for i, name in ipairs(STATS) do
+  statOk[name] = not statValues[i] or integer(statValues[i]) ~= nil
+  if not statOk[name] then problem(KEYS[5] .. ' field ' .. name .. ' holds "' .. statValues[i] .. '", not an integer') end
+end
+local applied = statOk.applied and integer(statValues[1] or '0') or nil
+
+local lastOf, badAggregate, present, plan = {}, {}, {}, {}
+for i = 0, count - 1 do
+  local base = FIRST + i * FIELDS
+  local e = { raw = ARGV[base], eventId = ARGV[base + 1], aggregate = ARGV[base + 2], seqText = ARGV[base + 3], store = ARGV[base + 4], result = ARGV[base + 5] }
+  e.seq = integer(e.seqText)
+  if present[e.raw] == nil then present[e.raw] = #rcall('LPOS', KEYS[1], e.raw, 'COUNT', 0) end
+  if present[e.raw] > 0 then
+    present[e.raw] = present[e.raw] - 1
+  else
+    e.kind = 'stale'
+  end
+  if e.kind then
+    -- stale: nothing more to check
+  elseif e.store ~= served then
+    e.kind = 'foreign'
+  elseif not e.seq or e.seq < 1 or not applied then
+    e.kind = 'invalid'
+  else
+    if lastOf[e.aggregate] == nil and not badAggregate[e.aggregate] then
+      local value = rcall('HGET', KEYS[3], e.aggregate)
+      lastOf[e.aggregate] = value and integer(value) or (not value and 0) or nil
+      if lastOf[e.aggregate] == nil then
+        badAggregate[e.aggregate] = true
+        problem(KEYS[3] .. ' field ' .. e.aggregate .. ' holds "' .. value .. '", not an integer')
+      end
+    end
+    if badAggregate[e.aggregate] then
+      e.kind = 'invalid'
+    else
+      e.kind = 'candidate'
+      e.processed = rcall('HEXISTS', KEYS[2], e.eventId) == 1
+    end
+  end
+  plan[#plan + 1] = e
+end
+
+-- Phase 2: write. Every value used below was checked above.
+local counts = { duplicates = 0, unparked = 0, dead = 0 }
+local anyParked = rcall('EXISTS', KEYS[4]) == 1
+local anyAttempts = rcall('EXISTS', KEYS[10]) == 1
+local outcomes = {}
+
+local function deadLetter(reason, message)
+  rcall('RPUSH', KEYS[8], cjson.encode({ reason = reason, message = message, deadAt = tonumber(now) }))
+  counts.dead = counts.dead + 1
+end
+
+for _, e in ipairs(plan) do
+  local outcome = e.kind
+  local acked = false
+  if e.kind == 'foreign' then
+    deadLetter(served and ('from store ' .. e.store .. ', but this Redis serves store ' .. served)
+      or ('from store ' .. e.store .. ', but this Redis serves no store (it lost its state; the relay rebuilds it from SQLite)'), e.raw)
+    acked = true
+  elseif e.kind == 'candidate' then
+    local seenKey = prefix .. e.eventId
+    if ttl > 0 then rcall('SET', seenKey, '1', 'EX', ttl) else rcall('SET', seenKey, '1') end
+    if e.processed then
+      counts.duplicates = counts.duplicates + 1
+      outcome = 'duplicate'
+    else
+      local last = lastOf[e.aggregate]
+      if e.seq ~= last + 1 then
+        -- The claim saw last + 1 = seq; only a lost or rewritten applied seq changes that. The effect
+        -- is committed in the consumer's database, so it is recorded all the same.
+        problem('event ' .. e.eventId .. ' completed at seq ' .. e.seqText .. ' while ' .. KEYS[3] .. ' field ' .. e.aggregate .. ' held ' .. int(last))
+      end
+      applied = applied + 1
+      if e.seq > last then
+        lastOf[e.aggregate] = e.seq
+        rcall('HSET', KEYS[3], e.aggregate, e.seqText)
+      end
+      rcall('HSET', KEYS[2], e.eventId, string.sub(e.result, 1, -2) .. ',"applyOrder":' .. int(applied) .. ',"appliedAt":' .. now .. '}')
+      local times = redis.pcall('HINCRBY', KEYS[9], e.eventId, 1)
+      if type(times) == 'table' then
+        problem(KEYS[9] .. ' field ' .. e.eventId .. ' holds a non-integer: this application was not counted')
+      elseif times > 1 then
+        problem('event ' .. e.eventId .. ' was recorded more than once (its processed entry had been removed)')
+      end
+      if anyParked then
+        rcall('HDEL', KEYS[4], e.aggregate .. ':' .. e.seqText)
+        local successorField = e.aggregate .. ':' .. int(e.seq + 1)
+        local successor = rcall('HGET', KEYS[4], successorField)
+        if successor then
+          rcall('HDEL', KEYS[4], successorField)
+          local ok, envelope = pcall(cjson.decode, successor)
+          if ok and type(envelope) == 'table' and type(envelope.message) == 'string' then
+            rcall('LPUSH', KEYS[6], envelope.message)
+            counts.unparked = counts.unparked + 1
+          else
+            deadLetter('corrupt parked entry ' .. successorField .. ' (not the JSON the consumer writes)', successor)
+            problem(KEYS[4] .. ' field ' .. successorField .. ' was not valid JSON: moved to ' .. KEYS[8])
+          end
+        end
+      end
+      outcome = 'applied'
+    end
+    acked = true
+  end
+  if acked then
+    rcall('LREM', KEYS[1], 1, e.raw)
+    if anyAttempts then rcall('HDEL', KEYS[10], e.eventId) end
+  end
+  outcomes[#outcomes + 1] = outcome
+end
+
+if statOk.applied and applied then rcall('HSET', KEYS[5], 'applied', int(applied)) end
+for name, n in pairs(counts) do
+  if n > 0 and statOk[name] then rcall('HINCRBY', KEYS[5], name, n) end
+end
+return { outcomes, problems }
