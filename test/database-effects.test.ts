@@ -1,0 +1,207 @@
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, it } from 'node:test';
+import Database from 'better-sqlite3';
+import { openDatabase } from '../shared/outbox/store/open-database.js';
+import { createOrderService } from '../shared/lab/orders/order-service.js';
+import { connectRedis } from '../shared/outbox/redis/connect.js';
+import { createRelay } from '../shared/outbox/relay/relay.js';
+import { useHarness } from './helpers/harness.js';
+import { readDb } from './helpers/stores.js';
+import type { CliResult } from './helpers/cli.js';
+
+const h = useHarness();
+const FIXTURE = fileURLToPath(new URL('./fixtures/database-consumer.js', import.meta.url));
+
+/** Runs the database-mode consumer fixture (a real process) on `<dir>/consumer.db` until it drains or dies. */
+function runConsumer(env: Record<string, string> = {}): Promise<CliResult> {
+  const child = spawn(process.execPath, [FIXTURE, consumerDb()], {
+    env: { ...process.env, REDIS_URL: h.env.redisUrl, OUTBOX_CRASH_POINTS: '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (chunk) => (stdout += chunk));
+  child.stderr.on('data', (chunk) => (stderr += chunk));
+  return new Promise((resolve, reject) => {
+    child.on('error', reject);
+    child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr }));
+  });
+}
+
+function statsOf(result: CliResult): Record<string, number> {
+  assert.equal(result.code, 0, result.stderr);
+  assert.doesNotMatch(result.stderr, /problem:/);
+  return JSON.parse(result.stdout.trim().split('\n').at(-1)!);
+}
+
+const consumerDb = () => join(h.env.dir, 'consumer.db');
+
+function query<T>(sql: string): T[] {
+  const db = new Database(consumerDb(), { readonly: true, fileMustExist: true });
+  try {
+    return db.prepare(sql).all() as T[];
+  } finally {
+    db.close();
+  }
+}
+
+/**
+ * Places `orders` orders, ten at a time, and right after each ten changes the quantity of every
+ * second (every sixth twice) and cancels every fifth, so that an aggregate's events sit close
+ * together in the queue (in the same round: the waves), then relays them. Resolves the number of events.
+ */
+async function seedEvents(orders: number): Promise<number> {
+  const db = openDatabase(h.env.dir);
+  const connection = await connectRedis(h.env.redisUrl);
+  try {
+    const service = createOrderService(db);
+    let events = 0;
+    for (let i = 0; i < orders; i += 10) {
+      const placed = service.placeOrders(Array.from({ length: Math.min(10, orders - i) }, (_, j) => ({ sku: `SKU-${(i + j) % 4}`, qty: 1 + ((i + j) % 3) })));
+      events += placed.length;
+      for (const { order } of placed) {
+        if (order.id % 2 === 0) (service.changeQty(order.id, 5), (events += 1));
+        if (order.id % 6 === 0) (service.changeQty(order.id, 2), (events += 1));
+        if (order.id % 5 === 0) (service.cancelOrder(order.id), (events += 1));
+      }
+    }
+    await createRelay(db, connection).relayAll();
+    return events;
+  } finally {
+    db.close();
+    connection.disconnect();
+  }
+}
+
+function expectedReserved(): Record<string, number> {
+  const db = readDb(h.env.dir);
+  try {
+    const rows = db.prepare("SELECT sku, SUM(qty) AS qty FROM orders WHERE status = 'PLACED' GROUP BY sku").all() as { sku: string; qty: number }[];
+    return Object.fromEntries(rows.map((r) => [r.sku, r.qty]));
+  } finally {
+    db.close();
+  }
+}
+
+/** What must hold once the consumer drained, whatever crashed before: every event's effect in the consumer database exactly once, in order. */
+async function assertEffectsExactlyOnce(events: number) {
+  const inbox = query<{ event_id: string }>('SELECT event_id FROM outbox_inbox').map((r) => r.event_id);
+  assert.equal(inbox.length, events, 'one inbox row per unique event');
+  assert.equal(query('SELECT event_id FROM ledger').length, events, 'one ledger row per unique event');
+  const ledger = query<{ sku: string; qty: number }>('SELECT sku, SUM(delta) AS qty FROM ledger GROUP BY sku HAVING qty != 0');
+  assert.deepEqual(Object.fromEntries(ledger.map((r) => [r.sku, r.qty])), expectedReserved());
+  const reserved = query<{ sku: string; qty: number }>('SELECT sku, qty FROM reserved WHERE qty != 0');
+  assert.deepEqual(Object.fromEntries(reserved.map((r) => [r.sku, r.qty])), expectedReserved());
+  assert.deepEqual(query('SELECT * FROM out_of_order'), [], 'every aggregate saw its events in seq order');
+
+  assert.equal(await h.client.hlen('processed'), events);
+  assert.deepEqual((await h.client.hkeys('processed')).sort(), [...inbox].sort(), 'processed and the inbox name the same events');
+  assert.deepEqual([...new Set(await h.client.hvals('outbox:apply-count'))], ['1']);
+  assert.equal(await h.client.llen('outbox.events'), 0);
+  assert.equal(await h.client.llen('outbox.events:processing:db'), 0);
+  assert.equal(await h.client.hlen('outbox.events:parked'), 0);
+  assert.equal(await h.client.llen('outbox.events:dead'), 0);
+  assert.equal(await h.client.hget('outbox:stats', 'applied'), String(events));
+  // The effect lives in the consumer's database only.
+  assert.equal(await h.client.exists('inventory:reserved'), 0);
+}
+
+/** The events claimed by a dead process: marker key -> ms left of its lease. */
+async function claimsLeft(): Promise<Map<string, number>> {
+  const claims = new Map<string, number>();
+  for (const key of await h.client.keys('outbox:seen:*')) {
+    if ((await h.client.get(key))?.startsWith('claim:')) claims.set(key.slice('outbox:seen:'.length), await h.client.pttl(key));
+  }
+  return claims;
+}
+
+describe('database mode: effects in the consumer’s own SQLite, with an inbox', () => {
+  it('applies every event once, in seq order per aggregate, several events of an aggregate in one round', async () => {
+    const events = await seedEvents(60);
+    const stats = statsOf(await runConsumer({ LANES: '3' }));
+    assert.equal(stats.applied, events);
+    assert.equal(stats.received, events);
+    assert.equal(stats.parked, 0, 'waves claim an aggregate’s next event only after the previous one completed');
+    await assertEffectsExactlyOnce(events);
+
+    const again = statsOf(await runConsumer());
+    assert.equal(again.received, 0);
+  });
+
+  it('a relay duplicate is acked without running the handler again', async () => {
+    const events = await seedEvents(10);
+    statsOf(await runConsumer());
+    const [first] = query<{ event_id: string }>('SELECT event_id FROM outbox_inbox LIMIT 1');
+    const db = readDb(h.env.dir);
+    const row = db.prepare('SELECT * FROM outbox WHERE event_id = ?').get(first.event_id) as { event_id: string; aggregate_id: number; seq: number; event_type: string; payload: string };
+    db.close();
+    await h.client.rpush(
+      'outbox.events',
+      JSON.stringify({ event_id: row.event_id, aggregate_id: row.aggregate_id, seq: row.seq, event_type: row.event_type, payload: JSON.parse(row.payload), store_id: h.storeId }),
+    );
+    const stats = statsOf(await runConsumer());
+    assert.equal(stats.duplicates, 1);
+    assert.equal(stats.applied, 0);
+    await assertEffectsExactlyOnce(events);
+  });
+
+  it('a handler that throws is rolled back and retried: its writes land once', async () => {
+    const events = await seedEvents(10);
+    const ids = (await h.client.lrange('outbox.events', 0, -1)).map((raw) => JSON.parse(raw).event_id as string);
+    const stats = statsOf(await runConsumer({ FAIL_ONCE: [ids[0], ids[7]].join(',') }));
+    assert.equal(stats.retried, 2);
+    assert.equal(stats.applied, events);
+    assert.equal(await h.client.hget('outbox:stats', 'handlerFailures'), '2');
+    await assertEffectsExactlyOnce(events);
+  });
+
+  for (const point of ['consumer.after-claim', 'consumer.after-commit', 'consumer.after-processed'] as const) {
+    it(`a consumer killed at ${point} loses nothing and applies nothing twice after a restart`, async () => {
+      const events = await seedEvents(40);
+      const crashed = await runConsumer({ OUTBOX_CRASH_POINTS: point, BATCH_SIZE: '10', LEASE_MS: '1500' });
+      assert.equal(crashed.signal, 'SIGKILL', crashed.stderr);
+      assert.match(crashed.stderr, new RegExp(`crash point ${point.replace('.', '\\.')}`));
+      const inbox = query('SELECT event_id FROM outbox_inbox').length;
+      const processed = await h.client.hlen('processed');
+      const claims = await claimsLeft();
+      if (point === 'consumer.after-claim') {
+        // Claimed, not handled: nothing in the consumer database, the claims held by the dead process.
+        assert.equal(inbox, processed);
+        assert.ok(claims.size > 0);
+      } else if (point === 'consumer.after-commit') {
+        // Committed, Redis not told: the inbox is ahead of processed by what the dead process committed.
+        assert.ok(inbox > processed, `inbox ${inbox}, processed ${processed}`);
+        assert.equal(claims.size, inbox - processed);
+      } else {
+        assert.equal(inbox, processed);
+        assert.equal(claims.size, 0);
+      }
+      assert.ok(processed < events);
+
+      const stats = statsOf(await runConsumer({ BATCH_SIZE: '10' }));
+      if (claims.size > 0) assert.ok(stats.busy >= 1, 'the dead process’s claims held until their lease ran out');
+      await assertEffectsExactlyOnce(events);
+    });
+  }
+
+  it('a claim whose process died is retried once its lease runs out, not before', async () => {
+    const events = await seedEvents(20);
+    const crashed = await runConsumer({ OUTBOX_CRASH_POINTS: 'consumer.after-claim', LEASE_MS: '2000' });
+    assert.equal(crashed.signal, 'SIGKILL');
+    const claims = await claimsLeft();
+    assert.ok(claims.size > 0);
+    const leaseEndsAt = Date.now() + Math.min(...claims.values());
+
+    const stats = statsOf(await runConsumer());
+    assert.ok(stats.busy >= claims.size);
+    // The inbox rows of the claimed events were written after their lease ran out (same machine, same clock).
+    const appliedAt = query<{ event_id: string; applied_at: number }>('SELECT event_id, applied_at FROM outbox_inbox');
+    for (const { event_id, applied_at } of appliedAt) {
+      if (claims.has(event_id)) assert.ok(applied_at >= leaseEndsAt - 5, `${event_id} applied ${leaseEndsAt - applied_at} ms before its lease ended`);
+    }
+    await assertEffectsExactlyOnce(events);
+  });
+});
