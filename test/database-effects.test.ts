@@ -11,6 +11,7 @@ import { createRelay } from '../shared/outbox/relay/relay.js';
 import { useHarness } from './helpers/harness.js';
 import { readDb } from './helpers/stores.js';
 import type { CliResult } from './helpers/cli.js';
+import { inboxChecks } from '../shared/operations/verify/inbox-checks.js';
 
 const h = useHarness();
 const FIXTURE = fileURLToPath(new URL('./fixtures/database-consumer.js', import.meta.url));
@@ -186,6 +187,29 @@ describe('database mode: effects in the consumer’s own SQLite, with an inbox',
       await assertEffectsExactlyOnce(events);
     });
   }
+
+  it('the inbox check: in flight after a crash past the commit, ok once completed, FAIL for a processed event without its inbox row', async () => {
+    const events = await seedEvents(20);
+    const crashed = await runConsumer({ OUTBOX_CRASH_POINTS: 'consumer.after-commit', LEASE_MS: '500' });
+    assert.equal(crashed.signal, 'SIGKILL');
+    const judge = async () => {
+      const db = new Database(consumerDb());
+      try {
+        return (await inboxChecks(db, h.client)).map((c) => [c.actual, c.status]);
+      } finally {
+        db.close();
+      }
+    };
+    const committed = query('SELECT event_id FROM outbox_inbox').length;
+    assert.deepEqual(await judge(), [['0', 'ok'], [`${committed} / ${committed - (await h.client.hlen('processed'))}`, 'info']]);
+    statsOf(await runConsumer());
+    assert.deepEqual(await judge(), [['0', 'ok'], [`${events} / 0`, 'info']]);
+
+    const db = new Database(consumerDb());
+    db.prepare('DELETE FROM outbox_inbox WHERE rowid = (SELECT MIN(rowid) FROM outbox_inbox)').run();
+    db.close();
+    assert.deepEqual(await judge(), [['1', 'FAIL'], [`${events - 1} / 0`, 'info']]);
+  });
 
   it('a claim whose process died is retried once its lease runs out, not before', async () => {
     const events = await seedEvents(20);

@@ -41,6 +41,9 @@ export interface DatabaseConsumerOptions {
 /** The engine's counters, plus events found claimed by another (maybe dead) process, waiting for its lease. */
 export type DatabaseConsumeStats = ConsumeStats & { busy: number };
 
+/** The engine's counters as the long-running loop keeps them (without `busy`), or this driver's. */
+export type AnyStats = ConsumeStats & { busy?: number };
+
 const STAT_OF: Record<InboxOutcome, keyof DatabaseConsumeStats> = {
   applied: 'applied',
   duplicate: 'duplicates',
@@ -57,6 +60,26 @@ export function emptyDatabaseStats(): DatabaseConsumeStats {
   return { ...emptyStats(), busy: 0 };
 }
 
+export interface DatabaseConsumer {
+  consumerId: string;
+  processingList: string;
+  /** This process's claim token (the value of the markers it claims). */
+  owner: string;
+  /** The consumer's own database (the handlers' `db`). */
+  db: Db;
+  handleRound(entries: Buffer[], stats: AnyStats, options?: { recovered?: boolean }): Promise<InboxItem[]>;
+  sendRound(entries: Buffer[], stats: AnyStats, options?: { recovered?: boolean }): Promise<{ answered: Promise<InboxItem[]> }>;
+  /** Moves up to `batchSize` messages into the processing list; resolves what was moved. */
+  take(connection: Redis): Promise<Buffer[]>;
+  recover(stats: AnyStats): Promise<void>;
+  drain(onRound?: (stats: DatabaseConsumeStats) => void): Promise<DatabaseConsumeStats>;
+  /** Ms until an event waiting for a retry or a lease is due (0: now), null when none waits. */
+  nextRetryInMs(): number | null;
+  forgetRetries(): void;
+  /** Closes the database when this consumer opened it (given a path). */
+  close(): void;
+}
+
 /**
  * Database mode's driver (brief decision 6), on the engine's machinery: the processing list and
  * its recovery, `take`, the attempts hash and `handler-failed`, the dead-letter list, the retry
@@ -64,7 +87,7 @@ export function emptyDatabaseStats(): DatabaseConsumeStats {
  * consumer's own database with the inbox row → complete (execute-lane.ts), instead of handlers
  * then apply-events. Same shape as the engine's consumer, so a public `createConsumer` can pick it.
  */
-export function createDatabaseConsumer(redis: Redis, options: DatabaseConsumerOptions) {
+export function createDatabaseConsumer(redis: Redis, options: DatabaseConsumerOptions): DatabaseConsumer {
   const consumerId = options.consumerId ?? 'cli';
   const batchSize = options.batchSize ?? 1000;
   const lanes = Math.max(1, options.lanes ?? 1);
@@ -116,7 +139,7 @@ export function createDatabaseConsumer(redis: Redis, options: DatabaseConsumerOp
    * lanes run (in parallel with each other, each in order). Resolves each event's outcome; an
    * event that failed or found another's claim waits in the retry queue (and the processing list).
    */
-  async function handleRound(entries: Buffer[], stats: DatabaseConsumeStats, { recovered = false } = {}): Promise<InboxItem[]> {
+  async function handleRound(entries: Buffer[], stats: AnyStats, { recovered = false } = {}): Promise<InboxItem[]> {
     const { items: taken, bad } = parse(entries);
     if (recovered) await loadAttempts(taken);
     const retries = waiting.takeDue(Date.now()).map((w): InboxItem => ({ raw: w.raw, event: w.event, attempt: w.attempts + 1 }));
@@ -128,10 +151,11 @@ export function createDatabaseConsumer(redis: Redis, options: DatabaseConsumerOp
       ...tasks.map((task) => executeLane(context, task)),
     ]);
     stats.received += entries.length;
-    for (const outcome of deadOutcomes) stats[STAT_OF[outcome]] += 1;
+    const count = (outcome: InboxOutcome) => (stats[STAT_OF[outcome]] = (stats[STAT_OF[outcome]] ?? 0) + 1);
+    deadOutcomes.forEach(count);
     const now = Date.now();
     for (const item of items) {
-      stats[STAT_OF[item.outcome!]] += 1;
+      count(item.outcome!);
       if (item.outcome === 'retry') waiting.add({ raw: item.raw, event: item.event, attempts: item.attempt, dueAt: now + item.retryInMs! });
       // Not a failed attempt: the same attempt again, once the other process's lease is over.
       if (item.outcome === 'busy') waiting.add({ raw: item.raw, event: item.event, attempts: item.attempt - 1, dueAt: now + item.retryInMs! });
@@ -139,7 +163,19 @@ export function createDatabaseConsumer(redis: Redis, options: DatabaseConsumerOp
     return items;
   }
 
-  async function recover(stats: DatabaseConsumeStats): Promise<void> {
+  /**
+   * The engine's round interface, for the long-running loop (run-consumer.ts): resolves at once;
+   * `answered` once the round is done. Rounds run one after another (the next one is taken
+   * meanwhile), so that an aggregate's next event is not claimed while its previous one is in flight.
+   */
+  let tail: Promise<unknown> = Promise.resolve();
+  async function sendRound(entries: Buffer[], stats: AnyStats, options: { recovered?: boolean } = {}): Promise<{ answered: Promise<InboxItem[]> }> {
+    const answered = tail.then(() => handleRound(entries, stats, options));
+    tail = answered.catch(() => {});
+    return { answered };
+  }
+
+  async function recover(stats: AnyStats): Promise<void> {
     waiting.clear();
     const leftovers = await redis.lrangeBuffer(processingList, 0, -1);
     stats.recovered += leftovers.length;
@@ -176,20 +212,18 @@ export function createDatabaseConsumer(redis: Redis, options: DatabaseConsumerOp
   return {
     consumerId,
     processingList,
-    /** This process's claim token (the value of the markers it claims). */
     owner: context.owner,
     db,
     handleRound,
+    sendRound,
+    take: (connection: Redis): Promise<Buffer[]> => takeMessages(connection, processingList, batchSize),
     recover,
     drain,
-    /** Ms until an event waiting for a retry or a lease is due (0: now), null when none waits. */
     nextRetryInMs: () => waiting.nextDueInMs(Date.now()),
     forgetRetries: () => waiting.clear(),
-    /** Closes the database when this consumer opened it (given a path). */
     close(): void {
       if (ownsDb) db.close();
     },
   };
 }
 
-export type DatabaseConsumer = ReturnType<typeof createDatabaseConsumer>;
