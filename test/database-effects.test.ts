@@ -159,6 +159,26 @@ describe('database mode: effects in the consumer’s own SQLite, with an inbox',
     await assertEffectsExactlyOnce(events);
   });
 
+  it('poison is dead-lettered at once with the reason, its writes rolled back: no handler for the type, a PoisonEventError', async () => {
+    await seedEvents(10);
+    const raws = await h.client.lrange('outbox.events', 0, -1);
+    const messages = raws.map((raw) => JSON.parse(raw) as { event_id: string; event_type: string });
+    const cancelled = messages.filter((m) => m.event_type === 'OrderCancelled');
+    const poisoned = messages.find((m) => m.event_type === 'OrderPlaced' && m.event_id)!;
+    assert.ok(cancelled.length > 0);
+    const stats = statsOf(await runConsumer({ NO_HANDLER: 'OrderCancelled', POISON: poisoned.event_id }));
+    assert.equal(stats.retried, 0);
+    const dead = (await h.client.lrange('outbox.events:dead', 0, -1)).map((entry) => JSON.parse(entry) as { reason: string; message: string });
+    const reasons = new Map(dead.map((d) => [JSON.parse(d.message).event_id as string, d.reason]));
+    for (const m of cancelled) assert.equal(reasons.get(m.event_id), 'no handler for event type "OrderCancelled"');
+    assert.equal(reasons.get(poisoned.event_id), `${poisoned.event_id} cannot be handled`);
+    assert.equal(dead.length, cancelled.length + 1);
+    const inbox = new Set(query<{ event_id: string }>('SELECT event_id FROM outbox_inbox').map((r) => r.event_id));
+    assert.ok(!inbox.has(poisoned.event_id));
+    assert.deepEqual(query(`SELECT * FROM ledger WHERE event_id = '${poisoned.event_id}'`), [], 'the poisoned handler’s writes were rolled back');
+    assert.equal(await h.client.llen('outbox.events:processing:db'), 0);
+  });
+
   for (const point of ['consumer.after-claim', 'consumer.after-commit', 'consumer.after-processed'] as const) {
     it(`a consumer killed at ${point} loses nothing and applies nothing twice after a restart`, async () => {
       const events = await seedEvents(40);

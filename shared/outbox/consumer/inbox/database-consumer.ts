@@ -4,6 +4,7 @@ import { crashPoint } from '../../crash-point.js';
 import { keys } from '../../redis/keys.js';
 import { deadLetter, take as takeMessages } from '../../redis/scripts.js';
 import type { Db } from '../../store/open-database.js';
+import type { OutboxEvent } from '../../store/events.js';
 import { MalformedMessageError, parseMessage } from '../../store/parse-message.js';
 import { sleep } from '../../sleep.js';
 import { DEFAULT_DEDUPE_TTL_SECONDS, DEFAULT_MAX_ATTEMPTS, emptyStats, type ConsumeStats } from '../consumer.js';
@@ -11,7 +12,7 @@ import { decodeEntry } from '../decode-entry.js';
 import { startHeartbeat } from '../heartbeats.js';
 import { createRetryQueue } from '../retries.js';
 import { openConsumerDatabase } from './consumer-database.js';
-import type { DatabaseHandlerSet } from './database-handlers.js';
+import { deliverByType, type DatabaseHandlerSet, type Delivery } from './database-handlers.js';
 import { aggregateKeyOf, executeLane, laneOf, type InboxContext, type InboxItem, type InboxOutcome } from './execute-lane.js';
 
 export const DEFAULT_LEASE_MS = 30_000;
@@ -20,6 +21,12 @@ export interface DatabaseConsumerOptions {
   /** The consumer's own SQLite database: a path (created if missing) or a connection the caller opened. */
   database: string | Db;
   handlers: DatabaseHandlerSet;
+  /**
+   * How an event reaches its handler: the handler and the event as it gets it, or why it is poison.
+   * Default `deliverByType(handlers)` (the handler of its type, the event as parsed); the public
+   * API passes its own (payload checked against the declaration).
+   */
+  deliver?: (event: OutboxEvent) => Delivery;
   /** As the engine's (consumer.ts): processing list name. Default 'cli'. */
   consumerId?: string;
   /** Messages taken per round. Default 1000. */
@@ -99,7 +106,7 @@ export function createDatabaseConsumer(redis: Redis, options: DatabaseConsumerOp
     redis,
     processingList,
     db,
-    handlers: options.handlers,
+    deliver: options.deliver ?? deliverByType(options.handlers),
     // Per process: a restarted consumer is another owner, so what its predecessor claimed waits for the lease.
     owner: `${consumerId}:${process.pid}:${randomUUID().slice(0, 8)}`,
     leaseMs: options.leaseMs ?? DEFAULT_LEASE_MS,

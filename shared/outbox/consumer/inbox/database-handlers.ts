@@ -17,3 +17,21 @@ export interface DatabaseHandlerSet<E = OutboxEvent> {
   events?: unknown;
   handlers: Partial<Record<string, DatabaseHandler<E>>>;
 }
+
+/**
+ * What the executor runs for an event: its handler with the event as the handler gets it, or why
+ * no attempt can handle it (poison: dead-lettered at once with that reason).
+ */
+export type Delivery = { delivered: unknown; handler: (event: never, db: Db) => unknown } | { poison: string };
+
+/**
+ * The delivery of a set whose events are not checked further: the handler of the event's type, the
+ * event as parsed. (The public handler sets check the payload against its declaration instead.)
+ */
+export function deliverByType(set: DatabaseHandlerSet): (event: OutboxEvent) => Delivery {
+  return (event) => {
+    const handler = Object.hasOwn(set.handlers, event.type) ? set.handlers[event.type] : undefined;
+    if (typeof handler !== 'function') return { poison: `no handler for event type "${event.type}"` };
+    return { delivered: event, handler };
+  };
+}

@@ -5,7 +5,7 @@ import type { OutboxEvent } from '../../store/events.js';
 import { claimEvents, completeEvents, deadLetter, handlerFailed, type ClaimOutcome, type CompleteOutcome, type EventToClaim } from '../../redis/scripts.js';
 import { backoffMs } from '../retries.js';
 import { applyInDatabase } from './apply-in-database.js';
-import type { DatabaseHandlerSet } from './database-handlers.js';
+import type { Delivery } from './database-handlers.js';
 
 /** What became of an event in database mode. 'busy': another process's claim holds it; it waits for that lease. */
 export type InboxOutcome = Exclude<ClaimOutcome, 'claimed'> | CompleteOutcome | 'dead' | 'retry';
@@ -28,7 +28,8 @@ export interface InboxContext {
   redis: Redis;
   processingList: string;
   db: Db;
-  handlers: DatabaseHandlerSet;
+  /** The handler and the event as it gets it, or why the event is poison (see `deliverByType`). */
+  deliver: (event: OutboxEvent) => Delivery;
   /** This process's claim token: its own claims it may take again at once (a retry after a failed attempt). */
   owner: string;
   leaseMs: number;
@@ -57,9 +58,9 @@ export function laneOf(key: string, lanes: number): number {
  * aggregate's seq n+1 cannot be claimed before seq n is completed (the claim would park it), so
  * each wave is claimed, handled and completed before the next.
  */
-function wavesOf(items: InboxItem[]): InboxItem[][] {
+function wavesOf<T extends InboxItem>(items: T[]): T[][] {
   const seen = new Map<string, number>();
-  const waves: InboxItem[][] = [];
+  const waves: T[][] = [];
   for (const item of items) {
     const key = aggregateKeyOf(item.event);
     const k = seen.get(key) ?? 0;
@@ -84,24 +85,34 @@ function toClaim(item: InboxItem): EventToClaim {
  */
 export async function executeLane(ctx: InboxContext, items: InboxItem[]): Promise<void> {
   const report = (problems: string[]) => problems.forEach((p) => ctx.onProblem?.(p));
-  const handled: InboxItem[] = [];
+  const handled: Deliverable[] = [];
   for (const item of items) {
-    if (ctx.handlers.handlers[item.event.type]) handled.push(item);
-    else {
-      // Poison, not a failure: no attempt would find a handler.
-      item.reason = `no handler for event type "${item.event.type}"`;
-      item.outcome = (await deadLetter(ctx.redis, ctx.processingList, item.raw, item.reason)) ? 'dead' : 'stale';
-    }
+    const delivery = ctx.deliver(item.event);
+    if ('handler' in delivery) handled.push(Object.assign(item, { delivery }));
+    // Poison, not a failure: no attempt would handle it (no handler, a payload its schema refuses).
+    else await poison(ctx, item, delivery.poison);
   }
   for (const wave of wavesOf(handled)) {
     for (let i = 0; i < wave.length; i += CHUNK) await executeChunk(ctx, wave.slice(i, i + CHUNK), report);
   }
 }
 
-async function executeChunk(ctx: InboxContext, chunk: InboxItem[], report: (problems: string[]) => void): Promise<void> {
+async function poison(ctx: InboxContext, item: InboxItem, reason: string): Promise<void> {
+  item.reason = reason;
+  item.outcome = (await deadLetter(ctx.redis, ctx.processingList, item.raw, reason)) ? 'dead' : 'stale';
+}
+
+/** A handler's error that no attempt would get past (the public API's PoisonEventError, matched by name). */
+function isPoison(error: unknown): error is Error {
+  return error instanceof Error && error.name === 'PoisonEventError';
+}
+
+type Deliverable = InboxItem & { delivery: Extract<Delivery, { handler: unknown }> };
+
+async function executeChunk(ctx: InboxContext, chunk: Deliverable[], report: (problems: string[]) => void): Promise<void> {
   const claim = await claimEvents(ctx.redis, ctx.processingList, chunk.map(toClaim), ctx.leaseMs, ctx.owner);
   report(claim.problems);
-  const claimed: InboxItem[] = [];
+  const claimed: Deliverable[] = [];
   chunk.forEach((item, i) => {
     const outcome = claim.outcomes[i];
     if (outcome === 'claimed') claimed.push(item);
@@ -114,17 +125,20 @@ async function executeChunk(ctx: InboxContext, chunk: InboxItem[], report: (prob
 
   const committed: InboxItem[] = [];
   const failed: { item: InboxItem; error: string }[] = [];
+  const poisoned: { item: InboxItem; error: string }[] = [];
   for (const item of claimed) {
+    const { delivered, handler } = item.delivery;
     try {
-      applyInDatabase(ctx.db, ctx.handlers.handlers[item.event.type]!, item.event);
+      applyInDatabase(ctx.db, item.event, (db) => handler(delivered as never, db));
       committed.push(item);
     } catch (error) {
-      failed.push({ item, error: error instanceof Error ? error.message : String(error) });
+      (isPoison(error) ? poisoned : failed).push({ item, error: error instanceof Error ? error.message : String(error) });
     }
   }
   if (committed.length > 0) crashPoint('consumer.after-commit', () => `crash point consumer.after-commit: dying with ${committed.length} events committed`);
 
   await Promise.all([
+    ...poisoned.map(({ item, error }) => poison(ctx, item, error)),
     ...failed.map(async ({ item, error }) => {
       // Rolled back: a failed attempt, counted like the engine's. The claim stays ours, so the retry re-claims at once.
       const { status, attempts } = await handlerFailed(ctx.redis, ctx.processingList, item.raw, item.event.eventId, ctx.maxAttempts, error);
