@@ -132,20 +132,18 @@ describe('database mode: effects in the consumer’s own SQLite, with an inbox',
     assert.equal(again.received, 0);
   });
 
-  it('a relay duplicate is acked without running the handler again', async () => {
+  it('a relay duplicate, in the same round or redelivered later, is acked without running the handler again', async () => {
     const events = await seedEvents(10);
-    statsOf(await runConsumer());
-    const [first] = query<{ event_id: string }>('SELECT event_id FROM outbox_inbox LIMIT 1');
-    const db = readDb(h.env.dir);
-    const row = db.prepare('SELECT * FROM outbox WHERE event_id = ?').get(first.event_id) as { event_id: string; aggregate_id: number; seq: number; event_type: string; payload: string };
-    db.close();
-    await h.client.rpush(
-      'outbox.events',
-      JSON.stringify({ event_id: row.event_id, aggregate_id: row.aggregate_id, seq: row.seq, event_type: row.event_type, payload: JSON.parse(row.payload), store_id: h.storeId }),
-    );
+    const [first] = await h.client.lrange('outbox.events', 0, 0);
+    // As a relay killed between push and mark leaves it: the same message twice in the queue.
+    await h.client.rpush('outbox.events', first);
     const stats = statsOf(await runConsumer());
+    assert.equal(stats.applied, events);
     assert.equal(stats.duplicates, 1);
-    assert.equal(stats.applied, 0);
+    await h.client.rpush('outbox.events', first);
+    const again = statsOf(await runConsumer());
+    assert.equal(again.duplicates, 1);
+    assert.equal(again.applied, 0);
     await assertEffectsExactlyOnce(events);
   });
 

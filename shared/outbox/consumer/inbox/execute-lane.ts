@@ -4,7 +4,7 @@ import type { Db } from '../../store/open-database.js';
 import type { OutboxEvent } from '../../store/events.js';
 import { claimEvents, completeEvents, deadLetter, handlerFailed, type ClaimOutcome, type CompleteOutcome, type EventToClaim } from '../../redis/scripts.js';
 import { backoffMs } from '../retries.js';
-import { applyInDatabase } from './apply-in-database.js';
+import { applyBatchInDatabase } from './apply-in-database.js';
 import type { Delivery } from './database-handlers.js';
 
 /** What became of an event in database mode. 'busy': another process's claim holds it; it waits for that lease. */
@@ -77,7 +77,8 @@ function toClaim(item: InboxItem): EventToClaim {
 
 /**
  * Database mode for one lane of delivered events: for each, claim (Redis) → crash point
- * `consumer.after-claim` → handler + inbox row in one transaction → COMMIT → crash point
+ * `consumer.after-claim` → handler + inbox row in one transaction (one per chunk, a savepoint per
+ * event: see applyBatchInDatabase) → COMMIT → crash point
  * `consumer.after-commit` → complete (Redis: processed, applied seq, ack, unpark) → crash point
  * `consumer.after-processed`. A crash anywhere leaves the message in the processing list or
  * completed; a claim left by a dead process expires with its lease; the inbox row keeps a second
@@ -126,15 +127,15 @@ async function executeChunk(ctx: InboxContext, chunk: Deliverable[], report: (pr
   const committed: InboxItem[] = [];
   const failed: { item: InboxItem; error: string }[] = [];
   const poisoned: { item: InboxItem; error: string }[] = [];
-  for (const item of claimed) {
-    const { delivered, handler } = item.delivery;
-    try {
-      applyInDatabase(ctx.db, item.event, (db) => handler(delivered as never, db));
-      committed.push(item);
-    } catch (error) {
-      (isPoison(error) ? poisoned : failed).push({ item, error: error instanceof Error ? error.message : String(error) });
-    }
-  }
+  const results = applyBatchInDatabase(
+    ctx.db,
+    claimed.map((item) => ({ event: item.event, run: (db) => item.delivery.handler(item.delivery.delivered as never, db) })),
+  );
+  claimed.forEach((item, i) => {
+    const result = results[i];
+    if (typeof result === 'string') committed.push(item);
+    else (isPoison(result.error) ? poisoned : failed).push({ item, error: result.error instanceof Error ? result.error.message : String(result.error) });
+  });
   if (committed.length > 0) crashPoint('consumer.after-commit', () => `crash point consumer.after-commit: dying with ${committed.length} events committed`);
 
   await Promise.all([

@@ -74,14 +74,16 @@ for i, name in ipairs(STATS) do
   if not statOk[name] then problem(KEYS[5] .. ' field ' .. name .. ' holds "' .. statValues[i] .. '", not an integer') end
 end
 
-local lastOf, badAggregate, present, plan = {}, {}, {}, {}
+local lastOf, badAggregate, ranks, plan = {}, {}, {}, {}
 for i = 0, count - 1 do
   local base = FIRST + i * FIELDS
   local e = { raw = ARGV[base], eventId = ARGV[base + 1], aggregate = ARGV[base + 2], seqText = ARGV[base + 3], store = ARGV[base + 4] }
   e.seq = integer(e.seqText)
-  if present[e.raw] == nil then present[e.raw] = #rcall('LPOS', KEYS[1], e.raw, 'COUNT', 0) end
-  if present[e.raw] > 0 then
-    present[e.raw] = present[e.raw] - 1
+  -- Still in the processing list? LPOS stops at the first match; the same message again in this
+  -- call (a relay duplicate) needs the next one.
+  local rank = (ranks[e.raw] or 0) + 1
+  if rcall('LPOS', KEYS[1], e.raw, 'RANK', rank) then
+    ranks[e.raw] = rank
   else
     e.kind = 'stale'
   end
