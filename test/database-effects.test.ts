@@ -10,7 +10,7 @@ import { connectRedis } from '../shared/outbox/redis/connect.js';
 import { createRelay } from '../shared/outbox/relay/relay.js';
 import { useHarness } from './helpers/harness.js';
 import { readDb } from './helpers/stores.js';
-import type { CliResult } from './helpers/cli.js';
+import { runCli, type CliResult } from './helpers/cli.js';
 import { inboxChecks } from '../shared/operations/verify/inbox-checks.js';
 
 const h = useHarness();
@@ -130,6 +130,17 @@ describe('database mode: effects in the consumer’s own SQLite, with an inbox',
 
     const again = statsOf(await runConsumer());
     assert.equal(again.received, 0);
+
+    // verify's inventory check is the orders lab's Redis effect (empty here): only the inbox rows are judged.
+    const verify = await runCli(['verify', '--settle', '0s', '--consumer-db', consumerDb()], h.env);
+    assert.match(verify.stdout, /processed events without an inbox row \(effect missing from the consumer database\) +0 +0 +ok/);
+    assert.match(verify.stdout, new RegExp(`inbox rows / of them committed, completion pending +- +${events} / 0 +info`));
+    const missing = await runCli(['verify', '--consumer-db', join(h.env.dir, 'nothing.db')], h.env);
+    assert.equal(missing.code, 5);
+    assert.match(missing.stderr, /^outbox: no consumer database at .*nothing\.db \(--consumer-db\): pass the file the database-mode consumer writes\n$/);
+    const foreign = await runCli(['verify', '--consumer-db', join(h.env.dir, 'app.db')], h.env);
+    assert.equal(foreign.code, 5);
+    assert.match(foreign.stderr, /^outbox: --consumer-db .*app\.db is not a consumer database with an inbox \(no such table: outbox_inbox\): pass the file the database-mode consumer writes\n$/);
   });
 
   it('a relay duplicate, in the same round or redelivered later, is acked without running the handler again', async () => {

@@ -1,8 +1,11 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
+import { existsSync } from 'node:fs';
 import type { Redis } from 'ioredis';
 import { formatDuration, parseDuration } from '../../../shared/outbox/duration.js';
 import { formatChecks, verifyStores, type Ledger } from '../../../shared/operations/verify/verify.js';
 import type { Db } from '../../../shared/outbox/store/open-database.js';
+import { StoreUnavailableError } from '../../../shared/outbox/errors/store-unavailable-error.js';
+import { inboxChecks } from '../../../shared/operations/verify/inbox-checks.js';
 import { CheckFailedError } from '../../../shared/outbox/errors/check-failed-error.js';
 import { republish, rowsOfEvents, type RowToChange } from '../../../shared/operations/recovery/repair.js';
 import { createRelay } from '../../../shared/outbox/relay/relay.js';
@@ -14,6 +17,7 @@ import { withStores } from '../stores.js';
 interface Args extends GlobalArgs, GuardArgs {
   repair: boolean;
   settle: string;
+  consumerDb?: string;
 }
 
 export const command = 'verify';
@@ -32,6 +36,11 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
       requiresArg: true,
       describe: 'how long to wait for events in flight at the snapshot before judging (a unit is required; 0s: judge the snapshot as it is)',
     })
+    .option('consumer-db', {
+      type: 'string',
+      requiresArg: true,
+      describe: "database mode: the consumer's own SQLite file; also check that every processed event has its inbox row there",
+    })
     .options(guardOptions);
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
@@ -43,6 +52,7 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
         console.error(`verify: ${inFlight} event(s) in flight at the snapshot; waiting up to ${formatDuration(windowMs)} for them to be applied`),
     });
     const { checks, lost, figures } = ledger;
+    if (argv.consumerDb) checks.push(...(await checkConsumerDb(argv.consumerDb, redis)));
     console.log(formatChecks(checks).join('\n'));
     if (argv.repair && (figures.redisStateLost || lost.length > 0)) {
       if (await guard(argv, repairPlan(db, ledger))) return repair(db, redis, ledger);
@@ -52,6 +62,25 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
     const failed = checks.filter((c) => c.status === 'FAIL').length;
     if (failed > 0) throw new CheckFailedError(`${failed} invariant(s) failed`);
   });
+}
+
+/** The inbox checks of database mode, on the consumer's file opened read-only (never created). */
+async function checkConsumerDb(path: string, redis: Redis) {
+  if (!existsSync(path)) throw new StoreUnavailableError(`no consumer database at ${path} (--consumer-db): pass the file the database-mode consumer writes`);
+  // Loaded here, not at the top: --help loads every command and must not load better-sqlite3.
+  const { default: Database } = await import('better-sqlite3');
+  let consumerDb: Db;
+  try {
+    consumerDb = new Database(path, { readonly: true, fileMustExist: true });
+    consumerDb.prepare('SELECT event_id FROM outbox_inbox');
+  } catch (error) {
+    throw new StoreUnavailableError(`--consumer-db ${path} is not a consumer database with an inbox (${(error as Error).message}): pass the file the database-mode consumer writes`);
+  }
+  try {
+    return await inboxChecks(consumerDb, redis);
+  } finally {
+    consumerDb.close();
+  }
 }
 
 /** What `--repair` would change: the rows a rebuild sets back to PENDING, or the lost events' rows. */
