@@ -20,12 +20,12 @@ export const DEFAULT_LEASE_MS = 30_000;
 export interface DatabaseConsumerOptions {
   /** The consumer's own SQLite database: a path (created if missing) or a connection the caller opened. */
   database: string | Db;
-  handlers: DatabaseHandlerSet;
   /**
    * How an event reaches its handler: the handler and the event as it gets it, or why it is poison.
-   * Default `deliverByType(handlers)` (the handler of its type, the event as parsed); the public
-   * API passes its own (payload checked against the declaration).
+   * Either `handlers` (each event goes to the handler of its type, as parsed: `deliverByType`) or
+   * `deliver` (the public API's: the payload checked against its declaration).
    */
+  handlers?: DatabaseHandlerSet;
   deliver?: (event: OutboxEvent) => Delivery;
   /** As the engine's (consumer.ts): processing list name. Default 'cli'. */
   consumerId?: string;
@@ -95,6 +95,8 @@ export interface DatabaseConsumer {
  * then apply-events. Same shape as the engine's consumer, so a public `createConsumer` can pick it.
  */
 export function createDatabaseConsumer(redis: Redis, options: DatabaseConsumerOptions): DatabaseConsumer {
+  const deliver = options.deliver ?? (options.handlers && deliverByType(options.handlers));
+  if (!deliver) throw new TypeError('createDatabaseConsumer: pass handlers or deliver');
   const consumerId = options.consumerId ?? 'cli';
   const batchSize = options.batchSize ?? 1000;
   const lanes = Math.max(1, options.lanes ?? 1);
@@ -106,7 +108,7 @@ export function createDatabaseConsumer(redis: Redis, options: DatabaseConsumerOp
     redis,
     processingList,
     db,
-    deliver: options.deliver ?? deliverByType(options.handlers),
+    deliver,
     // Per process: a restarted consumer is another owner, so what its predecessor claimed waits for the lease.
     owner: `${consumerId}:${process.pid}:${randomUUID().slice(0, 8)}`,
     leaseMs: options.leaseMs ?? DEFAULT_LEASE_MS,
