@@ -11,7 +11,7 @@ import { DEFAULT_DEDUPE_TTL_SECONDS, DEFAULT_MAX_ATTEMPTS, emptyStats, type Cons
 import { decodeEntry } from '../decode-entry.js';
 import { startHeartbeat } from '../heartbeats.js';
 import { createRetryQueue } from '../retries.js';
-import { openConsumerDatabase } from './consumer-database.js';
+import { ensureInbox, openConsumerDatabase } from './consumer-database.js';
 import { deliverByType, type DatabaseHandlerSet, type Delivery } from './database-handlers.js';
 import { aggregateKeyOf, executeLane, laneOf, type InboxContext, type InboxItem, type InboxOutcome } from './execute-lane.js';
 
@@ -102,7 +102,8 @@ export function createDatabaseConsumer(redis: Redis, options: DatabaseConsumerOp
   const lanes = Math.max(1, options.lanes ?? 1);
   const processingList = keys.processing(consumerId);
   const ownsDb = typeof options.database === 'string';
-  const db = typeof options.database === 'string' ? openConsumerDatabase(options.database) : options.database;
+  // A connection the caller opened keeps its own settings; it gets the inbox table if it lacks it.
+  const db = typeof options.database === 'string' ? openConsumerDatabase(options.database) : ensureInbox(options.database);
   const waiting = createRetryQueue();
   const context: InboxContext = {
     redis,
