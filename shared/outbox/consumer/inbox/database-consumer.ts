@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import { crashPoint } from '../../crash-point.js';
 import { keys } from '../../redis/keys.js';
-import { deadLetter, take as takeMessages } from '../../redis/scripts.js';
+import { deadLetter, moveToProcessing } from '../../redis/scripts.js';
 import type { Db } from '../../store/open-database.js';
 import type { OutboxEvent } from '../../store/events.js';
 import { MalformedMessageError, parseMessage } from '../../store/parse-message.js';
@@ -152,7 +152,7 @@ export function createDatabaseConsumer(redis: Redis, options: DatabaseConsumerOp
   async function handleRound(entries: Buffer[], stats: AnyStats, { recovered = false } = {}): Promise<InboxItem[]> {
     const { items: taken, bad } = parse(entries);
     if (recovered) await loadAttempts(taken);
-    const retries = waiting.takeDue(Date.now()).map((w): InboxItem => ({ raw: w.raw, event: w.event, attempt: w.attempts + 1 }));
+    const retries = waiting.removeDue(Date.now()).map((w): InboxItem => ({ raw: w.raw, event: w.event, attempt: w.attempts + 1 }));
     const items = [...retries, ...taken];
     const tasks = Array.from({ length: lanes }, () => [] as InboxItem[]);
     for (const item of items) tasks[laneOf(aggregateKeyOf(item.event), lanes)].push(item);
@@ -202,7 +202,7 @@ export function createDatabaseConsumer(redis: Redis, options: DatabaseConsumerOp
     try {
       await recover(stats);
       for (;;) {
-        const raws = await takeMessages(redis, processingList, batchSize);
+        const raws = await moveToProcessing(redis, processingList, batchSize);
         if (raws.length === 0) {
           if ((await redis.llen(keys.events)) > 0) continue;
           const dueInMs = waiting.nextDueInMs(Date.now());
@@ -226,7 +226,7 @@ export function createDatabaseConsumer(redis: Redis, options: DatabaseConsumerOp
     db,
     handleRound,
     sendRound,
-    take: (connection: Redis): Promise<Buffer[]> => takeMessages(connection, processingList, batchSize),
+    take: (connection: Redis): Promise<Buffer[]> => moveToProcessing(connection, processingList, batchSize),
     recover,
     drain,
     nextRetryInMs: () => waiting.nextDueInMs(Date.now()),
