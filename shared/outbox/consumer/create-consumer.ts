@@ -7,10 +7,13 @@ import { createConsumerEngine, DEFAULT_DEDUPE_TTL_SECONDS, DEFAULT_MAX_ATTEMPTS,
 import type { HandlerFault } from './handler-fault.js';
 import type { HandlerResult } from './handler-result.js';
 import type { HandlerTask } from './handler-worker.js';
-import type { HandlerSet, RedisHandlerSet } from './handlers.js';
+import type { Database } from 'better-sqlite3';
+import { deliver, type DatabaseHandlerSet, type HandlerSet, type RedisHandlerSet } from './handlers.js';
+import { createDatabaseConsumer } from './inbox/database-consumer.js';
 import { loadHandlerSet, notAHandlerSet } from './load-handlers.js';
 import { runRedisHandlers } from './run-redis-handlers.js';
 import { startConsumer, type RunConsumerOptions } from './run-consumer.js';
+import { keys } from '../redis/keys.js';
 
 export interface CreateConsumerOptions {
   /** A connection to the Redis the relay pushes to (its key prefix is the namespace). */
@@ -40,11 +43,23 @@ export interface CreateConsumerOptions {
   fault?: () => HandlerFault | undefined;
   /** Told of bad state the apply script met in Redis (a key of another type, a non-integer where hincrby adds, ...). */
   onProblem?: (problem: string) => void;
+  /**
+   * Database mode (a `defineDatabaseHandlers` set; required there, refused otherwise): the
+   * consumer's own SQLite file (created if missing, WAL) or a better-sqlite3 connection to it. Each
+   * handler writes there inside the transaction that records its event in the inbox table.
+   */
+  database?: string | Database;
+  /**
+   * Database mode: how long a claim holds an event, ms. A consumer that dies between claim and
+   * complete leaves its events claimed this long; then another attempt takes them. Longer than
+   * the slowest handler. 1-86400000, default 30000.
+   */
+  leaseMs?: number;
 }
 
 const CONSUMER_ID = /^[A-Za-z0-9._-]{1,64}$/;
 
-function whole(options: CreateConsumerOptions, name: 'batchSize' | 'threads' | 'lanes' | 'maxAttempts' | 'dedupeTtlSeconds' | 'handlerTimeoutMs', min: number, max: number): void {
+function whole(options: CreateConsumerOptions, name: 'batchSize' | 'threads' | 'lanes' | 'maxAttempts' | 'dedupeTtlSeconds' | 'handlerTimeoutMs' | 'leaseMs', min: number, max: number): void {
   const value = options[name];
   if (value !== undefined && (!Number.isInteger(value) || value < min || value > max)) {
     throw new ConfigError(`createConsumer: ${name} must be an integer from ${min} to ${max}, got ${String(value)}`);
@@ -68,6 +83,17 @@ export function checkConsumerOptions(options: CreateConsumerOptions): void {
   whole(options, 'maxAttempts', 1, 1000);
   whole(options, 'dedupeTtlSeconds', 0, 2 ** 31 - 1);
   whole(options, 'handlerTimeoutMs', 1, 2 ** 31 - 1);
+  whole(options, 'leaseMs', 1, 86_400_000);
+  const databaseMode = !(options.handlers instanceof URL) && options.handlers.mode === 'database';
+  if (databaseMode && options.database === undefined) {
+    throw new ConfigError("createConsumer: a database handler set needs database: the consumer's own SQLite file (a path) or a better-sqlite3 connection");
+  }
+  if (!databaseMode && (options.database !== undefined || options.leaseMs !== undefined)) {
+    throw new ConfigError('createConsumer: database and leaseMs are for a database handler set (defineDatabaseHandlers)');
+  }
+  if (options.database !== undefined && !(typeof options.database === 'string' && options.database.length > 0) && typeof (options.database as Database)?.prepare !== 'function') {
+    throw new ConfigError('createConsumer: database must be a file path or a better-sqlite3 connection');
+  }
   if (options.cpuCostMs !== undefined && !(options.cpuCostMs >= 0 && options.cpuCostMs <= 10_000)) {
     throw new ConfigError(`createConsumer: cpuCostMs must be a number of ms from 0 to 10000, got ${String(options.cpuCostMs)}`);
   }
@@ -98,6 +124,7 @@ export async function createConsumer(options: CreateConsumerOptions) {
   checkConsumerOptions(options);
   const { redis } = options;
   const consumerId = options.consumerId ?? 'consumer';
+  if (!(options.handlers instanceof URL) && options.handlers.mode === 'database') return databaseConsumer(options, options.handlers, consumerId);
   const onPool = options.handlers instanceof URL;
   const threads = options.threads ?? 2;
   const timeoutMs = options.handlerTimeoutMs ?? 5_000;
@@ -149,6 +176,49 @@ export async function createConsumer(options: CreateConsumerOptions) {
     /** Stops the worker threads (after `drain` or the started consumer's `stop`). The connection is the caller's. */
     close: async (): Promise<void> => {
       await pool?.destroy();
+    },
+  };
+}
+
+/**
+ * Database mode (inbox/): claim → handler + inbox row in the consumer's own database → complete,
+ * in this thread. The same drain, start and close as Redis mode.
+ */
+function databaseConsumer(options: CreateConsumerOptions, set: DatabaseHandlerSet, consumerId: string) {
+  const { redis } = options;
+  const make = (onProblem?: (problem: string) => void) =>
+    createDatabaseConsumer(redis, {
+      database: options.database!,
+      deliver: (event) => {
+        const delivery = deliver(set, event);
+        return 'poison' in delivery ? delivery : { delivered: delivery.delivered, handler: delivery.handler as (event: never, db: Database) => unknown };
+      },
+      consumerId,
+      batchSize: options.batchSize ?? 1000,
+      lanes: options.lanes ?? 1,
+      maxAttempts: options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
+      dedupeTtlSeconds: options.dedupeTtlSeconds ?? DEFAULT_DEDUPE_TTL_SECONDS,
+      leaseMs: options.leaseMs,
+      onProblem,
+    });
+  const opened: { close(): void }[] = [];
+  const track = <T extends { close(): void }>(consumer: T): T => (opened.push(consumer), consumer);
+  return {
+    consumerId,
+    processingList: keys.processing(consumerId),
+    /** Recovers this consumer's processing list, then consumes until the queue is empty and no event waits (for a retry, or for a dead consumer's lease). */
+    drain: (onRound?: (stats: ConsumeStats) => void): Promise<ConsumeStats> => track(make(options.onProblem)).drain(onRound),
+    /** Runs until `stop()` on the result. */
+    start: ({ log, connectBlocking, ...run }: StartOptions) =>
+      startConsumer(redis, connectBlocking, log, {
+        consumerId,
+        batchSize: options.batchSize,
+        ...run,
+        engine: (onProblem) => track(make((problem) => (onProblem(problem), options.onProblem?.(problem)))),
+      }),
+    /** Closes the consumer's database when it opened it (given a path). The connection is the caller's. */
+    close: async (): Promise<void> => {
+      for (const consumer of opened.splice(0)) consumer.close();
     },
   };
 }

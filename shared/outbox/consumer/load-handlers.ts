@@ -8,7 +8,6 @@ export function notAHandlerSet(value: unknown): string | undefined {
   if (set.mode !== 'redis' && set.mode !== 'database') return 'is not a handler set (no mode "redis" or "database"): make it with defineRedisHandlers(events, {...})';
   if (typeof (set.events as { deliver?: unknown } | undefined)?.deliver !== 'function') return 'has no events: pass what defineEvents made to defineRedisHandlers(events, {...})';
   if (typeof set.handlers !== 'object' || set.handlers === null) return 'has no handlers';
-  if (set.mode === 'database') return 'is a database handler set: this consumer runs Redis-effects handler sets only';
   return undefined;
 }
 
@@ -22,6 +21,10 @@ export function loadHandlerSet(url: string): Promise<RedisHandlerSet> {
       (module: { handlers?: unknown }) => {
         const wrong = notAHandlerSet(module.handlers);
         if (wrong) throw new ConfigError(`handlers module ${url}: its export "handlers" ${wrong}`);
+        if ((module.handlers as HandlerSet).mode === 'database') {
+          // Its handlers write through this thread's connection to the consumer's database.
+          throw new ConfigError(`handlers module ${url}: a database handler set runs in this thread: import it and pass the set itself as handlers`);
+        }
         return module.handlers as RedisHandlerSet;
       },
       (error: Error) => {

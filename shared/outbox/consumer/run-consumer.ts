@@ -6,12 +6,24 @@ import type { Logger } from '../logger.js';
 import { keys } from '../redis/keys.js';
 import { sleep } from '../sleep.js';
 import { everyInterval } from '../stats-interval.js';
-import { createConsumerEngine, type ConsumerOptions, type Handled } from './consumer.js';
+import { createConsumerEngine, type ConsumeStats, type ConsumerOptions, type Handled } from './consumer.js';
 import { createConsumerStats, type ConsumerStats } from './consumer-stats.js';
 import { startHeartbeat } from './heartbeats.js';
 import { reclaimOrphans } from './orphans.js';
 
-export interface RunConsumerOptions extends ConsumerOptions {
+/** What the loop drives: the engine of consumer.ts, or database mode's (inbox/database-consumer.ts). */
+export interface RoundEngine {
+  processingList: string;
+  sendRound(entries: Buffer[], stats: ConsumeStats, options?: { recovered?: boolean }): Promise<{ answered: Promise<(Omit<Handled, 'outcome'> & { outcome?: string })[]> }>;
+  take(connection: Redis): Promise<Buffer[]>;
+  nextRetryInMs(): number | null;
+  forgetRetries(): void;
+}
+
+/** consumer.ts's engine with these options (its `handler`), or any round engine `engine` makes. */
+export type RunConsumerOptions = RunOptions & (ConsumerOptions | (Partial<ConsumerOptions> & { consumerId: string; engine: (onProblem: (problem: string) => void) => RoundEngine }));
+
+interface RunOptions {
   consumerId: string;
   /** BLMOVE timeout in seconds: how long an idle take waits. Default 1. */
   blockTimeoutSeconds?: number;
@@ -44,7 +56,7 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
     reported.set(problem, now);
     log.error('bad state in Redis: the messages concerned stay in the processing list or go to the dead-letter list', { problem });
   };
-  const consumer = createConsumerEngine(redis, { ...options, onProblem });
+  const consumer: RoundEngine = 'engine' in options ? options.engine(onProblem) : createConsumerEngine(redis, { ...options, onProblem });
   const { processingList } = consumer;
   const stats = consumerStats.counters;
   let stopping = false;
@@ -55,7 +67,7 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
   const applyFailures = incidentLog(log);
   const takeFailures = incidentLog(log);
 
-  function report(handled: Handled[]): void {
+  function report(handled: (Omit<Handled, 'outcome'> & { outcome?: string })[]): void {
     for (const { outcome, event, raw, reason, attempt, retryInMs } of handled) {
       const ids = { eventId: event?.eventId, aggregateId: event?.aggregateId, seq: event?.seq };
       if (outcome === 'duplicate') log.debug('duplicate skipped', ids);
@@ -63,6 +75,7 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
       else if (outcome === 'parked') log.warn('gap: event parked until the missing one arrives', ids);
       else if (outcome === 'dead') log.warn('dead-lettered', { reason, message: raw.toString().slice(0, 200) });
       else if (outcome === 'foreign') log.warn('dead-lettered: the event comes from another store than the one this Redis serves', { ...ids, storeId: event?.storeId });
+      else if (outcome === 'busy') log.debug('claimed by another consumer: waits for its lease', { ...ids, retryInMs });
       else if (outcome === 'invalid') log.error('event refused: Redis holds bad state it needs (see "bad state in Redis"); left in the processing list', ids);
     }
   }

@@ -1,0 +1,94 @@
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import Database from 'better-sqlite3';
+import type { Redis } from 'ioredis';
+import { z } from 'zod';
+import { createConsumer, defineDatabaseHandlers, defineEvents, defineRedisHandlers, ConfigError } from '../shared/outbox/index.js';
+import { connectRedis } from '../shared/outbox/redis/connect.js';
+import { createLogger } from '../shared/outbox/logger.js';
+import { waitFor } from '../shared/tooling/local/wait-for.js';
+import { useHarness } from './helpers/harness.js';
+
+const h = useHarness();
+let redis: Redis;
+
+const accountEvents = defineEvents({
+  Deposited: { aggregate: 'account', payload: z.object({ amount: z.number().int().positive() }) },
+  Withdrawn: { aggregate: 'account', payload: z.object({ amount: z.number().int().positive() }) },
+});
+
+/** A ledger in the consumer's own database: one entry per event, signed. */
+const ledgerHandlers = defineDatabaseHandlers(accountEvents, {
+  Deposited: (e, db) => void db.prepare('INSERT INTO ledger (account, seq, amount) VALUES (?, ?, ?)').run(e.aggregateId, e.seq, e.payload.amount),
+  Withdrawn: (e, db) => void db.prepare('INSERT INTO ledger (account, seq, amount) VALUES (?, ?, ?)').run(e.aggregateId, e.seq, -e.payload.amount),
+});
+
+/** A message of account `account` as the relay pushes it. */
+function message(account: number, seq: number, type: string, payload: object): string {
+  return JSON.stringify({ event_id: `${account}-${seq}`, aggregate_id: `account:${account}`, seq, event_type: type, payload, store_id: h.storeId });
+}
+
+function consumerDb(): Database.Database {
+  const db = new Database(join(h.env.dir, 'ledger.db'));
+  db.exec('CREATE TABLE IF NOT EXISTS ledger (account TEXT NOT NULL, seq INTEGER NOT NULL, amount INTEGER NOT NULL)');
+  return db;
+}
+
+function balances(db: Database.Database): Record<string, number> {
+  const rows = db.prepare('SELECT account, SUM(amount) AS balance FROM ledger GROUP BY account').all() as { account: string; balance: number }[];
+  return Object.fromEntries(rows.map((r) => [r.account, r.balance]));
+}
+
+describe('createConsumer with a database handler set (database mode)', () => {
+  before(async () => (redis = await connectRedis(h.redis.url)));
+  after(() => redis.disconnect());
+
+  it('drains into the consumer’s own database once per event; a payload its schema refuses is dead-lettered', async () => {
+    const db = consumerDb();
+    await redis.rpush(
+      'outbox.events',
+      message(1, 1, 'Deposited', { amount: 10 }),
+      message(2, 1, 'Deposited', { amount: 5 }),
+      message(1, 2, 'Withdrawn', { amount: 3 }),
+      message(1, 2, 'Withdrawn', { amount: 3 }),
+      message(2, 2, 'Withdrawn', { amount: -1 }),
+    );
+    const consumer = await createConsumer({ redis, handlers: ledgerHandlers, database: db });
+    const stats = await consumer.drain();
+    await consumer.close();
+    assert.deepEqual([stats.applied, stats.duplicates, stats.dead], [3, 1, 1]);
+    assert.deepEqual(balances(db), { 1: 7, 2: 5 });
+    assert.equal(db.prepare('SELECT COUNT(*) FROM outbox_inbox').pluck().get(), 3);
+    const [dead] = (await redis.lrange('outbox.events:dead', 0, -1)).map((entry) => JSON.parse(entry));
+    assert.match(dead.reason, /^Withdrawn payload: amount: /);
+    db.close();
+  });
+
+  it('start(): a long-running consumer applies events as they arrive and stops cleanly', async () => {
+    const db = consumerDb();
+    const consumer = await createConsumer({ redis, handlers: ledgerHandlers, database: join(h.env.dir, 'ledger.db'), consumerId: 'ledger' });
+    const running = consumer.start({ log: createLogger('test', () => {}), connectBlocking: () => connectRedis(h.redis.url), statsIntervalMs: 0 });
+    try {
+      for (let seq = 1; seq <= 20; seq += 1) await redis.rpush('outbox.events', message(3, seq, 'Deposited', { amount: seq }));
+      await waitFor(async () => (await redis.hlen('processed')) === 20, { message: 'the started consumer did not apply the 20 events' });
+    } finally {
+      await running.stop();
+      await consumer.close();
+    }
+    assert.deepEqual(balances(db), { 3: 210 });
+    assert.equal(await redis.llen('outbox.events:processing:ledger'), 0);
+    db.close();
+  });
+
+  it('refuses a database set without database, and database or leaseMs with a Redis set, with one line', async () => {
+    await assert.rejects(createConsumer({ redis, handlers: ledgerHandlers }), (error: Error) => {
+      assert.ok(error instanceof ConfigError);
+      assert.equal(error.message, "createConsumer: a database handler set needs database: the consumer's own SQLite file (a path) or a better-sqlite3 connection");
+      return true;
+    });
+    const redisSet = defineRedisHandlers(accountEvents, { Deposited: () => [], Withdrawn: () => [] });
+    await assert.rejects(createConsumer({ redis, handlers: redisSet, database: 'x.db' }), /database and leaseMs are for a database handler set/);
+    await assert.rejects(createConsumer({ redis, handlers: ledgerHandlers, database: 'x.db', leaseMs: 0 }), /leaseMs must be an integer from 1 to 86400000, got 0/);
+  });
+});
