@@ -1,6 +1,5 @@
 import type { Database, Statement } from 'better-sqlite3';
-import type { OutboxEvent } from '../../shared/outbox/store/events.js';
-import type { Delivery } from '../../shared/outbox/consumer/inbox/database-handlers.js';
+import { defineDatabaseHandlers } from '../../shared/outbox/index.js';
 import { paymentEvents } from './events.js';
 
 /** The consumer's own tables: one ledger entry per event, and each account's running balance. */
@@ -39,14 +38,5 @@ export function book(event: Delivered, db: Database): void {
   balance.run(event.aggregateId, cents);
 }
 
-/**
- * How the consumer delivers an event: its payload checked against its declaration (a payload the
- * schema refuses, or an undeclared type, is poison: dead-lettered with the reason), then `book`.
- */
-export function deliverPayment(event: OutboxEvent): Delivery {
-  try {
-    return { delivered: paymentEvents.deliver(event), handler: book };
-  } catch (error) {
-    return { poison: (error as Error).message };
-  }
-}
+/** The consumer's handler set: database mode, each event booked in the consumer's own SQLite file. */
+export const ledgerHandlers = defineDatabaseHandlers(paymentEvents, { PaymentCaptured: book, PaymentRefunded: book });
