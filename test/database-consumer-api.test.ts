@@ -4,7 +4,7 @@ import { after, before, describe, it } from 'node:test';
 import Database from 'better-sqlite3';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
-import { createConsumer, defineDatabaseHandlers, defineEvents, defineRedisHandlers, ConfigError } from '../shared/outbox/index.js';
+import { createConsumer, defineDatabaseHandlers, defineEvents, defineRedisHandlers, ConfigError, StoreUnavailableError } from '../shared/outbox/index.js';
 import { connectRedis } from '../shared/outbox/redis/connect.js';
 import { createLogger } from '../shared/outbox/logger.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
@@ -90,5 +90,11 @@ describe('createConsumer with a database handler set (database mode)', () => {
     const redisSet = defineRedisHandlers(accountEvents, { Deposited: () => [], Withdrawn: () => [] });
     await assert.rejects(createConsumer({ redis, handlers: redisSet, database: 'x.db' }), /database and leaseMs are for a database handler set/);
     await assert.rejects(createConsumer({ redis, handlers: ledgerHandlers, database: 'x.db', leaseMs: 0 }), /leaseMs must be an integer from 1 to 86400000, got 0/);
+    // A path it cannot open fails at createConsumer, in one line, before anything is taken.
+    await assert.rejects(createConsumer({ redis, handlers: ledgerHandlers, database: join(h.env.dir, 'no-such-dir', 'ledger.db') }), (error: Error) => {
+      assert.ok(error instanceof StoreUnavailableError);
+      assert.match(error.message, /^cannot open the consumer database .*no-such-dir\/ledger\.db \(.*\): check the path and its permissions$/);
+      return true;
+    });
   });
 });

@@ -9,7 +9,6 @@ import type { HandlerResult } from './handler-result.js';
 import type { HandlerTask } from './handler-worker.js';
 import type { Database } from 'better-sqlite3';
 import { deliver, type DatabaseHandlerSet, type HandlerSet, type RedisHandlerSet } from './handlers.js';
-import { createDatabaseConsumer } from './inbox/database-consumer.js';
 import { loadHandlerSet, notAHandlerSet } from './load-handlers.js';
 import { runRedisHandlers } from './run-redis-handlers.js';
 import { startConsumer, type RunConsumerOptions } from './run-consumer.js';
@@ -184,11 +183,16 @@ export async function createConsumer(options: CreateConsumerOptions) {
  * Database mode (inbox/): claim → handler + inbox row in the consumer's own database → complete,
  * in this thread. The same drain, start and close as Redis mode.
  */
-function databaseConsumer(options: CreateConsumerOptions, set: DatabaseHandlerSet, consumerId: string) {
+async function databaseConsumer(options: CreateConsumerOptions, set: DatabaseHandlerSet, consumerId: string) {
   const { redis } = options;
+  // Imported here: a Redis-mode consumer (and the CLI's --help) does not load better-sqlite3.
+  const [{ createDatabaseConsumer }, { openConsumerDatabase }] = await Promise.all([import('./inbox/database-consumer.js'), import('./inbox/consumer-database.js')]);
+  // Opened now, so that a bad path fails here, in one line (StoreUnavailableError), not at the first round.
+  const owned = typeof options.database === 'string' ? openConsumerDatabase(options.database) : undefined;
+  const db = owned ?? (options.database as Database);
   const make = (onProblem?: (problem: string) => void) =>
     createDatabaseConsumer(redis, {
-      database: options.database!,
+      database: db,
       deliver: (event) => {
         const delivery = deliver(set, event);
         return 'poison' in delivery ? delivery : { delivered: delivery.delivered, handler: delivery.handler as (event: never, db: Database) => unknown };
@@ -201,24 +205,22 @@ function databaseConsumer(options: CreateConsumerOptions, set: DatabaseHandlerSe
       leaseMs: options.leaseMs,
       onProblem,
     });
-  const opened: { close(): void }[] = [];
-  const track = <T extends { close(): void }>(consumer: T): T => (opened.push(consumer), consumer);
   return {
     consumerId,
     processingList: keys.processing(consumerId),
     /** Recovers this consumer's processing list, then consumes until the queue is empty and no event waits (for a retry, or for a dead consumer's lease). */
-    drain: (onRound?: (stats: ConsumeStats) => void): Promise<ConsumeStats> => track(make(options.onProblem)).drain(onRound),
+    drain: (onRound?: (stats: ConsumeStats) => void): Promise<ConsumeStats> => make(options.onProblem).drain(onRound),
     /** Runs until `stop()` on the result. */
     start: ({ log, connectBlocking, ...run }: StartOptions) =>
       startConsumer(redis, connectBlocking, log, {
         consumerId,
         batchSize: options.batchSize,
         ...run,
-        engine: (onProblem) => track(make((problem) => (onProblem(problem), options.onProblem?.(problem)))),
+        engine: (onProblem) => make((problem) => (onProblem(problem), options.onProblem?.(problem))),
       }),
     /** Closes the consumer's database when it opened it (given a path). The connection is the caller's. */
     close: async (): Promise<void> => {
-      for (const consumer of opened.splice(0)) consumer.close();
+      if (owned?.open) owned.close();
     },
   };
 }
