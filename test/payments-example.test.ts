@@ -5,10 +5,22 @@ import { fileURLToPath } from 'node:url';
 import { describe, it } from 'node:test';
 import Database from 'better-sqlite3';
 import { connectRedis, createRelay } from '../shared/outbox/index.js';
-import { openPaymentsService, type PaymentsService } from '../examples/payments/payments-service.js';
-import { checkBalances } from '../examples/payments/check-balances.js';
 import { useHarness } from './helpers/harness.js';
 import type { CliResult } from './helpers/cli.js';
+
+// The example is built by examples/tsconfig.json against the package's declarations (it imports
+// 'outbox'), after this file: loaded at run time, typed here by what the test uses.
+interface PaymentsService {
+  db: Database.Database;
+  capture(account: string, amountCents: number): string;
+  refund(paymentId: string): boolean;
+  close(): void;
+}
+const example = (file: string) => import(new URL(`../examples/payments/${file}`, import.meta.url).href);
+const { openPaymentsService } = (await example('payments-service.js')) as { openPaymentsService(path: string): PaymentsService };
+const { checkBalances } = (await example('check-balances.js')) as {
+  checkBalances(payments: Database.Database, ledger: Database.Database): { accounts: number; mismatches: string[]; entries: number; expectedEntries: number };
+};
 
 // The payments database is the store here (no `outbox init`): its first relay claims the Redis.
 const h = useHarness({ init: false });

@@ -2,7 +2,7 @@
 // mode, then prints its counters as JSON. Usage: REDIS_URL=... node consume.js <ledger.db>
 // (LEASE_MS and BATCH_SIZE optional.)
 import Database from 'better-sqlite3';
-import { connectRedis, createConsumer } from '../../shared/outbox/index.js';
+import { connectRedis, createConsumer } from 'outbox';
 import { ledgerHandlers, LEDGER_SCHEMA } from './ledger.js';
 
 const [path] = process.argv.slice(2);

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { defineEvents } from '../../shared/outbox/index.js';
+import { defineEvents } from 'outbox';
 
 /** The payments service's events: an account's money moving, in cents. */
 export const paymentEvents = defineEvents({

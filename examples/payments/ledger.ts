@@ -1,5 +1,5 @@
 import type { Database, Statement } from 'better-sqlite3';
-import { defineDatabaseHandlers } from '../../shared/outbox/index.js';
+import { defineDatabaseHandlers } from 'outbox';
 import { paymentEvents } from './events.js';
 
 /** The consumer's own tables: one ledger entry per event, and each account's running balance. */

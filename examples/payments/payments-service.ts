@@ -1,6 +1,6 @@
 import Database from 'better-sqlite3';
 import { randomUUID } from 'node:crypto';
-import { createOutbox } from '../../shared/outbox/index.js';
+import { createOutbox } from 'outbox';
 import { paymentEvents } from './events.js';
 
 export interface PaymentsService {
