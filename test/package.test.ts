@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { cpSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, readdirSync, readFileSync, realpathSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { promisify } from 'node:util';
@@ -30,7 +30,9 @@ describe('the packed package', () => {
     // The dependencies come from this repository's installed tree (hard links: the registry and
     // better-sqlite3's compile are not what this test is about; --offline proves none is fetched);
     // npm installs the tarball itself and prunes what neither needs.
-    await run('cp', ['-al', join(REPO_ROOT, 'node_modules'), join(project, 'node_modules')]);
+    // realpath: in a git worktree node_modules may be a symlink, which cp would copy as a link (and
+    // npm would then change the repository's own tree).
+    await run('cp', ['-al', realpathSync(join(REPO_ROOT, 'node_modules')), join(project, 'node_modules')]);
     await run('npm', ['install', `./${tarball}`, '--offline', '--no-audit', '--no-fund', '--ignore-scripts'], { cwd: project });
     const installed = readdirSync(join(project, 'node_modules', 'outbox', 'dist'));
     assert.deepEqual(installed.sort(), ['apps', 'shared'], 'the package ships the compiled library and apps, not the tests');
