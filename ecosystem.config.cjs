@@ -55,7 +55,7 @@ if (managedRedis) {
       '--input-type=module',
       '-e',
       'const { ensureManagedPassword } = await import(process.argv[1]); ensureManagedPassword(process.argv[2]);',
-      pathToFileURL(path.join(root, 'dist', 'shared', 'local', 'managed-redis.js')).href,
+      pathToFileURL(path.join(root, 'dist', 'shared', 'tooling', 'local', 'managed-redis.js')).href,
       dataDir,
     ], { cwd: root, encoding: 'utf8' });
     if (made.status !== 0) {
