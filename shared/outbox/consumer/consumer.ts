@@ -1,12 +1,11 @@
 import type { Redis } from 'ioredis';
 import { crashPoint } from '../crash-point.js';
 import type { OutboxEvent } from '../store/events.js';
-import { MalformedMessageError, parseMessage } from '../store/parse-message.js';
 import { laneOf } from '../events/aggregate-key.js';
 import { keys } from '../redis/keys.js';
 import { applyEvents, deadLetter, defineScripts, handlerFailed, moveToProcessing, type ApplyOutcome, type EventToApply } from '../redis/scripts.js';
 import { sleep } from '../sleep.js';
-import { decodeEntry } from './decode-entry.js';
+import { readEntry } from './decode-entry.js';
 import { startHeartbeat } from './heartbeats.js';
 import type { EncodedEffect, HandlerResult } from './handler-result.js';
 import { backoffMs, createRetryQueue } from './retries.js';
@@ -188,20 +187,10 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
    * `answered` (wrapped, or await would flatten it): each message's outcome, once Redis answered.
    */
   async function sendRound(entries: Buffer[], stats: ConsumeStats, { recovered = false } = {}): Promise<{ answered: Promise<Handled[]> }> {
-    const parsed: Handled[] = [];
-    for (const entry of entries) {
-      const raw = decodeEntry(entry);
-      if (raw === null) {
-        parsed.push({ raw: entry, reason: 'not UTF-8 text' });
-        continue;
-      }
-      try {
-        parsed.push({ raw, event: parseMessage(raw), attempt: 1 });
-      } catch (error) {
-        if (!(error instanceof MalformedMessageError)) throw error;
-        parsed.push({ raw, reason: error.message });
-      }
-    }
+    const parsed: Handled[] = entries.map((entry) => {
+      const read = readEntry(entry);
+      return 'event' in read ? { ...read, attempt: 1 } : read;
+    });
     if (recovered) await loadAttempts(parsed);
     // Events waiting for a retry go first: they were taken before anything in this round.
     const retries: Handled[] = waiting.removeDue(Date.now()).map((w) => ({ raw: w.raw, event: w.event, attempt: w.attempts + 1 }));

@@ -5,10 +5,9 @@ import { keys } from '../../redis/keys.js';
 import { deadLetter, moveToProcessing } from '../../redis/scripts.js';
 import type { Db } from '../../store/open-database.js';
 import type { OutboxEvent } from '../../store/events.js';
-import { MalformedMessageError, parseMessage } from '../../store/parse-message.js';
 import { sleep } from '../../sleep.js';
 import { DEFAULT_DEDUPE_TTL_SECONDS, DEFAULT_MAX_ATTEMPTS, emptyStats, type ConsumeStats } from '../consumer.js';
-import { decodeEntry } from '../decode-entry.js';
+import { readEntry } from '../decode-entry.js';
 import { startHeartbeat } from '../heartbeats.js';
 import { createRetryQueue } from '../retries.js';
 import { ensureInbox, openConsumerDatabase } from './consumer-database.js';
@@ -122,17 +121,9 @@ export function createDatabaseConsumer(redis: Redis, options: DatabaseConsumerOp
     const items: InboxItem[] = [];
     const bad: { raw: string | Buffer; reason: string }[] = [];
     for (const entry of entries) {
-      const raw = decodeEntry(entry);
-      if (raw === null) {
-        bad.push({ raw: entry, reason: 'not UTF-8 text' });
-        continue;
-      }
-      try {
-        items.push({ raw, event: parseMessage(raw), attempt: 1 });
-      } catch (error) {
-        if (!(error instanceof MalformedMessageError)) throw error;
-        bad.push({ raw, reason: error.message });
-      }
+      const read = readEntry(entry);
+      if ('event' in read) items.push({ ...read, attempt: 1 });
+      else bad.push(read);
     }
     return { items, bad };
   }
