@@ -200,14 +200,14 @@ describe('consumer app: a failing handler is retried, a poison event dead-letter
 
   it('stops a handler that hangs after --handler-timeout and retries its lane', async () => {
     await writeAndRelay(lifecycle);
-    const app = startConsumerApp({ OUTBOX_HANDLER_FAIL: 'hang-first:1@1:1', OUTBOX_HANDLER_TIMEOUT: '300ms' });
+    const app = startConsumerApp({ OUTBOX_HANDLER_FAIL: 'hang-first:1@1:1', OUTBOX_HANDLER_TIMEOUT: '1s' });
     try {
       await waitFor(async () => (await h.client.hlen('processed')) === EVENTS, { message: 'not every event was applied' });
     } finally {
       assert.equal(await stop(app), 0);
     }
     await assertAllAppliedInOrder();
-    assert.match(app.output(), /"aggregateId":"order:1","seq":1,"attempt":1,"error":"handler timed out after 300 ms \(its worker thread was stopped\)"/);
+    assert.match(app.output(), /"aggregateId":"order:1","seq":1,"attempt":1,"error":"handler timed out after 1000 ms \(its worker thread was stopped\)"/);
   });
 
   it('dead-letters an event after --max-attempts, parks its successors, names the blocked order, and dead-letter retry releases them in order', async () => {
