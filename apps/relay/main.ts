@@ -11,8 +11,9 @@ import { relayHealth } from '../../shared/runtime/health/relay-health.js';
 
 runApp('outbox-relay', relaySettings, async (config, log, signal) => {
   const detach = attachApp(config.dir, 'outbox-relay');
-  // Without a valid app.db it waits (relay passes do nothing) until `outbox init` made one.
-  const database = watchDatabase(config.dir, { log, app: 'relay', stopped: 'not relaying' });
+  // Without a valid app.db it waits (relay passes do nothing) until `outbox init` (or a service's
+  // createOutbox) made one. Any service's database with the library's tables: it carries any events.
+  const database = watchDatabase(config.dir, { log, app: 'relay', stopped: 'not relaying', outboxOnly: true });
   const redis = await connectUntilReady(config.redisUrl, { name: 'outbox-relay', log, signal, namespace: config.namespace, requireNoEviction: true });
   const worker = await startRelayWorker(database, redis, config.redisUrl, log, {
     everyMs: config.everyMs,

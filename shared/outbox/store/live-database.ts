@@ -2,7 +2,7 @@ import { existsSync, statSync } from 'node:fs';
 import { databasePath } from '../config.js';
 import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
 import type { Logger } from '../logger.js';
-import { openDatabase, type Db } from './open-database.js';
+import { openDatabase, type Db, type OpenDatabaseOptions } from './open-database.js';
 
 /**
  * An open app.db that knows which file it opened. SQLite keeps writing into a file that was
@@ -30,10 +30,10 @@ function identityOf(path: string): Identity {
 const same = (a: Identity, b: Identity) => a !== undefined && b !== undefined && a.dev === b.dev && a.ino === b.ino;
 
 /** Opens `<dir>/app.db` like `openDatabase` (same errors) and remembers the file it opened. */
-export function openLiveDatabase(dir: string): LiveDatabase {
+export function openLiveDatabase(dir: string, options: OpenDatabaseOptions = {}): LiveDatabase {
   const path = databasePath(dir);
   const before = identityOf(path);
-  const db = openDatabase(dir);
+  const db = openDatabase(dir, options);
   const identity = identityOf(path);
   if (!same(before, identity)) {
     db.close();
@@ -65,7 +65,7 @@ export function openLiveDatabase(dir: string): LiveDatabase {
   };
 }
 
-export interface DatabaseWatchOptions {
+export interface DatabaseWatchOptions extends OpenDatabaseOptions {
   log: Logger;
   /** Who uses the database and what stops without it, for the log: e.g. `producer`, `refusing writes`. */
   app: string;
@@ -93,7 +93,7 @@ export interface DatabaseWatch {
  * logs why once and polls. The old handle is closed only once a new file was opened, and not
  * under a pass that holds it.
  */
-export function watchDatabase(dir: string, { log, app, stopped, pollMs = 1000 }: DatabaseWatchOptions): DatabaseWatch {
+export function watchDatabase(dir: string, { log, app, stopped, pollMs = 1000, outboxOnly }: DatabaseWatchOptions): DatabaseWatch {
   const path = databasePath(dir);
   const lostMessage = `app.db was deleted or replaced under the ${app}: ${stopped} until a valid app.db is back at ${path} (run "outbox init")`;
   let live: LiveDatabase | undefined;
@@ -103,7 +103,7 @@ export function watchDatabase(dir: string, { log, app, stopped, pollMs = 1000 }:
 
   function tryOpen(): void {
     try {
-      const opened = openLiveDatabase(dir);
+      const opened = openLiveDatabase(dir, { outboxOnly });
       retired?.close();
       retired = undefined;
       if (lost) log.info(`a valid app.db is back: the ${app} resumes on it`, { db: path });

@@ -19,15 +19,24 @@ export function configure(db: Db): Db {
  * outbox's schema version fails here, with one line, rather than on the first query with a stack.
  */
 const SCHEMA_PROBES = [
-  'SELECT id, sku, qty, status FROM orders',
   'SELECT id, event_id, aggregate_id, seq, event_type, payload, status, created_at, published_at FROM outbox',
   'SELECT aggregate_id, through_seq, events FROM outbox_pruned',
   'SELECT key, value FROM outbox_meta',
   'SELECT aggregate_id, last_seq FROM outbox_aggregates',
 ];
+/** The seed lab's table, which `outbox init` makes next to the library's: the lab's producer and commands read it. */
+const LAB_PROBES = ['SELECT id, sku, qty, status FROM orders'];
 
-function assertOutboxTables(db: Db, path: string): void {
-  for (const probe of SCHEMA_PROBES) {
+export interface OpenDatabaseOptions {
+  /**
+   * Require only the library's tables (the relay: it carries any service's events, e.g.
+   * examples/payments). Default false: the lab's `orders` table is required too.
+   */
+  outboxOnly?: boolean;
+}
+
+function assertOutboxTables(db: Db, path: string, { outboxOnly = false }: OpenDatabaseOptions): void {
+  for (const probe of outboxOnly ? SCHEMA_PROBES : [...LAB_PROBES, ...SCHEMA_PROBES]) {
     try {
       db.prepare(probe);
     } catch (error) {
@@ -39,10 +48,10 @@ function assertOutboxTables(db: Db, path: string): void {
 }
 
 /**
- * Opens `<dir>/app.db`, which `outbox init` must have created. A missing, foreign or corrupt file
+ * Opens `<dir>/app.db`, which `outbox init` (or a service's `createOutbox`, with `outboxOnly`) must have created. A missing, foreign or corrupt file
  * is a `StoreUnavailableError` with the fix in its message; the file is never created or changed.
  */
-export function openDatabase(dir: string): Db {
+export function openDatabase(dir: string, options: OpenDatabaseOptions = {}): Db {
   const path = databasePath(dir);
   if (!existsSync(path)) {
     throw new StoreUnavailableError(`no database at ${path}: run "outbox init" first (or pass --dir / OUTBOX_DIR)`);
@@ -57,7 +66,7 @@ export function openDatabase(dir: string): Db {
         `${path} is not an outbox database of this version (outbox schema version ${version}, expected ${SCHEMA_VERSION}): run "outbox init --force" to recreate it`,
       );
     }
-    assertOutboxTables(db, path);
+    assertOutboxTables(db, path, options);
     if (version === undefined) {
       throw new StoreUnavailableError(`${path} is not an outbox database of this version (no outbox schema version): run "outbox init --force" to recreate it`);
     }
