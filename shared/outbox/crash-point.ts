@@ -1,4 +1,4 @@
-import { appendFileSync } from 'node:fs';
+import { appendFileSync, readFileSync } from 'node:fs';
 
 /**
  * Named places where the process can be made to die at once (SIGKILL to itself), to prove that a
@@ -8,6 +8,10 @@ import { appendFileSync } from 'node:fs';
  * - By default an enabled point fires the first time it is reached.
  * - With `OUTBOX_CRASH_MODE=armed` it fires only after the process received SIGUSR2, once: this is
  *   how `outbox chaos` picks the moment, so a restarted process does not crash again at once.
+ * - With `OUTBOX_CRASH_ARM_FILE=<file>` as well, SIGUSR2 arms only the points that file names
+ *   (comma-separated, read when the signal arrives; all enabled points when it is missing or
+ *   empty): how a chaos run picks the point too, e.g. `consumer.after-commit` rather than the
+ *   `consumer.after-claim` every event reaches first.
  * - `OUTBOX_CRASH_LOG=<file>` gets one line with the point's name before the process dies.
  */
 export const CRASH_POINTS = [
@@ -30,15 +34,30 @@ const enabled = new Set(
     .filter(Boolean),
 );
 const armedMode = process.env.OUTBOX_CRASH_MODE === 'armed';
-let armed = false;
-if (enabled.size > 0 && armedMode) process.on('SIGUSR2', () => (armed = true));
+/** Armed mode: false until SIGUSR2, then true (every enabled point) or the points the arm file named. */
+let armed: boolean | Set<string> = false;
+
+function pointsToArm(): true | Set<string> {
+  const file = process.env.OUTBOX_CRASH_ARM_FILE;
+  if (!file) return true;
+  let text = '';
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch {
+    return true;
+  }
+  const names = text.split(',').map((name) => name.trim()).filter(Boolean);
+  return names.length === 0 ? true : new Set(names);
+}
+
+if (enabled.size > 0 && armedMode) process.on('SIGUSR2', () => (armed = pointsToArm()));
 
 export function enableCrashPoint(name: CrashPointName): void {
   enabled.add(name);
 }
 
 export function crashPoint(name: CrashPointName, announce?: () => string): void {
-  if (!enabled.has(name) || (armedMode && !armed)) return;
+  if (!enabled.has(name) || (armedMode && (armed === false || (armed !== true && !armed.has(name))))) return;
   if (process.env.OUTBOX_CRASH_LOG) appendFileSync(process.env.OUTBOX_CRASH_LOG, `${name}\n`);
   if (announce) process.stderr.write(`${announce()}\n`);
   process.kill(process.pid, 'SIGKILL');
