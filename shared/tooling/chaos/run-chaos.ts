@@ -116,6 +116,13 @@ function targetsAt(targets: ChaosTarget[], elapsedFraction: number): ChaosTarget
   return targets.filter((target) => target !== (elapsedFraction < 0.5 ? 'prune' : 'redis-wipe'));
 }
 
+/** With both wipes and prunes targeted: the half's kind, while it has not happened yet in its half. */
+function dueBothKinds(targets: ChaosTarget[], elapsedFraction: number, faults: Record<string, number>): ChaosTarget | undefined {
+  if (!targets.includes('redis-wipe') || !targets.includes('prune')) return undefined;
+  if (elapsedFraction < 0.5) return (faults['redis wiped'] ?? 0) === 0 ? 'redis-wipe' : undefined;
+  return (faults.prune ?? 0) === 0 ? 'prune' : undefined;
+}
+
 /** The counters a wipe takes with it. */
 interface RedisCounts {
   enqueued: number;
@@ -235,8 +242,13 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       while (Date.now() - startedAt < options.durationMs) {
         await sleep(options.killEveryMs * (0.5 + random()));
         if (Date.now() - startedAt >= options.durationMs) break;
-        const pool = targetsAt(options.targets, (Date.now() - startedAt) / options.durationMs);
-        const target = pool[Math.floor(random() * pool.length)];
+        const fraction = (Date.now() - startedAt) / options.durationMs;
+        const pool = targetsAt(options.targets, fraction);
+        const drawn = pool[Math.floor(random() * pool.length)];
+        // A run with both kinds proves both: the first fault of each half is that half's kind (on a
+        // loaded machine fewer faults fit in a run, and a draw could otherwise miss one).
+        const due = dueBothKinds(options.targets, fraction, faults);
+        const target = due ?? drawn;
         if (target === 'redis-wipe') {
           // Writes wait while the counters are read, so none is missed; the kill ends the pause.
           await client.call('CLIENT', 'PAUSE', '10000', 'WRITE');
