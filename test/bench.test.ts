@@ -19,7 +19,8 @@ describe('outbox bench', () => {
       'producer, batch API',
       'relay',
       'relay vs naive',
-      'consumer (10 % duplicates)',
+      'consumer, Redis effects (10 % duplicates)',
+      'consumer, database mode (10 % duplicates)',
       'consumer vs naive',
       'end to end under pm2',
       'relay pass, 0 vs',
@@ -46,6 +47,8 @@ describe('outbox bench', () => {
       figures.growth.consumerRss.peakMb,
       ...figures.e2e.map((run: { p99Ms: number }) => run.p99Ms),
       figures.consumer.consumerMessages.perSecond,
+      figures.consumer.database.perSecond,
+      figures.consumer.databaseMessages.perSecond,
       figures.cli.nodeMs,
       figures.cli.helpMs,
       figures.cli.reportMs,
@@ -61,6 +64,7 @@ describe('outbox bench', () => {
     assert.equal((result.stdout.match(/^\| end to end under pm2, /gm) ?? []).length, 2);
     // Applied events/s leave the re-deliveries out: fewer than the messages taken.
     assert.ok(figures.consumer.consumer.perSecond < figures.consumer.consumerMessages.perSecond);
+    assert.ok(figures.consumer.database.perSecond < figures.consumer.databaseMessages.perSecond);
   });
 
   it('rejects an unknown stage before measuring anything', async () => {

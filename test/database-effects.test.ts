@@ -131,8 +131,9 @@ describe('database mode: effects in the consumer’s own SQLite, with an inbox',
     const again = statsOf(await runConsumer());
     assert.equal(again.received, 0);
 
-    // verify's inventory check is the orders lab's Redis effect (empty here): only the inbox rows are judged.
+    // With --consumer-db the orders lab's Redis inventory (which database mode does not write) is not checked; the inbox rows are.
     const verify = await runCli(['verify', '--settle', '0s', '--consumer-db', consumerDb()], h.env);
+    assert.equal(verify.code, 0, verify.stdout + verify.stderr);
     assert.match(verify.stdout, /processed events without an inbox row \(effect missing from the consumer database\) +0 +0 +ok/);
     assert.match(verify.stdout, new RegExp(`inbox rows / of them committed, completion pending +- +${events} / 0 +info`));
     const missing = await runCli(['verify', '--consumer-db', join(h.env.dir, 'nothing.db')], h.env);

@@ -39,7 +39,7 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
     .option('consumer-db', {
       type: 'string',
       requiresArg: true,
-      describe: "database mode: the consumer's own SQLite file; also check that every processed event has its inbox row there",
+      describe: "database mode: the consumer's own SQLite file; check that every processed event has its inbox row there (and not the Redis inventory, which database mode does not write)",
     })
     .options(guardOptions);
 
@@ -48,6 +48,8 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   await withStores(configOf(argv), async (db, redis) => {
     const ledger = await verifyStores(db, redis, {
       settleMs,
+      // Database mode's effects are in the consumer's file (the inbox checks below), none in Redis.
+      effects: argv.consumerDb ? 'database' : 'redis',
       onSettling: (inFlight, windowMs) =>
         console.error(`verify: ${inFlight} event(s) in flight at the snapshot; waiting up to ${formatDuration(windowMs)} for them to be applied`),
     });

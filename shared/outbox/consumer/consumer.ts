@@ -3,9 +3,9 @@ import { crashPoint } from '../crash-point.js';
 import type { OutboxEvent } from '../store/events.js';
 import { laneOf } from '../events/aggregate-key.js';
 import { keys } from '../redis/keys.js';
-import { applyEvents, deadLetter, defineScripts, handlerFailed, moveToProcessing, type ApplyOutcome, type EventToApply } from '../redis/scripts.js';
-import { sleep } from '../sleep.js';
+import { applyEvents, deadLetter, handlerFailed, moveToProcessing, type ApplyOutcome, type EventToApply } from '../redis/scripts.js';
 import { readEntry } from './decode-entry.js';
+import { driveRounds, takingConnection } from './drive-rounds.js';
 import { startHeartbeat } from './heartbeats.js';
 import type { EncodedEffect, HandlerResult } from './handler-result.js';
 import { backoffMs, createRetryQueue } from './retries.js';
@@ -246,84 +246,40 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
     return { answered };
   }
 
-  /** Handles whatever a previous run of this consumer left in its processing list (events waiting for a retry included). */
-  async function recover(stats: ConsumeStats = emptyStats()): Promise<ConsumeStats> {
-    waiting.clear();
-    const leftovers = await redis.lrangeBuffer(processingList, 0, -1);
-    stats.recovered += leftovers.length;
-    await (await sendRound(leftovers, stats, { recovered: true })).answered;
-    return stats;
-  }
-
   /** Moves up to `batchSize` messages into the processing list (LMOVE each, in one script); resolves what was moved. */
   function take(connection: Redis): Promise<Buffer[]> {
     return moveToProcessing(connection, processingList, batchSize);
   }
 
+  const rounds = {
+    processingList,
+    sendRound,
+    take,
+    nextRetryInMs: () => waiting.nextDueInMs(Date.now()),
+    forgetRetries: () => waiting.clear(),
+  };
+
   /**
-   * Recovers, then consumes until `outbox.events` is empty and no event waits for a retry. Rounds
-   * overlap: the next round is taken (on a second connection) and parsed while Redis runs the
-   * previous round's scripts; the scripts all go over one connection, in order, so list order is
-   * kept. An event whose handler failed is tried again in a later round of the same run, after its
-   * backoff (waiting for it when nothing else is left), until it is applied or dead-lettered after
-   * `maxAttempts`: so a drain always ends, within about the sum of the backoffs.
+   * Dispatches what a previous run left in the processing list, then consumes until `outbox.events`
+   * is empty and no event waits for a retry: the loop the app runs too (drive-rounds.ts), in its
+   * drain mode. Rounds overlap: the next round is taken (on a second connection) while Redis runs
+   * the previous round's scripts. An event whose handler failed is tried again in a later round of
+   * the same run, after its backoff (waiting for it when nothing else is left), until it is applied
+   * or dead-lettered after `maxAttempts`: so a drain always ends, within about the sum of the backoffs.
    */
   async function drain(onRound?: (stats: ConsumeStats) => void): Promise<ConsumeStats> {
     // Alive while it drains, so that a consumer app does not reclaim this processing list.
     const stopHeartbeat = startHeartbeat(redis, consumerId);
+    const stats = emptyStats();
     try {
-      return await drainRounds(onRound);
+      await driveRounds(redis, rounds, { until: 'empty', connect: () => takingConnection(redis), stats, onRound: () => onRound?.(stats) }).done;
+      return stats;
     } finally {
       await stopHeartbeat();
     }
   }
 
-  async function drainRounds(onRound?: (stats: ConsumeStats) => void): Promise<ConsumeStats> {
-    const stats = await recover();
-    const taker = redis.duplicate();
-    taker.on('error', () => {});
-    defineScripts(taker);
-    if (taker.status === 'wait') await taker.connect();
-    let previous: Promise<void> = Promise.resolve();
-    try {
-      for (;;) {
-        const raws = await take(taker);
-        if (raws.length === 0) {
-          // The previous round may have re-queued parked events or left events waiting for a retry:
-          // only an empty queue with nothing waiting after it ends.
-          await previous;
-          if ((await redis.llen(keys.events)) > 0) continue;
-          const dueInMs = waiting.nextDueInMs(Date.now());
-          if (dueInMs === null) return stats;
-          await sleep(dueInMs);
-        } else {
-          crashPoint('consumer.after-lmove', () => `crash point consumer.after-lmove: dying with ${raws.length} messages in ${processingList}`);
-        }
-        const { answered } = await sendRound(raws, stats);
-        const current = answered.then(() => onRound?.(stats));
-        // Observed below; without this, a failure of both rounds would leave this one unhandled.
-        current.catch(() => {});
-        await previous;
-        previous = current;
-      }
-    } finally {
-      await previous.catch(() => {});
-      taker.disconnect();
-    }
-  }
-
-  return {
-    consumerId,
-    processingList,
-    recover,
-    drain,
-    sendRound,
-    take,
-    /** Ms until an event waiting for a retry is due (0: now), null when none waits. */
-    nextRetryInMs: () => waiting.nextDueInMs(Date.now()),
-    /** Forgets the events waiting for a retry, before the processing list (which holds them) is read again. */
-    forgetRetries: () => waiting.clear(),
-  };
+  return { consumerId, ...rounds, drain };
 }
 
 export type ConsumerEngine = ReturnType<typeof createConsumerEngine>;

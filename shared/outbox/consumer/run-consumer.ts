@@ -1,24 +1,16 @@
 import type { Redis } from 'ioredis';
-import { crashPoint } from '../crash-point.js';
 import { explainError } from '../errors/explain-error.js';
 import { incidentLog } from '../incident-log.js';
 import type { Logger } from '../logger.js';
 import { keys } from '../redis/keys.js';
-import { sleep } from '../sleep.js';
 import { everyInterval } from '../stats-interval.js';
-import { createConsumerEngine, type ConsumeStats, type ConsumerOptions, type Handled } from './consumer.js';
+import { createConsumerEngine, type ConsumerOptions } from './consumer.js';
+import { driveRounds, type RoundEngine, type RoundItem } from './drive-rounds.js';
 import { createConsumerStats, type ConsumerStats } from './consumer-stats.js';
 import { startHeartbeat } from './heartbeats.js';
 import { reclaimOrphans } from './orphans.js';
 
-/** What the loop drives: the engine of consumer.ts, or database mode's (inbox/database-consumer.ts). */
-export interface RoundEngine {
-  processingList: string;
-  sendRound(entries: Buffer[], stats: ConsumeStats, options?: { recovered?: boolean }): Promise<{ answered: Promise<(Omit<Handled, 'outcome'> & { outcome?: string })[]> }>;
-  take(connection: Redis): Promise<Buffer[]>;
-  nextRetryInMs(): number | null;
-  forgetRetries(): void;
-}
+export type { RoundEngine } from './drive-rounds.js';
 
 /** consumer.ts's engine with these options (its `handler`), or any round engine `engine` makes. */
 export type RunConsumerOptions = RunOptions & (ConsumerOptions | (Partial<ConsumerOptions> & { consumerId: string; engine: (onProblem: (problem: string) => void) => RoundEngine }));
@@ -42,7 +34,7 @@ interface RunOptions {
  * script per chunk. The next round is taken while Redis applies the previous one.
  *
  * `connectBlocking` opens the connection for taking, one that fails fast instead of reconnecting
- * (see `takeLoop`); `redis` runs the apply scripts.
+ * (see drive-rounds.ts, the loop a drain runs too); `redis` runs the apply scripts.
  */
 export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis>, log: Logger, options: RunConsumerOptions) {
   const blockTimeout = options.blockTimeoutSeconds ?? 1;
@@ -59,15 +51,12 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
   const consumer: RoundEngine = 'engine' in options ? options.engine(onProblem) : createConsumerEngine(redis, { ...options, onProblem });
   const { processingList } = consumer;
   const stats = consumerStats.counters;
-  let stopping = false;
-  let blocking: Redis | undefined;
-  let needResync = true;
-  let previous: Promise<void> = Promise.resolve();
   // A key of the wrong type fails every round and every take: logged once, until it works again.
   const applyFailures = incidentLog(log);
   const takeFailures = incidentLog(log);
 
-  function report(handled: (Omit<Handled, 'outcome'> & { outcome?: string })[]): void {
+  function report(handled: RoundItem[]): void {
+    applyFailures.clear();
     for (const { outcome, event, raw, reason, attempt, retryInMs } of handled) {
       const ids = { eventId: event?.eventId, aggregateId: event?.aggregateId, seq: event?.seq };
       if (outcome === 'duplicate') log.debug('duplicate skipped', ids);
@@ -77,80 +66,6 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
       else if (outcome === 'foreign') log.warn('dead-lettered: the event comes from another store than the one this Redis serves', { ...ids, storeId: event?.storeId });
       else if (outcome === 'busy') log.debug('claimed by another consumer: waits for its lease', { ...ids, retryInMs });
       else if (outcome === 'invalid') log.error('event refused: Redis holds bad state it needs (see "bad state in Redis"); left in the processing list', ids);
-    }
-  }
-
-  /** Sends a round (what was taken, and the events due for a retry); keeps at most two rounds waiting for Redis. */
-  async function round(entries: Buffer[], recovered = false): Promise<void> {
-    if (entries.length > 0) crashPoint('consumer.after-lmove');
-    const { answered } = await consumer.sendRound(entries, stats, { recovered });
-    const before = previous;
-    previous = answered.then(
-      (handled) => {
-        applyFailures.clear();
-        report(handled);
-      },
-      (error: Error) => {
-        // The messages stay in the processing list: dispatch it again once Redis answers.
-        needResync = true;
-        consumerStats.error();
-        applyFailures.warn('cannot apply a round, will retry', { error: explainError(error)?.message ?? error.message });
-      },
-    );
-    await before;
-  }
-
-  /**
-   * Whatever is queued, or, when nothing is, the first message to arrive within the timeout (which
-   * ends early when an event waiting for a retry falls due).
-   */
-  async function takeOrWait(connection: Redis): Promise<Buffer[]> {
-    const queued = await consumer.take(connection);
-    consumerStats.taken(queued.length);
-    if (queued.length > 0) return queued;
-    const retryInMs = consumer.nextRetryInMs();
-    if (retryInMs === 0) return [];
-    const timeout = retryInMs === null ? blockTimeout : Math.min(blockTimeout, Math.max(retryInMs, 10) / 1000);
-    consumerStats.blocking(true);
-    try {
-      const first = await connection.blmoveBuffer(keys.events, processingList, 'LEFT', 'RIGHT', timeout);
-      return first ? [first] : [];
-    } finally {
-      consumerStats.blocking(false);
-    }
-  }
-
-  // A BLMOVE re-sent after a reconnect could move a second message while the first one's reply was
-  // lost. So the blocking connection never reconnects: a failed take drops it, connects a new one
-  // and dispatches the processing list again (anything already applied is found gone: 'stale').
-  async function takeLoop(): Promise<void> {
-    while (!stopping) {
-      try {
-        blocking ??= await connectBlocking();
-        if (needResync) {
-          needResync = false;
-          await previous;
-          // The list holds the events waiting for a retry too: they are handled as leftovers.
-          consumer.forgetRetries();
-          const leftovers = await redis.lrangeBuffer(processingList, 0, -1);
-          if (leftovers.length > 0) {
-            log.info('processing list recovered', { processingList, count: leftovers.length });
-            stats.recovered += leftovers.length;
-            await round(leftovers, true);
-          }
-        }
-        const entries = await takeOrWait(blocking);
-        takeFailures.clear();
-        if (entries.length > 0 || consumer.nextRetryInMs() === 0) await round(entries);
-      } catch (error) {
-        blocking?.disconnect();
-        blocking = undefined;
-        if (stopping) return;
-        needResync = true;
-        consumerStats.error();
-        takeFailures.warn('cannot take from the queue, retrying', { error: explainError(error)?.message ?? (error as Error).message });
-        await sleep(500);
-      }
     }
   }
 
@@ -174,7 +89,29 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
   const reclaimTimer = setInterval(() => void reclaim(), options.reclaimEveryMs ?? 10_000);
   reclaimTimer.unref();
 
-  const loop = takeLoop();
+  // The same loop as a drain (drive-rounds.ts), until stopped: BLMOVE when idle, a failed take or
+  // round retried on a new blocking connection (one that fails fast instead of reconnecting).
+  const rounds = driveRounds(redis, consumer, {
+    until: 'stopped',
+    connect: connectBlocking,
+    stats,
+    blockTimeoutSeconds: blockTimeout,
+    onRound: report,
+    onRecovered: (count) => log.info('processing list recovered', { processingList, count }),
+    onRoundError: (error) => {
+      consumerStats.error();
+      applyFailures.warn('cannot apply a round, will retry', { error: explainError(error)?.message ?? error.message });
+    },
+    onTakeError: (error) => {
+      consumerStats.error();
+      takeFailures.warn('cannot take from the queue, retrying', { error: explainError(error)?.message ?? error.message });
+    },
+    onTaken: (count) => {
+      takeFailures.clear();
+      consumerStats.taken(count);
+    },
+    onBlocking: (blocking) => consumerStats.blocking(blocking),
+  });
 
   return {
     stats,
@@ -186,12 +123,9 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
      * processing list back to the head of the queue, in order.
      */
     async stop(): Promise<void> {
-      stopping = true;
       stopStats();
       clearInterval(reclaimTimer);
-      blocking?.disconnect();
-      await loop;
-      await previous;
+      await rounds.stop();
       let handedBack = 0;
       while ((await redis.lmove(processingList, keys.events, 'RIGHT', 'LEFT')) !== null) handedBack += 1;
       await stopHeartbeat();

@@ -87,7 +87,7 @@ export async function runBench(stages: BenchStage[], sizes: BenchSizes): Promise
   try {
     if (stages.includes('producer')) result.producer = await benchProducer(workspace, sizes.producerOrders);
     if (stages.includes('relay')) result.relay = await benchRelay(workspace, client, sizes.relayEvents, sizes.relayNaiveEvents);
-    if (stages.includes('consumer')) result.consumer = await benchConsumer(client, sizes.consumerEvents, sizes.consumerNaiveEvents);
+    if (stages.includes('consumer')) result.consumer = await benchConsumer(client, workspace, sizes.consumerEvents, sizes.consumerNaiveEvents);
     if (stages.includes('growth')) {
       await client.flushall();
       result.growth = await benchGrowth(workspace, client, redis.url, sizes.growthPublished, sizes.growthPending, sizes.rssEvents);

@@ -1,14 +1,13 @@
 import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
-import { crashPoint } from '../../crash-point.js';
 import { keys } from '../../redis/keys.js';
 import { deadLetter, moveToProcessing } from '../../redis/scripts.js';
 import type { Db } from '../../store/open-database.js';
 import type { OutboxEvent } from '../../store/events.js';
-import { sleep } from '../../sleep.js';
 import { DEFAULT_DEDUPE_TTL_SECONDS, DEFAULT_MAX_ATTEMPTS, emptyStats, type ConsumeStats } from '../consumer.js';
 import { readEntry } from '../decode-entry.js';
 import { startHeartbeat } from '../heartbeats.js';
+import { driveRounds, takingConnection } from '../drive-rounds.js';
 import { createRetryQueue } from '../retries.js';
 import { ensureInbox, openConsumerDatabase } from './consumer-database.js';
 import { deliverByType, type DatabaseHandlerSet, type Delivery } from './database-handlers.js';
@@ -77,7 +76,6 @@ export interface DatabaseConsumer {
   sendRound(entries: Buffer[], stats: AnyStats, options?: { recovered?: boolean }): Promise<{ answered: Promise<InboxItem[]> }>;
   /** Moves up to `batchSize` messages into the processing list; resolves what was moved. */
   take(connection: Redis): Promise<Buffer[]>;
-  recover(stats: AnyStats): Promise<void>;
   drain(onRound?: (stats: DatabaseConsumeStats) => void): Promise<DatabaseConsumeStats>;
   /** Ms until an event waiting for a retry or a lease is due (0: now), null when none waits. */
   nextRetryInMs(): number | null;
@@ -176,35 +174,25 @@ export function createDatabaseConsumer(redis: Redis, options: DatabaseConsumerOp
     return { answered };
   }
 
-  async function recover(stats: AnyStats): Promise<void> {
-    waiting.clear();
-    const leftovers = await redis.lrangeBuffer(processingList, 0, -1);
-    stats.recovered += leftovers.length;
-    await handleRound(leftovers, stats, { recovered: true });
-  }
+  const rounds = {
+    processingList,
+    sendRound,
+    take: (connection: Redis): Promise<Buffer[]> => moveToProcessing(connection, processingList, batchSize),
+    nextRetryInMs: () => waiting.nextDueInMs(Date.now()),
+    forgetRetries: () => waiting.clear(),
+  };
 
   /**
-   * Recovers this consumer's processing list, then consumes until the queue is empty and no event
-   * waits (for a retry or for another process's lease). Rounds run one after another.
+   * Dispatches what a previous run left in the processing list, then consumes until the queue is
+   * empty and no event waits (for a retry or for another process's lease): the app's loop
+   * (drive-rounds.ts) in its drain mode. Rounds run one after another (sendRound).
    */
   async function drain(onRound?: (stats: DatabaseConsumeStats) => void): Promise<DatabaseConsumeStats> {
     const stopHeartbeat = startHeartbeat(redis, consumerId);
     const stats = emptyDatabaseStats();
     try {
-      await recover(stats);
-      for (;;) {
-        const raws = await moveToProcessing(redis, processingList, batchSize);
-        if (raws.length === 0) {
-          if ((await redis.llen(keys.events)) > 0) continue;
-          const dueInMs = waiting.nextDueInMs(Date.now());
-          if (dueInMs === null) return stats;
-          await sleep(dueInMs);
-        } else {
-          crashPoint('consumer.after-lmove', () => `crash point consumer.after-lmove: dying with ${raws.length} messages in ${processingList}`);
-        }
-        await handleRound(raws, stats);
-        onRound?.(stats);
-      }
+      await driveRounds(redis, rounds, { until: 'empty', connect: () => takingConnection(redis), stats, onRound: () => onRound?.(stats) }).done;
+      return stats;
     } finally {
       await stopHeartbeat();
     }
@@ -212,16 +200,11 @@ export function createDatabaseConsumer(redis: Redis, options: DatabaseConsumerOp
 
   return {
     consumerId,
-    processingList,
     owner: context.owner,
     db,
     handleRound,
-    sendRound,
-    take: (connection: Redis): Promise<Buffer[]> => moveToProcessing(connection, processingList, batchSize),
-    recover,
+    ...rounds,
     drain,
-    nextRetryInMs: () => waiting.nextDueInMs(Date.now()),
-    forgetRetries: () => waiting.clear(),
     close(): void {
       if (ownsDb) db.close();
     },
