@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, it } from 'node:test';
@@ -10,7 +9,7 @@ import { connectRedis } from '../shared/outbox/redis/connect.js';
 import { createRelay } from '../shared/outbox/relay/relay.js';
 import { useHarness } from './helpers/harness.js';
 import { readDb } from './helpers/stores.js';
-import { runCli, type CliResult } from './helpers/cli.js';
+import { runCli, startScript, type CliResult } from './helpers/cli.js';
 import { inboxChecks } from '../shared/operations/verify/inbox-checks.js';
 
 const h = useHarness();
@@ -18,18 +17,7 @@ const FIXTURE = fileURLToPath(new URL('./fixtures/database-consumer.js', import.
 
 /** Runs the database-mode consumer fixture (a real process) on `<dir>/consumer.db` until it drains or dies. */
 function runConsumer(env: Record<string, string> = {}): Promise<CliResult> {
-  const child = spawn(process.execPath, [FIXTURE, consumerDb()], {
-    env: { ...process.env, REDIS_URL: h.env.redisUrl, OUTBOX_CRASH_POINTS: '', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (chunk) => (stdout += chunk));
-  child.stderr.on('data', (chunk) => (stderr += chunk));
-  return new Promise((resolve, reject) => {
-    child.on('error', reject);
-    child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr }));
-  });
+  return startScript(FIXTURE, [consumerDb()], { REDIS_URL: h.env.redisUrl, ...env }).done;
 }
 
 function statsOf(result: CliResult): Record<string, number> {

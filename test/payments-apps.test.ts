@@ -9,19 +9,7 @@ import { REPO_ROOT } from '../shared/tooling/local/pm2.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { startApp, stopApp } from './helpers/apps.js';
 import { useHarness } from './helpers/harness.js';
-
-// The example is built by examples/tsconfig.json after this file: loaded at run time.
-interface PaymentsService {
-  db: Database.Database;
-  capture(account: string, amountCents: number): string;
-  refund(paymentId: string): boolean;
-  close(): void;
-}
-const example = (file: string) => import(new URL(`../examples/payments/${file}`, import.meta.url).href);
-const { openPaymentsService } = (await example('payments-service.js')) as { openPaymentsService(path: string): PaymentsService };
-const { checkBalances } = (await example('check-balances.js')) as {
-  checkBalances(payments: Database.Database, ledger: Database.Database): { accounts: number; mismatches: string[]; entries: number; expectedEntries: number };
-};
+import { checkBalances, openPaymentsService } from './helpers/payments-example.js';
 
 const h = useHarness({ init: false });
 const PRODUCER = 'dist/examples/payments/producer-app.js';

@@ -1,26 +1,12 @@
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, it } from 'node:test';
 import Database from 'better-sqlite3';
 import { connectRedis, createRelay } from '../shared/outbox/index.js';
 import { useHarness } from './helpers/harness.js';
-import type { CliResult } from './helpers/cli.js';
-
-// The example is built by examples/tsconfig.json against the package's declarations (it imports
-// 'outbox'), after this file: loaded at run time, typed here by what the test uses.
-interface PaymentsService {
-  db: Database.Database;
-  capture(account: string, amountCents: number): string;
-  refund(paymentId: string): boolean;
-  close(): void;
-}
-const example = (file: string) => import(new URL(`../examples/payments/${file}`, import.meta.url).href);
-const { openPaymentsService } = (await example('payments-service.js')) as { openPaymentsService(path: string): PaymentsService };
-const { checkBalances } = (await example('check-balances.js')) as {
-  checkBalances(payments: Database.Database, ledger: Database.Database): { accounts: number; mismatches: string[]; entries: number; expectedEntries: number };
-};
+import { checkBalances, openPaymentsService, type PaymentsService } from './helpers/payments-example.js';
+import { startScript, type CliResult } from './helpers/cli.js';
 
 // The payments database is the store here (no `outbox init`): its first relay claims the Redis.
 const h = useHarness({ init: false });
@@ -29,15 +15,7 @@ const paymentsPath = () => join(h.env.dir, 'payments.db');
 const ledgerPath = () => join(h.env.dir, 'ledger.db');
 
 function consume(env: Record<string, string> = {}): Promise<CliResult> {
-  const child = spawn(process.execPath, [CONSUME, ledgerPath()], { env: { ...process.env, REDIS_URL: h.env.redisUrl, OUTBOX_CRASH_POINTS: '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (chunk) => (stdout += chunk));
-  child.stderr.on('data', (chunk) => (stderr += chunk));
-  return new Promise((resolve, reject) => {
-    child.on('error', reject);
-    child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr }));
-  });
+  return startScript(CONSUME, [ledgerPath()], { REDIS_URL: h.env.redisUrl, ...env }).done;
 }
 
 /** `count` captures over 12 accounts, every fourth refunded right after (so accounts hold several events close together). */

@@ -26,8 +26,13 @@ export interface StartedCli {
 
 /** Starts `outbox <args>` as a real process with OUTBOX_DIR / REDIS_URL set. */
 export function startCli(args: string[], { dir, redisUrl, env = {} }: CliEnv): StartedCli {
-  const child = spawn(process.execPath, [CLI_PATH, ...args], {
-    env: { ...process.env, OUTBOX_DIR: dir, REDIS_URL: redisUrl, OUTBOX_CRASH_POINTS: '', ...env },
+  return startScript(CLI_PATH, args, { OUTBOX_DIR: dir, REDIS_URL: redisUrl, ...env });
+}
+
+/** Starts `node <script> <args>` with `env` over this process's and no crash point armed, collecting its output. */
+export function startScript(script: string, args: string[], env: Record<string, string>): StartedCli {
+  const child = spawn(process.execPath, [script, ...args], {
+    env: { ...process.env, OUTBOX_CRASH_POINTS: '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let stdout = '';
