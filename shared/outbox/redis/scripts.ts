@@ -73,11 +73,16 @@ export interface ApplyResult {
   problems: string[];
 }
 
+/** The dedupe markers' key prefix, namespace included: the scripts derive each marker's key from it. */
+function markerPrefix(redis: Redis): string {
+  return keyPrefixOfConnection(redis) + keys.seen('');
+}
+
 /** See lua/apply-events-11.lua: applies `events` and their effects in order, resolving one outcome per event. */
 export async function applyEvents(redis: Redis, processingList: string, events: EventToApply[], dedupeTtlSeconds: number): Promise<ApplyResult> {
   // The markers' and the effects' keys are derived in the script, so their prefix carries the namespace itself.
   const namespace = keyPrefixOfConnection(redis);
-  const args: (string | number)[] = [namespace + keys.seen(''), dedupeTtlSeconds, namespace];
+  const args: (string | number)[] = [markerPrefix(redis), dedupeTtlSeconds, namespace];
   for (const e of events) {
     args.push(e.raw, e.eventId, e.aggregate, e.seq, e.storeId, e.result, e.effects.length);
     for (const effect of e.effects) args.push(...effect);
@@ -205,7 +210,7 @@ export interface ClaimResult {
 
 /** See lua/claim-event-8.lua: claims `events` (at most one per aggregate) for `leaseMs` on behalf of `owner`. */
 export async function claimEvents(redis: Redis, processingList: string, events: EventToClaim[], leaseMs: number, owner: string): Promise<ClaimResult> {
-  const args: (string | number)[] = [keyPrefixOfConnection(redis) + keys.seen(''), leaseMs, owner];
+  const args: (string | number)[] = [markerPrefix(redis), leaseMs, owner];
   for (const e of events) args.push(e.raw, e.eventId, e.aggregate, e.seq, e.storeId);
   const [outcomes, waits, problems] = (await client(redis).claimEvents(
     processingList,
@@ -230,7 +235,7 @@ export async function completeEvents(
   events: (EventToClaim & { result: string })[],
   dedupeTtlSeconds: number,
 ): Promise<{ outcomes: CompleteOutcome[]; problems: string[] }> {
-  const args: (string | number)[] = [keyPrefixOfConnection(redis) + keys.seen(''), dedupeTtlSeconds];
+  const args: (string | number)[] = [markerPrefix(redis), dedupeTtlSeconds];
   for (const e of events) args.push(e.raw, e.eventId, e.aggregate, e.seq, e.storeId, e.result);
   const [outcomes, problems] = (await client(redis).completeEvents(
     processingList,
