@@ -6,6 +6,7 @@ import { runApp } from '../../shared/runtime/run-app.js';
 import { consumerHealth } from '../../shared/runtime/health/consumer-health.js';
 import { healthEndpointOf, HEALTH_PORT_SETTINGS } from '../../shared/runtime/health/health-settings.js';
 import { startHealthServer } from '../../shared/runtime/health/health-server.js';
+import { appMetrics } from '../../shared/runtime/metrics/app-metrics.js';
 
 /** The lab's handler set (inventory reservation), run on the worker threads. */
 const LAB_HANDLERS = new URL('../../shared/lab/orders/order-handlers.js', import.meta.url);
@@ -28,10 +29,13 @@ runApp('outbox-consumer', consumerSettings, async (config, log, signal) => {
     // Each task carries the fault in force (OUTBOX_HANDLER_FAIL, or its file while that exists).
     fault: handlerFaultSource(config.handlerFault, config.handlerFaultFile || undefined, log),
   });
-  const consumer = outboxConsumer.start({ log, connectBlocking, statsIntervalMs: config.statsEveryMs, healthUrl: () => health?.url ?? null });
-  const identity = { app: 'outbox-consumer', dir: config.dir, namespace: config.namespace, consumerId };
   const healthEndpoint = healthEndpointOf('consumer', config.healthPort, config.healthHost);
-  health = await startHealthServer(healthEndpoint, HEALTH_PORT_SETTINGS.consumer.env, () => consumerHealth(identity, redis, consumer.consumerStats), log);
+  // /metrics is served next to /healthz, on the same listener: none when that is off.
+  const metrics = healthEndpoint === null ? undefined : await appMetrics('outbox-consumer');
+  metrics?.watchQueue(redis);
+  const consumer = outboxConsumer.start({ log, connectBlocking, statsIntervalMs: config.statsEveryMs, healthUrl: () => health?.url ?? null, metrics });
+  const identity = { app: 'outbox-consumer', dir: config.dir, namespace: config.namespace, consumerId };
+  health = await startHealthServer(healthEndpoint, HEALTH_PORT_SETTINGS.consumer.env, () => consumerHealth(identity, redis, consumer.consumerStats), log, metrics);
   log.info('consumer started', {
     redis: config.redisUrl,
     consumerId: config.consumerId,

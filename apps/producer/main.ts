@@ -8,6 +8,7 @@ import { createLiveOrderService } from '../../shared/lab/producer/live-order-ser
 import { producerHealth } from '../../shared/runtime/health/producer-health.js';
 import { startTraffic } from '../../shared/lab/producer/traffic.js';
 import { runApp } from '../../shared/runtime/run-app.js';
+import { appMetrics, sendMetrics } from '../../shared/runtime/metrics/app-metrics.js';
 
 /** Why the producer cannot listen where it was told to, as a config error (pm2 does not restart it into the same refusal); other errors as they are. */
 function listenError(error: NodeJS.ErrnoException, host: string, port: number): Error {
@@ -32,7 +33,10 @@ runApp('outbox-producer', producerSettings, async (config, log) => {
   const database = watchDatabase(config.dir, { log, app: 'producer', stopped: 'refusing writes' });
   const service = createLiveOrderService(database);
   const health = () => producerHealth({ app: 'outbox-producer', dir: config.dir }, database);
-  server.on('request', createOrderApi(service, log, { health }));
+  // GET /metrics on the API's port: PENDING rows and the oldest one's age, read from app.db when scraped.
+  const metrics = await appMetrics('outbox-producer');
+  metrics.watchStore(() => (database.check() ? database.current().db : null));
+  server.on('request', createOrderApi(service, log, { health, metrics: (res) => sendMetrics(res, metrics, log) }));
   log.info('producer listening', { url: `http://${host}:${port}`, db: `${config.dir}/app.db` });
 
   const traffic = config.rate > 0 ? startTraffic(service, { rate: config.rate, durationMs: config.durationMs, seed: config.seed }, log) : undefined;

@@ -8,6 +8,7 @@ import { runApp } from '../../shared/runtime/run-app.js';
 import { healthEndpointOf, HEALTH_PORT_SETTINGS } from '../../shared/runtime/health/health-settings.js';
 import { startHealthServer } from '../../shared/runtime/health/health-server.js';
 import { relayHealth } from '../../shared/runtime/health/relay-health.js';
+import { appMetrics } from '../../shared/runtime/metrics/app-metrics.js';
 
 runApp('outbox-relay', relaySettings, async (config, log, signal) => {
   const detach = attachApp(config.dir, 'outbox-relay');
@@ -15,6 +16,11 @@ runApp('outbox-relay', relaySettings, async (config, log, signal) => {
   // createOutbox) made one. Any service's database with the library's tables: it carries any events.
   const database = watchDatabase(config.dir, { log, app: 'relay', stopped: 'not relaying', outboxOnly: true });
   const redis = await connectUntilReady(config.redisUrl, { name: 'outbox-relay', log, signal, namespace: config.namespace, requireNoEviction: true });
+  const healthEndpoint = healthEndpointOf('relay', config.healthPort, config.healthHost);
+  // /metrics is served next to /healthz, on the same listener: none when that is off.
+  const metrics = healthEndpoint === null ? undefined : await appMetrics('outbox-relay');
+  metrics?.watchStore(() => (database.check() ? database.current().db : null));
+  metrics?.watchQueue(redis);
   const worker = await startRelayWorker(database, redis, config.redisUrl, log, {
     everyMs: config.everyMs,
     sliceMs: config.sliceMs,
@@ -22,10 +28,10 @@ runApp('outbox-relay', relaySettings, async (config, log, signal) => {
     batchSize: config.batchSize,
     lockDurationMs: config.lockDurationMs,
     statsEveryMs: config.statsEveryMs,
+    metrics,
   });
   const identity = { app: 'outbox-relay', dir: config.dir, namespace: config.namespace };
-  const healthEndpoint = healthEndpointOf('relay', config.healthPort, config.healthHost);
-  const health = await startHealthServer(healthEndpoint, HEALTH_PORT_SETTINGS.relay.env, () => relayHealth(identity, database, redis, worker.stats), log);
+  const health = await startHealthServer(healthEndpoint, HEALTH_PORT_SETTINGS.relay.env, () => relayHealth(identity, database, redis, worker.stats), log, metrics);
   const pruneOlderThanMs = config.pruneOlderThanMs;
   const pruner = pruneOlderThanMs === undefined ? undefined : await startPruneWorker(database, redis, config.redisUrl, log, { olderThanMs: pruneOlderThanMs, everyMs: config.pruneEveryMs });
   log.info('relay started', {

@@ -39,3 +39,4 @@ export {
   type RedisHandler,
   type DatabaseHandler,
 } from './consumer/handlers.js';
+export { createOutboxMetrics, type OutboxMetrics, type OutboxMetricsOptions } from './metrics/outbox-metrics.js';

@@ -5,6 +5,7 @@ import { NotFoundError } from '../../outbox/errors/not-found-error.js';
 import { StoreUnavailableError } from '../../outbox/errors/store-unavailable-error.js';
 import type { HealthReport } from '../../runtime/health/health-report.js';
 import { HEALTH_PATH, sendHealth } from '../../runtime/health/health-server.js';
+import { METRICS_PATH } from '../../runtime/metrics/app-metrics.js';
 import type { Logger } from '../../outbox/logger.js';
 import type { OrderService, OrderWrite } from '../orders/order-service.js';
 import { parseOrderId, parseQty, parseSku } from '../orders/validate.js';
@@ -14,6 +15,8 @@ export interface OrderApiOptions {
   maxBodyBytes?: number;
   /** What GET /healthz answers (200 when ok, else 503). Default `{ok: true}`. */
   health?: () => HealthReport;
+  /** Answers GET /metrics (Prometheus exposition). Default: no such route. */
+  metrics?: (res: ServerResponse) => Promise<void>;
 }
 
 class HttpError extends Error {
@@ -101,6 +104,7 @@ const STATUS_OF = new Map<Function, number>([
  *   POST /orders/:id/cancel       -> 200
  *   GET  /orders/:id              -> 200 {id, sku, qty, status, version}
  *   GET  /healthz                 -> 200 {ok: true, checks}, or 503 {ok: false, reason, checks}
+ *   GET  /metrics                 -> 200, Prometheus text (when given `metrics`)
  *   HEAD on a GET route           -> the same status and headers, no body
  *
  * Without a usable app.db (missing, deleted or replaced under the app) every order call is a 503.
@@ -123,6 +127,10 @@ export function createOrderApi(service: OrderService, log: Logger, options: Orde
     if (path === HEALTH_PATH) {
       allow('GET');
       return sendHealth(res, options.health?.() ?? { ok: true });
+    }
+    if (path === METRICS_PATH && options.metrics) {
+      allow('GET');
+      return options.metrics(res);
     }
     if (path === '/orders') {
       allow('POST');

@@ -116,7 +116,7 @@ function newerEvent(row: OutboxRow): NewerEvent {
 
 const KEY_PREFIX = `${ORDER_AGGREGATE}:`;
 
-const NEWER_ROWS = 'SELECT id, event_id, aggregate_id, seq, event_type, payload FROM outbox WHERE id > ? ORDER BY id';
+const NEWER_ROWS = 'SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE id > ? ORDER BY id';
 
 /** S1: everything the checks read from SQLite, in one read transaction (one consistent snapshot). */
 function readSqlite(db: Db, horizonOrNone: number | undefined) {

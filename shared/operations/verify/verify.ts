@@ -198,7 +198,7 @@ const MAX_LOST_LOOKUP = 500;
 async function lostNow(db: Db, redis: Redis, eventIds: string[]): Promise<string[]> {
   if (eventIds.length === 0 || eventIds.length > MAX_LOST_LOOKUP) return [];
   const rows = db
-    .prepare<[string], OutboxRow>("SELECT id, event_id, aggregate_id, seq, event_type, payload FROM outbox WHERE status = 'PUBLISHED' AND event_id IN (SELECT value FROM json_each(?))")
+    .prepare<[string], OutboxRow>("SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE status = 'PUBLISHED' AND event_id IN (SELECT value FROM json_each(?))")
     .all(JSON.stringify(eventIds));
   if (rows.length === 0) return [];
   const storeId = storeIdOf(db);

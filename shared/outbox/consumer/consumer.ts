@@ -62,6 +62,8 @@ export interface ConsumeStats {
   invalid: number;
   /** Failed handler attempts followed by another attempt (the last failed one dead-letters: `dead`). */
   retried: number;
+  /** Failed handler attempts (threw, timed out, lost the thread): `retried` and those that dead-lettered. */
+  failed: number;
 }
 
 const STAT_OF: Record<Outcome, keyof ConsumeStats> = {
@@ -95,7 +97,7 @@ export interface Handled {
 const APPLY_CHUNK = 200;
 
 export function emptyStats(): ConsumeStats {
-  return { received: 0, recovered: 0, applied: 0, duplicates: 0, parked: 0, dead: 0, stale: 0, invalid: 0, retried: 0 };
+  return { received: 0, recovered: 0, applied: 0, duplicates: 0, parked: 0, dead: 0, stale: 0, invalid: 0, retried: 0, failed: 0 };
 }
 
 /**
@@ -229,6 +231,7 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
       const outcomes = results.flat();
       if (outcomes.length > 0) crashPoint('consumer.after-apply', () => `crash point consumer.after-apply: dying after ${outcomes.length} messages were handled`);
       stats.received += entries.length;
+      stats.failed += failed.length;
       for (const outcome of outcomes) stats[STAT_OF[outcome]] += 1;
       const handled: Handled[] = [...rejected, ...failed.map((f) => ({ ...f.item, reason: f.item.reason ?? f.error })), ...applied].map((p, i) => ({
         ...p,

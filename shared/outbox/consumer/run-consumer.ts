@@ -9,6 +9,7 @@ import { driveRounds, type RoundEngine, type RoundItem } from './drive-rounds.js
 import { createConsumerStats, type ConsumerStats } from './consumer-stats.js';
 import { startHeartbeat } from './heartbeats.js';
 import { reclaimOrphans } from './orphans.js';
+import type { OutboxMetrics } from '../metrics/outbox-metrics.js';
 
 export type { RoundEngine } from './drive-rounds.js';
 
@@ -25,6 +26,8 @@ interface RunOptions {
   healthUrl?: () => string | null;
   /** How often to look for processing lists of consumers that are gone, ms. Default 10000. */
   reclaimEveryMs?: number;
+  /** Where this consumer's counts, in-flight messages and commit → applied latency show (`createOutboxMetrics`). Default none. */
+  metrics?: Pick<OutboxMetrics, 'consumerStarted' | 'roundAnswered'>;
 }
 
 /**
@@ -55,8 +58,12 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
   const applyFailures = incidentLog(log);
   const takeFailures = incidentLog(log);
 
+  const { metrics } = options;
+  const metricsStopped = metrics?.consumerStarted(options.consumerId, stats, redis, processingList);
+
   function report(handled: RoundItem[]): void {
     applyFailures.clear();
+    metrics?.roundAnswered(options.consumerId, handled);
     for (const { outcome, event, raw, reason, attempt, retryInMs } of handled) {
       const ids = { eventId: event?.eventId, aggregateId: event?.aggregateId, seq: event?.seq };
       if (outcome === 'duplicate') log.debug('duplicate skipped', ids);
@@ -129,6 +136,7 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
       let handedBack = 0;
       while ((await redis.lmove(processingList, keys.events, 'RIGHT', 'LEFT')) !== null) handedBack += 1;
       await stopHeartbeat();
+      metricsStopped?.();
       log.info('consumer stopped', { ...stats, handedBack });
     },
   };

@@ -8,7 +8,7 @@ import { keys } from '../redis/keys.js';
 import { sleep } from '../sleep.js';
 import { startScheduledWorker } from './scheduled-worker.js';
 import { holdJobLock, LockLostError, type JobLock } from './job-lock.js';
-import { createRelay, DEFAULT_RELAY_BATCH_SIZE, type Relay } from './relay.js';
+import { createRelay, DEFAULT_RELAY_BATCH_SIZE, type Relay, type RelayOptions } from './relay.js';
 import { writeBlockedCause } from './write-blocked.js';
 import { OutboxError } from '../errors/outbox-error.js';
 import { describePairing } from './store-pairing.js';
@@ -45,6 +45,8 @@ export interface RelayWorkerOptions {
   stalledIntervalMs?: number;
   /** Interval of the `relay stats` line (ms; 0 = never). Default 10000. */
   statsEveryMs?: number;
+  /** Counts batches and Redis state losses (`createOutboxMetrics`). Default none. */
+  metrics?: RelayOptions['metrics'];
 }
 
 export interface RelayJobResult {
@@ -59,7 +61,7 @@ export interface RelayJobResult {
 const BACKOFF_FIRST_MS = 50;
 const BACKOFF_MAX_MS = 2000;
 
-function withDefaults(options: RelayWorkerOptions): Required<RelayWorkerOptions> {
+function withDefaults(options: RelayWorkerOptions): Required<Omit<RelayWorkerOptions, 'metrics'>> {
   const lockDurationMs = options.lockDurationMs ?? 4000;
   const config = {
     everyMs: options.everyMs ?? 1000,
@@ -100,6 +102,7 @@ export async function startRelayWorker(database: DatabaseWatch, redis: Redis, ur
       live.db.pragma(`busy_timeout = ${config.busyTimeoutMs}`);
       const relay = createRelay(live.db, redis, {
         batchSize: config.batchSize,
+        metrics: options.metrics,
         onPairing: (pairing) =>
           pairing.kind === 'rebuilt'
             ? log.warn(describePairing(pairing), { republished: pairing.republished, unrecoverable: pairing.unrecoverable })

@@ -7,6 +7,7 @@ import { OutboxError } from '../errors/outbox-error.js';
 import { toMessage, type OutboxRow } from '../store/events.js';
 import { pushEvents } from '../redis/scripts.js';
 import { ensurePaired, mismatch, type Pairing } from './store-pairing.js';
+import type { OutboxMetrics } from '../metrics/outbox-metrics.js';
 
 export interface RelayOptions {
   /** Rows per batch: one SELECT, one push script (RPUSH + INCRBY), one UPDATE transaction. Default 1000. */
@@ -15,6 +16,8 @@ export interface RelayOptions {
   onPairing?: (pairing: Exclude<Pairing, { kind: 'paired' }>) => void;
   /** Throws when app.db is no longer the file at its path; checked before claiming a Redis. Default: never. */
   assertLive?: () => void;
+  /** Counts each batch (events pushed, its duration) and each Redis state loss found (`createOutboxMetrics`). Default none. */
+  metrics?: Pick<OutboxMetrics, 'relayStarted' | 'batchRelayed' | 'stateLost'>;
 }
 
 /** Redis lost its state between two pushes: the pass stops and the relay pairs again. */
@@ -63,7 +66,7 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
   }
   // The partial index holds (status, rowid): WHERE status='PENDING' ORDER BY id reads it in order, no sort.
   const selectPending = db.prepare<[number, number], OutboxRow>(
-    "SELECT id, event_id, aggregate_id, seq, event_type, payload FROM outbox WHERE status = 'PENDING' AND id > ? ORDER BY id LIMIT ?",
+    "SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE status = 'PENDING' AND id > ? ORDER BY id LIMIT ?",
   );
   // Exactly the rows of the batch, in one statement. (A range UPDATE could also mark a row that a
   // concurrent replay set back to PENDING after the SELECT, without pushing it again.)
@@ -72,6 +75,7 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
   );
   const storeId = storeIdOf(db);
   const replayGeneration = replayGenerationReader(db);
+  options.metrics?.relayStarted();
   /**
    * Marks the rows, unless a replay, repair or rebuild set rows back to PENDING since the pass read
    * `generation`: those rows may be among these, and they must be pushed again, not marked (a
@@ -118,6 +122,7 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
   async function pair(): Promise<Pairing> {
     const pairing = await ensurePaired(db, redis, options.assertLive);
     paired = true;
+    if (pairing.kind === 'rebuilt') options.metrics?.stateLost();
     if (pairing.kind !== 'paired') options.onPairing?.(pairing);
     return pairing;
   }
@@ -164,7 +169,9 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
   function count(total: { batches: number; events: number }, rows: OutboxRow[], started: number, onBatch: RelayAllOptions['onBatch']): void {
     total.batches += 1;
     total.events += rows.length;
-    onBatch?.(summary(rows, started));
+    const batch = summary(rows, started);
+    options.metrics?.batchRelayed(batch.count, batch.durationMs / 1000);
+    onBatch?.(batch);
   }
 
   /**

@@ -7,6 +7,8 @@ export interface OutboxRow {
   seq: number;
   event_type: string;
   payload: string;
+  /** When the row was appended (ms since epoch, the appending process's clock): the event's commit time. */
+  created_at: number;
 }
 
 /**
@@ -22,16 +24,20 @@ export interface OutboxEvent {
   seq: number;
   type: string;
   payload: Record<string, unknown>;
+  /** The row's created_at (ms since epoch): for the commit → applied latency. Absent from messages of an older relay. */
+  createdAt?: number;
 }
 
 /**
- * The wire form of a row of store `storeId`: the seed's fields, then `store_id`. The stored payload
- * text is embedded as it is (it was written by JSON.stringify), so the relay never parses it.
+ * The wire form of a row of store `storeId`: the seed's fields, then `store_id` and `created_at`
+ * (the commit time, for the commit → applied latency). The stored payload text is embedded as it
+ * is (it was written by JSON.stringify), so the relay never parses it. The same row always makes
+ * the same text: `verify` finds a queued message by it.
  */
 export function toMessage(row: OutboxRow, storeId: string): string {
   return (
     `{"event_id":${JSON.stringify(row.event_id)},"aggregate_id":${JSON.stringify(row.aggregate_id)},` +
-    `"seq":${row.seq},"event_type":${JSON.stringify(row.event_type)},"payload":${row.payload},"store_id":${JSON.stringify(storeId)}}`
+    `"seq":${row.seq},"event_type":${JSON.stringify(row.event_type)},"payload":${row.payload},"store_id":${JSON.stringify(storeId)},"created_at":${row.created_at}}`
   );
 }
 

@@ -26,7 +26,7 @@ function isObject(value: unknown): value is Record<string, unknown> {
 
 /**
  * Parses and checks the envelope of one queue entry, whatever its event type: event_id, the
- * aggregate key, seq, event_type, an object payload and store_id. The payload's own fields are its
+ * aggregate key, seq, event_type, an object payload, store_id and, when there, created_at. The payload's own fields are its
  * declaration's business (`EventSet.deliver`). Throws `MalformedMessageError` with the reason.
  */
 export function parseMessage(raw: string): OutboxEvent {
@@ -45,5 +45,9 @@ export function parseMessage(raw: string): OutboxEvent {
   const type = nonEmptyString(message.event_type, 'event_type', 128);
   const payload = message.payload;
   if (!isObject(payload)) throw new MalformedMessageError('payload must be a JSON object');
-  return { eventId, storeId, aggregateId, seq, type, payload };
+  // Optional: messages an older relay pushed have none.
+  const createdAt = message.created_at;
+  if (createdAt === undefined) return { eventId, storeId, aggregateId, seq, type, payload };
+  if (typeof createdAt !== 'number' || !Number.isSafeInteger(createdAt) || createdAt < 0) throw new MalformedMessageError('created_at must be a time in ms since the epoch');
+  return { eventId, storeId, aggregateId, seq, type, payload, createdAt };
 }

@@ -1,5 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Logger } from '../../outbox/logger.js';
+import type { OutboxMetrics } from '../../outbox/metrics/outbox-metrics.js';
+import { METRICS_PATH, sendMetrics } from '../metrics/app-metrics.js';
 import type { HealthReport } from './health-report.js';
 import { healthUrlOf, type HealthEndpoint } from './health-settings.js';
 
@@ -18,12 +20,14 @@ function sendError(res: ServerResponse, status: number, error: string, headers: 
   res.end(json);
 }
 
-/** The request handler of a health endpoint: GET and HEAD on /healthz; 404 elsewhere, 405 for other methods. */
-export function healthHandler(check: () => Promise<HealthReport>, log: Logger) {
+/** The request handler of an app's endpoint: GET and HEAD on /healthz and (given `metrics`) /metrics; 404 elsewhere, 405 for other methods. */
+export function healthHandler(check: () => Promise<HealthReport>, log: Logger, metrics?: OutboxMetrics) {
+  const routes = metrics ? `GET ${HEALTH_PATH} and GET ${METRICS_PATH}` : `GET ${HEALTH_PATH}`;
   return async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const path = new URL(req.url ?? '/', 'http://localhost').pathname;
-    if (path !== HEALTH_PATH) return sendError(res, 404, `no route ${path}: the health endpoint is GET ${HEALTH_PATH}`);
-    if (req.method !== 'GET' && req.method !== 'HEAD') return sendError(res, 405, `use GET, HEAD on ${HEALTH_PATH}`, { allow: 'GET, HEAD' });
+    if (path !== HEALTH_PATH && !(metrics && path === METRICS_PATH)) return sendError(res, 404, `no route ${path}: the endpoints are ${routes}`);
+    if (req.method !== 'GET' && req.method !== 'HEAD') return sendError(res, 405, `use GET, HEAD on ${path}`, { allow: 'GET, HEAD' });
+    if (path === METRICS_PATH) return sendMetrics(res, metrics!, log);
     try {
       sendHealth(res, await check());
     } catch (error) {
@@ -34,13 +38,20 @@ export function healthHandler(check: () => Promise<HealthReport>, log: Logger) {
 }
 
 /**
- * The relay's and the consumer's health endpoint (`GET`/`HEAD /healthz`) on `endpoint`; none when
- * it is null. A port in use does not stop the app (it works without its endpoint): it logs one
- * error line naming the setting, and `outbox status` then shows no answer from it.
+ * The relay's and the consumer's one HTTP listener on `endpoint`: `GET`/`HEAD /healthz`, and
+ * `/metrics` given `metrics`; none when `endpoint` is null. A port in use does not stop the app
+ * (it works without its endpoint): it logs one error line naming the setting, and `outbox status`
+ * then shows no answer from it.
  */
-export async function startHealthServer(endpoint: HealthEndpoint | null, setting: string, check: () => Promise<HealthReport>, log: Logger): Promise<{ url: string | null; close: () => Promise<void> }> {
+export async function startHealthServer(
+  endpoint: HealthEndpoint | null,
+  setting: string,
+  check: () => Promise<HealthReport>,
+  log: Logger,
+  metrics?: OutboxMetrics,
+): Promise<{ url: string | null; close: () => Promise<void> }> {
   if (endpoint === null) return { url: null, close: async () => {} };
-  const server: Server = createServer(healthHandler(check, log));
+  const server: Server = createServer(healthHandler(check, log, metrics));
   const listening = await new Promise<boolean>((resolve) => {
     server.once('error', (error: NodeJS.ErrnoException) => {
       log.error(`health endpoint not started: ${endpoint.host}:${endpoint.port} ${error.code === 'EADDRINUSE' ? 'is in use' : `cannot be bound (${error.code ?? error.message})`}: set ${setting} to a free port, or off`, { error });
@@ -52,7 +63,7 @@ export async function startHealthServer(endpoint: HealthEndpoint | null, setting
   // Probes must not keep the process alive, nor delay its stop.
   server.unref();
   const url = healthUrlOf(endpoint);
-  log.info('health endpoint listening', { url });
+  log.info('health endpoint listening', { url, ...(metrics ? { metrics: url.replace(/\/healthz$/, METRICS_PATH) } : {}) });
   return {
     url,
     async close() {

@@ -155,6 +155,7 @@ export function createDatabaseConsumer(redis: Redis, options: DatabaseConsumerOp
     const now = Date.now();
     for (const item of items) {
       count(item.outcome!);
+      if (item.handlerFailed) stats.failed += 1;
       if (item.outcome === 'retry') waiting.add({ raw: item.raw, event: item.event, attempts: item.attempt, dueAt: now + item.retryInMs! });
       // Not a failed attempt: the same attempt again, once the other process's lease is over.
       if (item.outcome === 'busy') waiting.add({ raw: item.raw, event: item.event, attempts: item.attempt - 1, dueAt: now + item.retryInMs! });

@@ -22,6 +22,8 @@ export interface InboxItem {
   reason?: string;
   /** When it waits (a retry, or another process's lease): in how many ms. */
   retryInMs?: number;
+  /** Its handler failed this attempt (retried or dead-lettered): counted in `failed`. */
+  handlerFailed?: true;
 }
 
 export interface InboxContext {
@@ -144,6 +146,7 @@ async function executeChunk(ctx: InboxContext, chunk: Deliverable[], report: (pr
       // Rolled back: a failed attempt, counted like the engine's. The claim stays ours, so the retry re-claims at once.
       const { status, attempts } = await handlerFailed(ctx.redis, ctx.processingList, item.raw, item.event.eventId, ctx.maxAttempts, error);
       item.outcome = status;
+      item.handlerFailed = true;
       item.attempt = attempts;
       item.reason = status === 'dead' ? `handler failed ${attempts} times: ${error}` : error;
       if (status === 'retry') item.retryInMs = backoffMs(attempts);
