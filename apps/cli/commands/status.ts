@@ -1,4 +1,7 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
+import type { Redis } from 'ioredis';
+import type { Db } from '../../../shared/outbox/store/open-database.js';
+import { sleep } from '../../../shared/outbox/sleep.js';
 import { describeRefusal, readRefusals } from '../../../shared/runtime/refusals.js';
 import { collectStatus, formatStatus } from '../../../shared/operations/status.js';
 import { configOf, type GlobalArgs } from '../options.js';
@@ -6,19 +9,65 @@ import { withDb, withRedis } from '../stores.js';
 
 interface Args extends GlobalArgs {
   json: boolean;
+  watch: boolean;
 }
 
 export const command = 'status';
 export const describe = 'one screen: pending rows, queue, processing lists, processed, parked, dead letters, relay, apps that refused to start';
 
-export const builder = (yargs: Argv<GlobalArgs>) => yargs.option('json', { type: 'boolean', default: false, describe: 'print JSON' });
+export const builder = (yargs: Argv<GlobalArgs>) =>
+  yargs
+    .option('json', { type: 'boolean', default: false, describe: 'print JSON (with --watch: one line per second)' })
+    .option('watch', { type: 'boolean', default: false, describe: 'redraw the screen every second until Ctrl-C (SIGINT) or SIGTERM, then exit 0' });
+
+/** How often --watch redraws, ms. */
+const WATCH_EVERY_MS = 1000;
+
+/** One screen (or one JSON document) of the stores and the apps now. */
+async function render(db: Db, redis: Redis, dir: string, json: boolean, watch: boolean): Promise<string> {
+  const status = await collectStatus(db, redis);
+  // Apps that exited with EXIT_CONFIG (pm2 shows them stopped): why, from <dir>/refused/.
+  const refused = readRefusals(dir);
+  if (json) return watch ? JSON.stringify({ at: new Date().toISOString(), ...status, refused }) : JSON.stringify({ ...status, refused }, null, 2);
+  return [...formatStatus(status), ...refused.map((refusal) => `REFUSED     ${describeRefusal(refusal)}`)].join('\n');
+}
+
+/**
+ * Redraws every second until SIGINT or SIGTERM: on a terminal the screen is cleared first, else each
+ * screen follows the last after a blank line (a log, a pipe); --json writes one line per second.
+ * A signal ends the wait at once, or lets the screen being read finish; the stores are then closed.
+ */
+async function watch(draw: () => Promise<string>, json: boolean): Promise<void> {
+  const stop = new AbortController();
+  const onSignal = () => stop.abort();
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  const terminal = process.stdout.isTTY === true && !json;
+  try {
+    while (!stop.signal.aborted) {
+      const started = Date.now();
+      const screen = await draw();
+      if (json) process.stdout.write(`${screen}\n`);
+      else {
+        const title = `outbox status at ${new Date().toISOString()}, every ${WATCH_EVERY_MS / 1000} s (Ctrl-C to stop)`;
+        process.stdout.write(terminal ? `\x1b[H\x1b[2J${title}\n\n${screen}\n` : `${title}\n${screen}\n\n`);
+      }
+      await sleep(Math.max(0, WATCH_EVERY_MS - (Date.now() - started)), stop.signal);
+    }
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+}
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   // Not withStores: a Redis that serves another store is shown here, not refused.
   const config = configOf(argv);
-  const status = await withDb(config, (db) => withRedis(config, (redis) => collectStatus(db, redis)));
-  // Apps that exited with EXIT_CONFIG (pm2 shows them stopped): why, from <dir>/refused/.
-  const refused = readRefusals(config.dir);
-  if (argv.json) console.log(JSON.stringify({ ...status, refused }, null, 2));
-  else console.log([...formatStatus(status), ...refused.map((refusal) => `REFUSED     ${describeRefusal(refusal)}`)].join('\n'));
+  await withDb(config, (db) =>
+    withRedis(config, async (redis) => {
+      const draw = () => render(db, redis, config.dir, argv.json, argv.watch);
+      if (argv.watch) await watch(draw, argv.json);
+      else console.log(await draw());
+    }),
+  );
 }
