@@ -14,6 +14,7 @@ import { snapshotStores, tempDir } from './helpers/stores.js';
 const h = useHarness({ init: false });
 const CONSUME = fileURLToPath(new URL('../examples/payments/consume.js', import.meta.url));
 const PAYMENTS_CHECKS = fileURLToPath(new URL('../examples/payments/verify-checks.js', import.meta.url));
+const PUBLIC_API = new URL('../shared/outbox/index.js', import.meta.url).href;
 const appDb = () => join(h.env.dir, 'app.db');
 const ledgerPath = () => join(h.env.dir, 'ledger.db');
 
@@ -104,9 +105,18 @@ describe('verify --checks: a domain’s own invariants (examples/payments, datab
     assert.match(result.stderr, /^verify: check "bad row" of mine threw: its row's expected is not a string$/m);
     assert.doesNotMatch(result.stderr, /\bat .*:\d+:\d+/);
     assert.match(result.stdout, /^VERIFY FAILED: 2 invariants broken$/m);
+
+    // A snapshot read that throws fails the set's one row for it; the checks that need it do not run.
+    const badSnapshot = moduleFile(
+      "export default { name: 'mine', snapshot: { producer: (db) => db.prepare('SELECT * FROM nowhere').all() }, checks: { 'uses it': ({ snapshot }) => [] } };",
+    );
+    const snapshot = await verify('--checks', badSnapshot);
+    assert.equal(snapshot.code, 1, snapshot.stdout + snapshot.stderr);
+    assert.match(snapshot.stderr, /^verify: check "mine: snapshot\.producer" of mine threw: no such table: nowhere$/m);
+    assert.match(snapshot.stdout, /^VERIFY FAILED: 1 invariant broken$/m);
   });
 
-  it('a missing module, one that does not load, and one without a check set: one line, exit 2, nothing read or changed', async () => {
+  it('a missing module, one that does not load, and one without a check set: one line, exit 2, before any store is opened, nothing changed', async () => {
     await paymentsDrained();
     const before = await snapshotStores(h.env.dir, h.env.redisUrl);
     const cases: [string, RegExp][] = [
@@ -115,6 +125,11 @@ describe('verify --checks: a domain’s own invariants (examples/payments, datab
       [moduleFile('export const checks = {};'), /^outbox: --checks .*checks\.mjs has no default export: pass a JS module /],
       [moduleFile("export default { name: 'mine', checks: { a: 1 } };"), /^outbox: --checks .*checks\.mjs: its default export is not a check set \(mine: check "a" is not a function\): pass/],
       [moduleFile("export default { checks: {} };"), /^outbox: --checks .*checks\.mjs: its default export is not a check set \(its name must be a non-empty string\): pass/],
+      // defineVerifyChecks itself refuses a malformed set when the module loads (ConfigError).
+      [
+        moduleFile(`import { defineVerifyChecks } from ${JSON.stringify(PUBLIC_API)}; export default defineVerifyChecks({ name: 'mine', checks: { a: 1 } });`),
+        /^outbox: --checks .*checks\.mjs cannot be loaded \(defineVerifyChecks: mine: check "a" is not a function\): pass/,
+      ],
     ];
     for (const [module, message] of cases) {
       const result = await verify('--consumer-db', ledgerPath(), '--checks', module);
@@ -124,5 +139,8 @@ describe('verify --checks: a domain’s own invariants (examples/payments, datab
       assert.equal(result.stdout, '');
     }
     assert.equal(await snapshotStores(h.env.dir, h.env.redisUrl), before);
+    // Refused before the stores are opened: an unreachable Redis does not change the answer.
+    const noRedis = await runCli(['verify', '--checks', 'no-such-checks.js'], { dir: h.env.dir, redisUrl: 'redis://127.0.0.1:1' });
+    assert.equal(noRedis.code, 2, noRedis.stderr);
   });
 });
