@@ -39,3 +39,12 @@ export {
   type RedisHandler,
   type DatabaseHandler,
 } from './consumer/handlers.js';
+export {
+  defineVerifyChecks,
+  invariantCheck,
+  type InvariantCheck,
+  type VerifiedEvent,
+  type VerifyCheck,
+  type VerifyCheckSet,
+  type VerifyContext,
+} from './verify/verify-checks.js';
