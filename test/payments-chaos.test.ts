@@ -15,6 +15,7 @@ describe('examples/payments under pm2 with faults (its own chaos run)', () => {
     assert.equal(result.misfired, 0, 'a crash fired at another point than the one armed');
     for (const name of ['lost', 'twice', 'extra', 'processedNotInbox', 'outOfOrder', 'refundBeforeCapture', 'deadLettered', 'parked'] as const) assert.equal(result[name], 0, name);
     assert.deepEqual(result.unbalanced, [], 'every account balances (checkBalances)');
+    assert.deepEqual(result.verifyFailed, [], 'outbox verify with the example\'s check set passes');
     assert.equal(result.ok, true);
   });
 

@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { resolve } from 'node:path';
 import { defaultDir, type OutboxConfig } from '../../shared/outbox/config.js';
-import type { Db } from '../../shared/outbox/store/open-database.js';
+import type { Db, OpenDatabaseOptions } from '../../shared/outbox/store/open-database.js';
 import { ensureManagedRedis, MANAGED_HOST, managedRedisDir, managedRedisPort } from '../../shared/tooling/local/managed-redis.js';
 import type { RedisConnectOptions } from '../../shared/outbox/redis/connect.js';
 import { assertSameStore } from '../../shared/outbox/relay/store-pairing.js';
@@ -13,9 +13,9 @@ import { assertSameStore } from '../../shared/outbox/relay/store-pairing.js';
 export type RedisNeeds = Pick<RedisConnectOptions, 'requireNoEviction'>;
 
 /** Opens app.db, runs `fn`, closes it. */
-export async function withDb<T>(config: OutboxConfig, fn: (db: Db) => T | Promise<T>): Promise<T> {
+export async function withDb<T>(config: OutboxConfig, fn: (db: Db) => T | Promise<T>, open: OpenDatabaseOptions = {}): Promise<T> {
   const { openDatabase } = await import('../../shared/outbox/store/open-database.js');
-  const db = openDatabase(config.dir);
+  const db = openDatabase(config.dir, open);
   try {
     return await fn(db);
   } finally {
@@ -50,15 +50,18 @@ export async function withRedis<T>(config: OutboxConfig, fn: (redis: Redis) => T
  * Both stores; app.db is checked first because opening it has no side effects. Refuses a pair that
  * does not belong together (Redis serves another store) before `fn` runs.
  */
-export function withStores<T>(config: OutboxConfig, fn: (db: Db, redis: Redis) => T | Promise<T>, needs: RedisNeeds = {}): Promise<T> {
-  return withDb(config, (db) =>
-    withRedis(
-      config,
-      async (redis) => {
-        await assertSameStore(db, redis);
-        return fn(db, redis);
-      },
-      needs,
-    ),
+export function withStores<T>(config: OutboxConfig, fn: (db: Db, redis: Redis) => T | Promise<T>, needs: RedisNeeds = {}, open: OpenDatabaseOptions = {}): Promise<T> {
+  return withDb(
+    config,
+    (db) =>
+      withRedis(
+        config,
+        async (redis) => {
+          await assertSameStore(db, redis);
+          return fn(db, redis);
+        },
+        needs,
+      ),
+    open,
   );
 }

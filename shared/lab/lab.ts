@@ -4,6 +4,7 @@ import { writeArtifact } from './artifacts.js';
 import { checkOrder, formatOrderCheck } from './checks/order-check.js';
 import { findDuplicates, formatDuplicates } from './checks/dup-check.js';
 import { formatChecks, verifyStores } from '../operations/verify/verify.js';
+import { labVerifyChecks } from './checks/verify-checks.js';
 import type { OutboxConfig } from '../outbox/config.js';
 import { createConsumer } from '../outbox/consumer/create-consumer.js';
 import { handlers } from './orders/order-handlers.js';
@@ -85,7 +86,7 @@ export async function runLab(config: OutboxConfig, redis: Redis, io: LabIo): Pro
     show('report.txt');
 
     step('verify: reconcile the two stores');
-    const { checks } = await verifyStores(db, redis);
+    const { checks } = await verifyStores(db, redis, { checks: labVerifyChecks });
     for (const line of formatChecks(checks)) io.log(`   ${line}`);
     return order.violations.length === 0 && dups.duplicates.length > 0 && checks.every((c) => c.status !== 'FAIL');
   } finally {

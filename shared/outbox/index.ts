@@ -39,4 +39,13 @@ export {
   type RedisHandler,
   type DatabaseHandler,
 } from './consumer/handlers.js';
+export {
+  defineVerifyChecks,
+  invariantCheck,
+  type InvariantCheck,
+  type VerifiedEvent,
+  type VerifyCheck,
+  type VerifyCheckSet,
+  type VerifyContext,
+} from './verify/verify-checks.js';
 export { createOutboxMetrics, type OutboxMetrics, type OutboxMetricsOptions } from './metrics/outbox-metrics.js';

@@ -76,7 +76,18 @@ export function runApp<S extends Settings>(app: string, settings: S, start: AppS
   const log = appLogger(app, config.logLevel);
   const stopping = new AbortController();
   let close: (() => Promise<void>) | undefined;
-  const started = start(config, log, stopping.signal).then(
+  let started: Promise<void> = Promise.resolve();
+  // The handlers go in before `start` runs: a start logs and connects synchronously up to its first
+  // await, and a SIGTERM in that window would otherwise meet the default action (killed, no exit 0).
+  closeOnSignals(
+    async () => {
+      stopping.abort();
+      await started;
+      await close?.();
+    },
+    { log },
+  );
+  started = start(config, log, stopping.signal).then(
     (closeApp) => {
       close = closeApp;
       clearRefusal(dir, app);
@@ -87,14 +98,6 @@ export function runApp<S extends Settings>(app: string, settings: S, start: AppS
       log.error(error instanceof OutboxError ? error.message : 'cannot start', { error, stack: error instanceof OutboxError ? undefined : error.stack });
       process.exit(1);
     },
-  );
-  closeOnSignals(
-    async () => {
-      stopping.abort();
-      await started;
-      await close?.();
-    },
-    { log },
   );
 }
 

@@ -12,12 +12,15 @@ import { createRelay } from '../../../shared/outbox/relay/relay.js';
 import { describePairing } from '../../../shared/outbox/relay/store-pairing.js';
 import { guard, guardOptions, idRange, SHOWN, rowLine, withMore, type GuardArgs, type Plan } from '../confirm.js';
 import { configOf, type GlobalArgs } from '../options.js';
+import { loadCheckSet } from '../../../shared/operations/verify/load-check-set.js';
+import type { VerifyCheckSet } from '../../../shared/outbox/verify/verify-checks.js';
 import { withStores } from '../stores.js';
 
 interface Args extends GlobalArgs, GuardArgs {
   repair: boolean;
   settle: string;
   consumerDb?: string;
+  checks?: string;
 }
 
 export const command = 'verify';
@@ -41,33 +44,56 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
       requiresArg: true,
       describe: "database mode: the consumer's own SQLite file; check that every processed event has its inbox row there (and not the Redis inventory, which database mode does not write)",
     })
+    .option('checks', {
+      type: 'string',
+      requiresArg: true,
+      describe: "a JS module (path relative to the current directory) whose default export is your domain's check set (defineVerifyChecks); default: the orders lab's checks when the database has its orders table",
+    })
     .options(guardOptions);
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const settleMs = parseDuration(argv.settle, '--settle');
-  await withStores(configOf(argv), async (db, redis) => {
-    const ledger = await verifyStores(db, redis, {
-      settleMs,
-      // Database mode's effects are in the consumer's file (the inbox checks below), none in Redis.
-      effects: argv.consumerDb ? 'database' : 'redis',
-      onSettling: (inFlight, windowMs) =>
-        console.error(`verify: ${inFlight} event(s) in flight at the snapshot; waiting up to ${formatDuration(windowMs)} for them to be applied`),
-    });
-    const { checks, lost, figures } = ledger;
-    if (argv.consumerDb) checks.push(...(await checkConsumerDb(argv.consumerDb, redis)));
-    console.log(formatChecks(checks).join('\n'));
-    if (argv.repair && (figures.redisStateLost || lost.length > 0)) {
-      if (await guard(argv, repairPlan(db, ledger))) return repair(db, redis, ledger);
-    } else if (argv.repair) {
-      console.log('repair: no event is lost, nothing to republish');
+  // A bad module is refused before any store is opened.
+  const userChecks = argv.checks === undefined ? undefined : await loadCheckSet(argv.checks);
+  const config = configOf(argv);
+  // The library's tables are what verify needs: a service's database (no lab `orders`) verifies too.
+  await withStores(config, async (db, redis) => {
+    const consumerDb = argv.consumerDb === undefined ? undefined : await openConsumerDb(argv.consumerDb);
+    try {
+      const checkSet = userChecks ?? (await labChecksFor(db));
+      const ledger = await verifyStores(db, redis, {
+        settleMs,
+        checks: checkSet,
+        consumer: consumerDb,
+        onSettling: (inFlight, windowMs) =>
+          console.error(`verify: ${inFlight} event(s) in flight at the snapshot; waiting up to ${formatDuration(windowMs)} for them to be applied`),
+        onCheckError: (check, message) => console.error(`verify: check "${check}" of ${checkSet!.name} threw: ${message}`),
+      });
+      const { checks, lost, figures } = ledger;
+      if (consumerDb) checks.push(...(await inboxChecks(consumerDb, redis)));
+      console.log(formatChecks(checks).join('\n'));
+      if (argv.repair && (figures.redisStateLost || lost.length > 0)) {
+        if (await guard(argv, repairPlan(db, ledger))) return repair(db, redis, ledger);
+      } else if (argv.repair) {
+        console.log('repair: no event is lost, nothing to republish');
+      }
+      const failed = checks.filter((c) => c.status === 'FAIL').length;
+      if (failed > 0) throw new CheckFailedError(`${failed} invariant(s) failed`);
+    } finally {
+      consumerDb?.close();
     }
-    const failed = checks.filter((c) => c.status === 'FAIL').length;
-    if (failed > 0) throw new CheckFailedError(`${failed} invariant(s) failed`);
-  });
+  }, {}, { outboxOnly: true });
 }
 
-/** The inbox checks of database mode, on the consumer's file opened read-only (never created). */
-async function checkConsumerDb(path: string, redis: Redis) {
+/** The lab's check set when the database is the lab's (has `orders`); none for a service's own database. */
+async function labChecksFor(db: Db): Promise<VerifyCheckSet<any> | undefined> {
+  // Loaded here, not at the top: --help loads every command and must not load the lab (zod).
+  const { isLabDatabase, labVerifyChecks } = await import('../../../shared/lab/checks/verify-checks.js');
+  return isLabDatabase(db) ? labVerifyChecks : undefined;
+}
+
+/** Database mode: the consumer's file, opened read-only (never created), for the inbox checks and the check set. */
+async function openConsumerDb(path: string): Promise<Db> {
   if (!existsSync(path)) throw new StoreUnavailableError(`no consumer database at ${path} (--consumer-db): pass the file the database-mode consumer writes`);
   // Loaded here, not at the top: --help loads every command and must not load better-sqlite3.
   const { default: Database } = await import('better-sqlite3');
@@ -78,11 +104,7 @@ async function checkConsumerDb(path: string, redis: Redis) {
   } catch (error) {
     throw new StoreUnavailableError(`--consumer-db ${path} is not a consumer database with an inbox (${(error as Error).message}): pass the file the database-mode consumer writes`);
   }
-  try {
-    return await inboxChecks(consumerDb, redis);
-  } finally {
-    consumerDb.close();
-  }
+  return consumerDb;
 }
 
 /** What `--repair` would change: the rows a rebuild sets back to PENDING, or the lost events' rows. */

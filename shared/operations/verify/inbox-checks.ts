@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { keys } from '../../outbox/redis/keys.js';
 import type { Db } from '../../outbox/store/open-database.js';
-import type { InvariantCheck } from './verify.js';
+import type { InvariantCheck } from '../../outbox/verify/verify-checks.js';
 
 const EXAMPLES = 5;
 

@@ -1,10 +1,8 @@
 import type { Redis } from 'ioredis';
 import type { Db } from '../../outbox/store/open-database.js';
 import { eventIdOf, type OutboxRow } from '../../outbox/store/events.js';
-import { inventoryDelta, type OrderEventBody } from '../../lab/orders/order-message.js';
-import { ORDER_AGGREGATE } from '../../lab/orders/order-events.js';
 import { keys } from '../../outbox/redis/keys.js';
-import { INVENTORY_KEY } from '../../lab/orders/order-keys.js';
+import type { VerifiedEvent, VerifyCheckSet } from '../../outbox/verify/verify-checks.js';
 import { processingLists } from '../../outbox/redis/processing-lists.js';
 import { readEnvelope } from '../../outbox/redis/envelope.js';
 import { readList } from '../../outbox/redis/read-list.js';
@@ -21,15 +19,17 @@ export interface ObservedEvent {
   status: string;
 }
 
-/** An event beyond the horizon (committed after the first snapshot): what it does to the inventory. */
+/** An event beyond the horizon (committed after the first snapshot), with its payload for the check set's effects. */
 export interface NewerEvent {
   id: number;
   event_id: string;
   aggregate_id: string;
   seq: number;
-  sku: string | undefined;
-  delta: number;
+  event: VerifiedEvent;
 }
+
+/** What a check set's `snapshot.producer` returned in S1, or what it threw. */
+export type ProducerSnapshot = { value: unknown } | { error: unknown };
 
 /**
  * One look at both stores, in the order that makes an event in flight look in flight (see
@@ -40,20 +40,18 @@ export interface Observation {
   /** The highest outbox id the checks cover: the newest row of the first snapshot. */
   horizon: number;
   // SQLite, one read transaction (S1).
-  incomplete: number[];
   pruned: number;
-  orphans: string[];
   /** PENDING rows up to the horizon; `pendingNewer`: beyond it. */
   pending: number[];
   pendingNewer: number;
   /** Events up to the horizon, ordered by aggregate and seq. */
   events: ObservedEvent[];
-  /** Orders up to the horizon (those with an event in the snapshot). */
-  orders: number;
   /** Aggregates with their last seq up to the horizon (outbox_aggregates' last seq minus newer events). */
   aggregates: { key: string; lastSeq: number }[];
-  /** Live orders' quantities per SKU, without the newer events' effects. */
-  reservedBySku: Map<string, number>;
+  /** The check set's own read in S1 (none without a check set that has one). */
+  producerSnapshot: ProducerSnapshot;
+  /** Events beyond the horizon in S1 (what S1, and so `producerSnapshot`, holds beyond it). */
+  newerInSnapshot: NewerEvent[];
   /** Events beyond the horizon: in S1, and committed after S1 up to the second SQLite read (S2). */
   newer: NewerEvent[];
   // Redis, one MULTI: the consumer's state at one instant.
@@ -63,7 +61,8 @@ export interface Observation {
   processedCount: number;
   applyCounts: Record<string, string>;
   appliedSeqs: Record<string, string>;
-  inventory: Record<string, string>;
+  /** The check set's counter hashes, read in the same MULTI. */
+  counters: Record<string, Record<string, string>>;
   stats: Record<string, string>;
   parked: Record<string, string>;
   dead: number;
@@ -104,48 +103,31 @@ async function inFlight(redis: Redis): Promise<Observation['flight']> {
   return { ids, queued, processing };
 }
 
-/** The SKU an event touches and by how much; a payload that does not parse counts as no effect. */
+/** An event beyond the horizon; a payload that is not JSON is passed on as its text. */
 function newerEvent(row: OutboxRow): NewerEvent {
+  let payload: unknown = row.payload;
   try {
-    const event = { type: row.event_type, payload: JSON.parse(row.payload) } as OrderEventBody;
-    return { id: row.id, event_id: row.event_id, aggregate_id: row.aggregate_id, seq: row.seq, sku: event.payload.sku, delta: inventoryDelta(event) ?? 0 };
+    payload = JSON.parse(row.payload);
   } catch {
-    return { id: row.id, event_id: row.event_id, aggregate_id: row.aggregate_id, seq: row.seq, sku: undefined, delta: 0 };
+    // Kept as text: the check set's effects decide what it means.
   }
+  return {
+    id: row.id,
+    event_id: row.event_id,
+    aggregate_id: row.aggregate_id,
+    seq: row.seq,
+    event: { eventId: row.event_id, aggregate: row.aggregate_id, seq: row.seq, type: row.event_type, payload },
+  };
 }
-
-const KEY_PREFIX = `${ORDER_AGGREGATE}:`;
 
 const NEWER_ROWS = 'SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE id > ? ORDER BY id';
 
-/** S1: everything the checks read from SQLite, in one read transaction (one consistent snapshot). */
-function readSqlite(db: Db, horizonOrNone: number | undefined) {
+/** S1: everything the checks read from SQLite, in one read transaction (one consistent snapshot), the check set's own read included. */
+function readSqlite(db: Db, horizonOrNone: number | undefined, checkSet: VerifyCheckSet<unknown> | undefined) {
   return db.transaction(() => {
     const maxId = db.prepare<[], { m: number | null }>('SELECT MAX(id) AS m FROM outbox').get()!.m ?? 0;
     const horizon = horizonOrNone ?? maxId;
-    // An order's events are those of its aggregate `order:<id>`, numbered 1..last_seq by append.
-    // Events deleted by `outbox prune` count as present: they were published long ago.
-    const incomplete = db
-      .prepare<[], { id: number }>(
-        `SELECT o.id FROM orders o
-           LEFT JOIN outbox_aggregates a ON a.aggregate_id = '${KEY_PREFIX}' || o.id
-           LEFT JOIN outbox_pruned p ON p.aggregate_id = '${KEY_PREFIX}' || o.id
-          WHERE a.last_seq IS NULL
-             OR (SELECT COUNT(*) FROM outbox e WHERE e.aggregate_id = a.aggregate_id) + COALESCE(p.events, 0) <> a.last_seq
-             OR (NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = a.aggregate_id AND e.seq = a.last_seq)
-                 AND COALESCE(p.through_seq, 0) < a.last_seq)`,
-      )
-      .all()
-      .map((o) => o.id);
     const pruned = db.prepare<[], { n: number }>('SELECT COALESCE(SUM(events), 0) AS n FROM outbox_pruned').get()!.n;
-    const orphans = db
-      .prepare<[], { event_id: string }>(
-        // The id is cast out of the key so that the lookup uses orders' primary key; the key must also match exactly.
-        `SELECT event_id FROM outbox e WHERE NOT EXISTS (
-           SELECT 1 FROM orders o WHERE o.id = CAST(substr(e.aggregate_id, ${KEY_PREFIX.length + 1}) AS INTEGER) AND '${KEY_PREFIX}' || o.id = e.aggregate_id)`,
-      )
-      .all()
-      .map((e) => e.event_id);
     const pendingRows = db.prepare<[], { id: number }>("SELECT id FROM outbox WHERE status = 'PENDING' ORDER BY id").all().map((p) => p.id);
     // Ordered by aggregate and seq, for the out-of-order check.
     const all = db
@@ -153,44 +135,35 @@ function readSqlite(db: Db, horizonOrNone: number | undefined) {
       .all();
     const newer = db.prepare<[number], OutboxRow>(NEWER_ROWS).all(horizon).map(newerEvent);
     const newerPerAggregate = new Map<string, number>();
-    const newerPerSku = new Map<string, number>();
-    for (const e of newer) {
-      newerPerAggregate.set(e.aggregate_id, (newerPerAggregate.get(e.aggregate_id) ?? 0) + 1);
-      if (e.sku !== undefined) newerPerSku.set(e.sku, (newerPerSku.get(e.sku) ?? 0) + e.delta);
-    }
+    for (const e of newer) newerPerAggregate.set(e.aggregate_id, (newerPerAggregate.get(e.aggregate_id) ?? 0) + 1);
     const aggregates = db
       .prepare<[], { key: string; lastSeq: number }>('SELECT aggregate_id AS key, last_seq AS lastSeq FROM outbox_aggregates ORDER BY aggregate_id')
       .all()
       .map((a) => ({ key: a.key, lastSeq: a.lastSeq - (newerPerAggregate.get(a.key) ?? 0) }))
       .filter((a) => a.lastSeq > 0 || !newerPerAggregate.has(a.key));
-    const snapshotOrders = new Set(aggregates.map((a) => a.key));
-    const orders = db
-      .prepare<[], number>('SELECT id FROM orders')
-      .pluck()
-      .all()
-      .filter((id) => snapshotOrders.has(KEY_PREFIX + id) || !newerPerAggregate.has(KEY_PREFIX + id)).length;
-    const reservedBySku = new Map(
-      db
-        .prepare<[], { sku: string; qty: number }>("SELECT sku, SUM(qty) AS qty FROM orders WHERE status = 'PLACED' GROUP BY sku")
-        .all()
-        .map((row) => [row.sku, row.qty - (newerPerSku.get(row.sku) ?? 0)]),
-    );
-    for (const [sku, delta] of newerPerSku) if (!reservedBySku.has(sku)) reservedBySku.set(sku, -delta);
     return {
       horizon,
       maxId,
-      incomplete,
       pruned,
-      orphans,
       pending: pendingRows.filter((id) => id <= horizon),
       pendingNewer: pendingRows.filter((id) => id > horizon).length,
       events: all.filter((e) => e.id <= horizon),
-      orders,
       aggregates,
-      reservedBySku,
-      newer,
+      producerSnapshot: producerSnapshotOf(db, checkSet),
+      newerInSnapshot: newer,
     };
   })();
+}
+
+/** The check set's read of the producer, inside S1; a throw is kept for its check rows, not thrown. */
+function producerSnapshotOf(db: Db, checkSet: VerifyCheckSet<unknown> | undefined): ProducerSnapshot {
+  const read = checkSet?.snapshot?.producer;
+  if (read === undefined) return { value: undefined };
+  try {
+    return { value: read(db) };
+  } catch (error) {
+    return { error };
+  }
 }
 
 /** Runs a MULTI and resolves its replies, throwing the first error. */
@@ -202,31 +175,31 @@ async function execAll(multi: ReturnType<Redis['multi']>): Promise<unknown[]> {
 }
 
 /** The consumer's state at one instant: every hash the checks compare, in one MULTI. */
-async function readConsumerState(redis: Redis) {
-  const values = await execAll(
-    redis
-      .multi()
-      .hgetall(keys.meta)
-      .hlen(keys.processed)
-      .hgetall(keys.applyCount)
-      .hgetall(keys.appliedSeq)
-      .hgetall(INVENTORY_KEY)
-      .hgetall(keys.stats)
-      .hgetall(keys.parked)
-      .llen(keys.deadLetter),
-  );
-  const [meta, processedCount, applyCounts, appliedSeqs, inventory, stats, parked, dead] = values as [
+async function readConsumerState(redis: Redis, counterHashes: readonly string[]) {
+  const multi = redis
+    .multi()
+    .hgetall(keys.meta)
+    .hlen(keys.processed)
+    .hgetall(keys.applyCount)
+    .hgetall(keys.appliedSeq)
+    .hgetall(keys.stats)
+    .hgetall(keys.parked)
+    .llen(keys.deadLetter);
+  for (const key of counterHashes) multi.hgetall(key);
+  const values = await execAll(multi);
+  const [meta, processedCount, applyCounts, appliedSeqs, stats, parked, dead, ...counterValues] = values as [
     Record<string, string>,
     number,
     Record<string, string>,
     Record<string, string>,
     Record<string, string>,
     Record<string, string>,
-    Record<string, string>,
     number,
+    ...Record<string, string>[],
   ];
+  const counters = Object.fromEntries(counterHashes.map((key, i) => [key, counterValues[i]]));
   const counter = Number(stats.applied ?? 0);
-  return { meta, processedCount, applyCounts, appliedSeqs, inventory, stats, parked, dead, appliedCounter: Number.isFinite(counter) ? counter : Infinity };
+  return { meta, processedCount, applyCounts, appliedSeqs, counters, stats, parked, dead, appliedCounter: Number.isFinite(counter) ? counter : Infinity };
 }
 
 /**
@@ -245,26 +218,26 @@ async function readConsumerState(redis: Redis) {
  *    an event can slip past them; it is then not applied either, counts as in flight, and is checked
  *    again: a lost event is named only after it stayed unapplied through the settle window and one
  *    atomic look (`whereIs`) finds it nowhere.
- * 3. The consumer's state in one MULTI: applied seqs, inventory, processed count and the `applied`
- *    counter N, all at one instant.
+ * 3. The consumer's state in one MULTI: applied seqs, the check set's counter hashes (the lab's
+ *    inventory), processed count and the `applied` counter N, all at one instant.
  * 4. SQLite again (S2), for the rows committed since S1: every event Redis had applied by N was
  *    committed before N, so S1 + S2 hold all of them and an early effect is never unexplained.
  * 5. The processed entries of every event, after the MULTI: an entry with applyOrder <= N was
  *    applied by the instant of step 3 (the apply script writes the entry and the counter in one
- *    step; entries are never removed), so the inventory, the applied seqs and the processed count
- *    are compared with exactly the events applied by then.
+ *    step; entries are never removed), so the counter hashes, the applied seqs and the processed
+ *    count are compared with exactly the events applied by then.
  */
-export async function observe(db: Db, redis: Redis, horizon?: number): Promise<Observation> {
-  const s1 = readSqlite(db, horizon);
+export async function observe(db: Db, redis: Redis, horizon?: number, checkSet?: VerifyCheckSet<unknown>): Promise<Observation> {
+  const s1 = readSqlite(db, horizon, checkSet);
   const flight = await inFlight(redis);
-  const state = await readConsumerState(redis);
+  const state = await readConsumerState(redis, checkSet?.snapshot?.counterHashes ?? []);
   for (const envelope of Object.values(state.parked)) {
     const message = readEnvelope(envelope)?.message;
     const id = message === undefined ? undefined : eventIdOf(message);
     if (id) flight.ids.add(id);
   }
   const later = db.prepare<[number], OutboxRow>(NEWER_ROWS).all(s1.maxId).map(newerEvent);
-  const newer = [...s1.newer, ...later];
+  const newer = [...s1.newerInSnapshot, ...later];
   const [processed, processedNewer] = await Promise.all([
     hashValues(redis, keys.processed, s1.events.map((e) => e.event_id)),
     hashValues(redis, keys.processed, newer.map((e) => e.event_id)),

@@ -2,34 +2,15 @@ import type { Redis } from 'ioredis';
 import type { Db } from '../../outbox/store/open-database.js';
 import { eventIdOf, toMessage, type OutboxRow } from '../../outbox/store/events.js';
 import { keys } from '../../outbox/redis/keys.js';
-import { INVENTORY_KEY } from '../../lab/orders/order-keys.js';
+import { EXAMPLES, invariantCheck as check, type InvariantCheck, type VerifyCheckSet } from '../../outbox/verify/verify-checks.js';
 import { readEnvelope } from '../../outbox/redis/envelope.js';
 import { hasPublished, storeIdOf } from '../../outbox/store/store-meta.js';
 import { sleep } from '../../outbox/sleep.js';
 import { formatDuration } from '../../outbox/duration.js';
 import { applyOrderOf, observe, stillInFlight, whereIs, type Observation } from './observe.js';
+import { runCheckSet } from './run-check-set.js';
 
-export interface InvariantCheck {
-  name: string;
-  expected: string;
-  actual: string;
-  /** 'info' rows are shown but never fail the run. */
-  status: 'ok' | 'FAIL' | 'info';
-  /** A few offending ids, for the reader to look at. */
-  examples?: string[];
-}
-
-const EXAMPLES = 5;
-
-function check(name: string, expected: number, actual: number, examples: string[] = []): InvariantCheck {
-  return {
-    name,
-    expected: String(expected),
-    actual: String(actual),
-    status: expected === actual ? 'ok' : 'FAIL',
-    examples: expected === actual ? undefined : examples.slice(0, EXAMPLES),
-  };
-}
+export type { InvariantCheck } from '../../outbox/verify/verify-checks.js';
 
 const INTEGER = /^-?\d+$/;
 
@@ -77,11 +58,14 @@ export interface VerifyOptions {
   /** Called once the snapshot is taken, when it holds events in flight and verify is about to wait for them. */
   onSettling?: (inFlight: number, windowMs: number) => void;
   /**
-   * Where the consumer's effects are: 'redis' (default: the lab's inventory hash, checked against
-   * the live orders) or 'database' (the consumer's own SQLite, which the caller checks with
-   * inbox-checks.ts): Redis holds no effect then, so the inventory check is not run (an info row says so).
+   * A domain's invariants (the lab's `labVerifyChecks`, or a user's `--checks` module), run on the
+   * look verify judges, after its own checks. None: only the outbox's own checks.
    */
-  effects?: 'redis' | 'database';
+  checks?: VerifyCheckSet<any>;
+  /** Database mode: the consumer's own database, for the check set (the caller runs inbox-checks.ts on it). */
+  consumer?: Db;
+  /** Called when a check of the set throws (its row then fails with the message). */
+  onCheckError?: (check: string, message: string) => void;
 }
 
 export interface SettleFigures {
@@ -102,7 +86,6 @@ export interface Ledger {
   lost: string[];
   settle: SettleFigures;
   figures: {
-    orders: number;
     outbox: number;
     /** Events deleted by `outbox prune`. */
     pruned: number;
@@ -111,7 +94,6 @@ export interface Ledger {
     outOfOrder: number;
     /** Events whose effect was applied more than once (per-event apply counts). */
     appliedTwice: number;
-    inventoryMismatches: number;
     parked: number;
     deadLettered: number;
     inFlight: number;
@@ -148,7 +130,8 @@ export async function verifyStores(db: Db, redis: Redis, options: VerifyOptions 
   const windowMs = options.settleMs ?? 0;
   const started = performance.now();
   const deadline = started + windowMs;
-  let o = await observe(db, redis);
+  const checkSet = options.checks;
+  let o = await observe(db, redis, undefined, checkSet);
   const atSnapshot = inFlightOf(o);
   let waiting = atSnapshot;
   let fresh = true;
@@ -165,13 +148,13 @@ export async function verifyStores(db: Db, redis: Redis, options: VerifyOptions 
     waiting = await stillInFlight(db, redis, waiting);
     fresh = false;
     if (waiting.length === 0 || performance.now() >= deadline) {
-      o = await observe(db, redis, o.horizon);
+      o = await observe(db, redis, o.horizon, checkSet);
       waiting = inFlightOf(o);
       fresh = true;
     }
   }
   if (!fresh) {
-    o = await observe(db, redis, o.horizon);
+    o = await observe(db, redis, o.horizon, checkSet);
     waiting = inFlightOf(o);
   }
   const waitedMs = atSnapshot.length > 0 ? performance.now() - started : 0;
@@ -183,7 +166,7 @@ export async function verifyStores(db: Db, redis: Redis, options: VerifyOptions 
     waitedMs,
     newerInFlight: o.pendingNewer + o.processedNewer.filter((v) => v === null).length,
   };
-  return judge(db, redis, o, settle, options.effects ?? 'redis');
+  return judge(db, redis, o, settle, options);
 }
 
 /** How often a settle checks whether what it waits for is lost rather than in flight. */
@@ -205,7 +188,7 @@ async function lostNow(db: Db, redis: Redis, eventIds: string[]): Promise<string
   return whereIs(redis, rows.map((row) => ({ ...row, message: toMessage(row, storeId) })));
 }
 
-async function judge(db: Db, redis: Redis, o: Observation, settle: SettleFigures, effects: 'redis' | 'database'): Promise<Ledger> {
+async function judge(db: Db, redis: Redis, o: Observation, settle: SettleFigures, options: VerifyOptions): Promise<Ledger> {
   const N = o.appliedCounter;
   const eventIds = o.events.map((e) => e.event_id);
   const newerApplied = o.newer.filter((_, i) => appliedBy(o.processedNewer[i], N));
@@ -215,10 +198,7 @@ async function judge(db: Db, redis: Redis, o: Observation, settle: SettleFigures
     const id = message === undefined ? undefined : eventIdOf(message);
     return id === undefined || !newerIds.has(id);
   }).length;
-  const corrupt = corruptEntries(
-    { [keys.appliedSeq]: o.appliedSeqs, [INVENTORY_KEY]: o.inventory, [keys.stats]: o.stats, [keys.applyCount]: o.applyCounts },
-    o.parked,
-  );
+  const corrupt = corruptEntries({ [keys.appliedSeq]: o.appliedSeqs, ...o.counters, [keys.stats]: o.stats, [keys.applyCount]: o.applyCounts }, o.parked);
 
   // Lost: PUBLISHED, not applied and in no list we read; confirmed by one atomic look, since the
   // list reads can miss a message that moves meanwhile.
@@ -240,14 +220,6 @@ async function judge(db: Db, redis: Redis, o: Observation, settle: SettleFigures
   const seqMismatch = o.aggregates
     .filter((a) => Number(o.appliedSeqs[a.key] ?? 0) !== Math.max(a.lastSeq, newerSeq.get(a.key) ?? 0))
     .map((a) => a.key);
-  // The same for the inventory: the snapshot's live orders plus the newer effects applied by then.
-  const expectedBySku = new Map(o.reservedBySku);
-  for (const e of newerApplied) if (e.sku !== undefined) expectedBySku.set(e.sku, (expectedBySku.get(e.sku) ?? 0) + e.delta);
-  const skus = new Set([...expectedBySku.keys(), ...Object.keys(o.inventory)]);
-  // Database mode writes no inventory in Redis: comparing it with the orders would fail every SKU.
-  const inventoryMismatch = effects === 'database' ? [] : [...skus]
-    .filter((sku) => Number(o.inventory[sku] ?? 0) !== (expectedBySku.get(sku) ?? 0))
-    .map((sku) => `${sku}: reserved ${o.inventory[sku] ?? 0}, orders say ${expectedBySku.get(sku) ?? 0}`);
   // Processed entries at that instant, less the newer events': the snapshot's events and the pruned ones.
   const processedUnique = o.processedCount - newerApplied.length;
 
@@ -260,22 +232,38 @@ async function judge(db: Db, redis: Redis, o: Observation, settle: SettleFigures
       examples: redisStateLost ? ['the relay rebuilds it from SQLite on its next pass; by hand: outbox verify --repair'] : undefined,
     },
     check('pruned events Redis lost (effects cannot be rebuilt)', 0, unrecoverable, unrecoverable > 0 ? prunedAggregates(db) : []),
-    check('orders with missing events', 0, o.incomplete.length, o.incomplete.map((id) => `order ${id}`)),
-    check('events without an order', 0, o.orphans.length, o.orphans),
     check('PENDING outbox rows', 0, o.pending.length, o.pending.map((id) => `row ${id}`)),
     check(o.pruned > 0 ? 'processed_unique = outbox rows + pruned' : 'processed_unique = outbox rows', eventIds.length + o.pruned, processedUnique),
     check('events lost (never applied, not in Redis)', 0, lostIds.length, lostIds),
     check('events applied more than once', 0, appliedTwice.length, appliedTwice),
     check('aggregates applied out of seq order', 0, disordered.length, disordered),
     check('aggregates whose applied seq != last seq', 0, seqMismatch.length, seqMismatch),
-    effects === 'database'
-      ? { name: 'SKUs whose reserved qty != live orders', expected: '-', actual: 'not run: database mode, no effect in Redis', status: 'info' }
-      : check('SKUs whose reserved qty != live orders', 0, inventoryMismatch.length, inventoryMismatch),
     check('parked events (waiting for a gap)', 0, parkedOfSnapshot),
     check('corrupt entries in Redis (not a number / not JSON)', 0, corrupt.length, corrupt),
+  ];
+  if (options.checks) {
+    checks.push(
+      ...(await runCheckSet(
+        options.checks,
+        {
+          producer: db,
+          consumer: options.consumer,
+          redis,
+          counters: o.counters,
+          pastHorizon: o.newerInSnapshot.map((e) => e.event),
+          appliedPastHorizon: newerApplied.map((e) => e.event),
+          inFlight: inFlightOf(o).length,
+          newerInFlight: settle.newerInFlight,
+        },
+        o.producerSnapshot,
+        options.onCheckError,
+      )),
+    );
+  }
+  checks.push(
     { name: 'dead-lettered entries', expected: '-', actual: String(o.dead), status: 'info' },
     { name: 'still queued / in processing lists', expected: '-', actual: `${o.flight.queued} / ${o.flight.processing}`, status: 'info' },
-  ];
+  );
   if (settle.inFlight > 0) {
     checks.push({
       name: `in flight at the snapshot / applied within ${formatDuration(settle.windowMs)}`,
@@ -292,14 +280,12 @@ async function judge(db: Db, redis: Redis, o: Observation, settle: SettleFigures
     lost: lostIds,
     settle,
     figures: {
-      orders: o.orders,
       outbox: eventIds.length,
       pruned: o.pruned,
       processedUnique,
       lost: lostIds.length,
       outOfOrder: disordered.length,
       appliedTwice: appliedTwice.length,
-      inventoryMismatches: inventoryMismatch.length,
       parked: parkedOfSnapshot,
       deadLettered: o.dead,
       inFlight: o.flight.queued + o.flight.processing,

@@ -2,12 +2,17 @@ import Database from 'better-sqlite3';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
 import { seededRandom } from '../../lab/random.js';
 import { sleep } from '../../outbox/sleep.js';
 import { Pm2 } from '../local/pm2.js';
 import { RedisServer, testClient } from '../local/redis-server.js';
 import { waitFor } from '../local/wait-for.js';
+import { closeRedis, connectRedis } from '../../outbox/redis/connect.js';
+import { verifyStores } from '../../operations/verify/verify.js';
+import { inboxChecks } from '../../operations/verify/inbox-checks.js';
+import { loadCheckSet } from '../../operations/verify/load-check-set.js';
 
 /**
  * examples/payments' own chaos run: its apps under pm2 (examples/payments/ecosystem.config.cjs:
@@ -64,8 +69,23 @@ export interface PaymentsChaosResult {
   unbalanced: string[];
   deadLettered: number;
   parked: number;
+  /** `outbox verify --consumer-db --checks` with the example's check set, in this process: the rows that failed (name: actual). */
+  verifyFailed: string[];
   drainMs: number;
   ok: boolean;
+}
+
+/** verify on the drained system, as the example's README runs it: the outbox's checks, the inbox and the example's check set. */
+async function verifyPayments(payments: Database.Database, ledger: Database.Database, redisUrl: string): Promise<string[]> {
+  const checks = await loadCheckSet(fileURLToPath(new URL('../../../examples/payments/verify-checks.js', import.meta.url)));
+  const redis = await connectRedis(redisUrl, { namespace: NAMESPACE });
+  try {
+    const ledgerRows = await verifyStores(payments, redis, { checks, consumer: ledger });
+    const rows = [...ledgerRows.checks, ...(await inboxChecks(ledger, redis))];
+    return rows.filter((c) => c.status === 'FAIL').map((c) => `${c.name}: ${c.actual}`);
+  } finally {
+    await closeRedis(redis);
+  }
 }
 
 // The example is built by examples/tsconfig.json after the library: loaded at run time.
@@ -216,11 +236,12 @@ export async function runPaymentsChaos(options: PaymentsChaosOptions): Promise<P
         unbalanced: checkBalances(payments, ledger).mismatches,
         deadLettered: await client.llen(key('outbox.events:dead')),
         parked: await client.hlen(key('outbox.events:parked')),
+        verifyFailed: await verifyPayments(payments, ledger, redis.url),
         drainMs,
         ok: false,
       };
       const zero = ['misfired', 'lost', 'twice', 'extra', 'processedNotInbox', 'outOfOrder', 'refundBeforeCapture', 'deadLettered', 'parked'] as const;
-      result.ok = zero.every((name) => result[name] === 0) && result.unbalanced.length === 0;
+      result.ok = zero.every((name) => result[name] === 0) && result.unbalanced.length === 0 && result.verifyFailed.length === 0;
       return result;
     } finally {
       payments.close();
@@ -244,6 +265,7 @@ export function formatPaymentsChaos(r: PaymentsChaosResult): string {
     `events ${r.events} (captures ${r.captures}, refunds ${r.refunds}), all applied ${r.drainMs} ms after traffic stopped`,
     `faults: ${faults}`,
     `lost ${r.lost}, applied twice ${r.twice}, extra ${r.extra}, processed vs inbox ${r.processedNotInbox}, out of order ${r.outOfOrder}, refunds before capture ${r.refundBeforeCapture}, unbalanced accounts ${r.unbalanced.length}, dead-lettered ${r.deadLettered}, parked ${r.parked}`,
+    r.verifyFailed.length === 0 ? 'outbox verify --checks (the example\'s check set): OK' : `outbox verify --checks (the example's check set) FAILED: ${r.verifyFailed.join('; ')}`,
     r.ok ? 'PAYMENTS CHAOS OK: every payment event booked exactly once, in order, every account balanced' : 'PAYMENTS CHAOS FAILED',
   ].join('\n');
 }

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import { verifyStores, type Ledger } from '../../operations/verify/verify.js';
+import { INVENTORY_CHECK, labVerifyChecks } from '../../lab/checks/verify-checks.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../outbox/consumer/consumer.js';
 import { HEARTBEAT_TTL_MS } from '../../outbox/consumer/heartbeats.js';
 import { backoffMs } from '../../outbox/consumer/retries.js';
@@ -327,10 +328,10 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     progress('chaos: traffic stopped, draining');
     await pm2.run('stop', APP_OF.producer);
     const drainStarted = Date.now();
-    let ledger = await verifyStores(db, client);
+    let ledger = await verifyStores(db, client, { checks: labVerifyChecks });
     let drainMs: number | null = null;
     while (Date.now() - drainStarted < (options.drainTimeoutMs ?? 60_000)) {
-      ledger = await verifyStores(db, client);
+      ledger = await verifyStores(db, client, { checks: labVerifyChecks });
       if (ledger.checks.every((c) => c.status !== 'FAIL')) {
         drainMs = Date.now() - drainStarted;
         break;
@@ -351,7 +352,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       faults,
       incidents,
       duplicatesPerIncident: summarizeIncidents(incidents),
-      orders: f.orders,
+      orders: db.prepare('SELECT COUNT(*) FROM orders').pluck().get() as number,
       outboxRows: f.outbox,
       pruned: prunedRows,
       enqueued: wiped.enqueued + last.enqueued,
@@ -361,7 +362,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       unrecoverable: f.unrecoverable,
       lost: f.lost,
       outOfOrder: f.outOfOrder,
-      inventoryMismatches: f.inventoryMismatches,
+      inventoryMismatches: Number(ledger.checks.find((c) => c.name === INVENTORY_CHECK)?.actual ?? NaN),
       parked: f.parked,
       deadLettered: f.deadLettered,
       maxPendingAgeMs,
