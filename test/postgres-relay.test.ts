@@ -194,6 +194,27 @@ describe('PostgreSQL relay', () => {
     });
   }
 
+  it('a relay stuck on Redis past its claim timeout loses its claim: PostgreSQL ends its session, the rows stay PENDING and another relay pushes them', async () => {
+    const pool = db.pool();
+    const outbox = await createPgOutbox(pool, { events: depositEvents });
+    for (let i = 0; i < 6; i += 1) await outbox.append(pool, deposit(`acc-${i % 2}`));
+    const stuck = createPgRelay(pool, redis!, { claimTimeoutMs: 100 });
+    await stuck.pair();
+    // Redis holds every write (the push script included) for 1 s: the batch waits past its 100 ms.
+    await h.client.client('PAUSE', 1000, 'WRITE');
+    await assert.rejects(stuck.relayAll(), (error: Error) => {
+      assert.match(error.message, /^cannot relay outbox rows in PostgreSQL: terminating connection due to idle-in-transaction timeout \(25P03\) \(the batch waited on Redis longer than the claim timeout, 100 ms: its rows stay PENDING\)$/);
+      assert.doesNotMatch(error.message, /\n/);
+      return true;
+    });
+    assert.equal(await pending(), 6, 'nothing marked');
+    assert.equal((await queue()).length, 6, 'its push did reach Redis once Redis went on');
+    assert.deepEqual(await createPgRelay(pool, redis!).relayAll(), { batches: 1, events: 6 }, 'no row is held any more');
+    const stats = await drain();
+    assert.deepEqual([stats.applied, stats.duplicates], [6, 6]);
+    await assertAppliedOncePerSeq(pool);
+  });
+
   it('rebuilds a Redis that lost its state: every PUBLISHED row back to PENDING, pushed and applied again', async () => {
     const pool = db.pool();
     const outbox = await createPgOutbox(pool, { events: depositEvents });

@@ -82,9 +82,11 @@ export function createPgRelay(pool: Pool, redis: Redis, options: PgRelayOptions 
     const client = await pool.connect().catch((error) => {
       throw new OutboxError(`cannot relay outbox rows in PostgreSQL: ${pgReason(error)}`, 5);
     });
-    // A session PostgreSQL ends while the batch waits on Redis emits 'error' outside any query.
-    const ignore = () => {};
-    client.on('error', ignore);
+    // A session PostgreSQL ends while the batch waits on Redis emits 'error' outside any query:
+    // kept, it is the reason the next query fails.
+    let ended: Error | undefined;
+    const onError = (error: Error) => (ended ??= error);
+    client.on('error', onError);
     let broken = false;
     try {
       const results = (await client.query(claim)) as unknown as QueryResult<PgRow>[];
@@ -102,9 +104,11 @@ export function createPgRelay(pool: Pool, redis: Redis, options: PgRelayOptions 
       broken = true;
       await client.query('ROLLBACK').catch(() => {});
       if (error instanceof OutboxError || error instanceof StateLostError) throw error;
-      throw new OutboxError(`cannot relay outbox rows in PostgreSQL: ${pgReason(error)}`, 5);
+      const cause = ended ?? error;
+      const timedOut = (cause as { code?: string }).code === '25P03' ? ` (the batch waited on Redis longer than the claim timeout, ${claimTimeoutMs} ms: its rows stay PENDING)` : '';
+      throw new OutboxError(`cannot relay outbox rows in PostgreSQL: ${pgReason(cause)}${timedOut}`, 5);
     } finally {
-      client.off('error', ignore);
+      client.off('error', onError);
       // A connection that failed mid-batch is closed rather than handed back in an unknown state.
       client.release(broken);
     }
