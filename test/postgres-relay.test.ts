@@ -170,6 +170,29 @@ describe('PostgreSQL relay', () => {
     await assertAppliedOncePerSeq(pool);
   });
 
+  it('rows a slow relay holds are skipped, so later seqs of their aggregate go ahead; the consumer parks those and applies all in seq order', async () => {
+    const pool = db.pool();
+    const outbox = await createPgOutbox(pool, { events: depositEvents });
+    for (let i = 0; i < 12; i += 1) await outbox.append(pool, deposit(`acc-${i % 3}`));
+    // As a relay that claimed the first batch and has not pushed it yet: its rows locked.
+    const slow = await pool.connect();
+    try {
+      await slow.query('BEGIN');
+      await slow.query("SELECT id FROM outbox WHERE status = 'PENDING' ORDER BY id LIMIT 3 FOR UPDATE");
+      assert.deepEqual(await createPgRelay(pool, redis!, { batchSize: 4 }).relayAll(), { batches: 3, events: 9 }, 'the other relay takes the rest, not waiting');
+      await slow.query('COMMIT');
+    } finally {
+      slow.release();
+    }
+    assert.deepEqual(await createPgRelay(pool, redis!).relayAll(), { batches: 1, events: 3 });
+    const seqs = (await queue()).map((m) => JSON.parse(m)).filter((m) => m.aggregate_id === 'account:acc-0').map((m) => m.seq);
+    assert.deepEqual(seqs, [2, 3, 4, 1], 'acc-0 reached the queue out of seq order');
+    const stats = await drain();
+    assert.equal(stats.applied, 12);
+    assert.ok(stats.parked >= 3, `later seqs were parked: ${stats.parked}`);
+    await assertAppliedOncePerSeq(pool);
+  });
+
   for (const point of ['relay.after-push', 'relay.mid-batch'] as const) {
     it(`a relay process SIGKILLed at ${point} loses nothing: its batch stays PENDING, is pushed again, and the duplicate is absorbed`, async () => {
       const pool = db.pool();
