@@ -49,3 +49,4 @@ export {
   type VerifyContext,
 } from './verify/verify-checks.js';
 export { createOutboxMetrics, type OutboxMetrics, type OutboxMetricsOptions } from './metrics/outbox-metrics.js';
+export { createPgOutbox, createPgRelay, ensurePgOutboxTables, type PgOutbox, type PgRelay, type PgRelayOptions, type Queryable } from './postgres/index.js';

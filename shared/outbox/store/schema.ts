@@ -4,7 +4,8 @@ import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
 
 /**
  * The version of the library's tables, kept in `outbox_meta` (key `schema_version`): `user_version`
- * belongs to the user's database. Bumped whenever the library's tables change.
+ * belongs to the user's database. Bumped whenever the library's tables change. The PostgreSQL
+ * tables (postgres/pg-schema.ts) carry the same version: change both together.
  */
 export const SCHEMA_VERSION = 4;
 
