@@ -70,6 +70,25 @@ local function integer(text)
 end
 local function int(n) return string.format('%d', n) end
 
+-- Variadic commands take their arguments in slices: Lua's stack limits unpack. `step` values a call.
+local SLICE = 1000
+local function inSlices(command, key, values, step)
+  for first = 1, #values, step do
+    rcall(command, key, unpack(values, first, math.min(first + step - 1, #values)))
+  end
+end
+-- HMGET of `fields` (sliced): field -> value, false when missing. With `call` redis.pcall, nil when it fails.
+local function hmget(key, fields, call)
+  local valueOf = {}
+  for first = 1, #fields, SLICE do
+    local last = math.min(first + SLICE - 1, #fields)
+    local values = (call or rcall)('HMGET', key, unpack(fields, first, last))
+    if values.err then return nil end
+    for i = first, last do valueOf[fields[i]] = values[i - first + 1] end
+  end
+  return valueOf
+end
+
 -- The events, read before anything else: a call that does not add up changes nothing.
 local events = {}
 local at = FIRST
@@ -118,8 +137,11 @@ end
 -- What Redis will hold once the events checked so far are applied: key types, hash fields, scores.
 -- An event's effects change it as they are checked; an undo log takes the changes back when one
 -- of them is refused, so a refused event leaves nothing behind (the log is reused: no table per event).
+-- A hash field an applied event changed is dirty: phase 2 writes its final value once (HSET or
+-- HDEL, one call per key), not each hincrby, hset and hdel that led to it.
 local OP_TYPE = { hincrby = 'hash', hset = 'hash', hdel = 'hash', sadd = 'set', srem = 'set', zincrby = 'zset', set = 'string' }
 local typeOf, fieldOf, scoreOf = {}, {}, {}
+local dirty, dirtySlots, slotKey, slotField = {}, {}, {}, {}
 local undoTable, undoSlot, undoValue, undone = {}, {}, {}, 0
 
 local function change(tbl, slot, value)
@@ -175,6 +197,13 @@ local function checkEffect(base)
     else
       change(fieldOf, slot, op == 'hset' and value or false)
     end
+    if op ~= 'zincrby' then
+      if slotKey[slot] == nil then
+        slotKey[slot], slotField[slot] = full, field
+        dirtySlots[#dirtySlots + 1] = slot
+      end
+      change(dirty, slot, true)
+    end
   end
   -- srem and hdel never create a key; the others do, with the op's type. (Nor is a key that hdel or
   -- srem may have emptied taken as gone: a later effect of another type on it in the same call is
@@ -197,7 +226,8 @@ local function checkEffects(e)
   return nil
 end
 
-local lastOf, badAggregate, seenNow = {}, {}, {}
+-- First the messages that are gone (stale), of another store (foreign) or without a usable seq.
+local open, aggregates, listed = {}, {}, {}
 local present = {}
 for _, e in ipairs(events) do
   if not atHead then
@@ -216,44 +246,93 @@ for _, e in ipairs(events) do
   elseif not e.seq or e.seq < 1 or not applied then
     e.kind = 'invalid'
   else
-    if lastOf[e.aggregate] == nil and not badAggregate[e.aggregate] then
-      local value = rcall('HGET', KEYS[3], e.aggregate)
-      lastOf[e.aggregate] = value and integer(value) or (not value and 0) or nil
-      if lastOf[e.aggregate] == nil then
-        badAggregate[e.aggregate] = true
-        problem(KEYS[3] .. ' field ' .. e.aggregate .. ' holds "' .. value .. '", not an integer')
-      end
+    open[#open + 1] = e
+    if not listed[e.aggregate] then
+      listed[e.aggregate] = true
+      aggregates[#aggregates + 1] = e.aggregate
     end
-    local last = lastOf[e.aggregate]
-    if badAggregate[e.aggregate] then
-      e.kind = 'invalid'
-    elseif seenNow[e.eventId] or e.seq <= last then
-      -- Seen in this call, or behind the seq guard: no need to ask Redis.
-      e.kind = 'duplicate'
-    elseif rcall('HEXISTS', KEYS[2], e.eventId) == 1 then
+  end
+end
+
+-- The state the others need, read in one call per hash rather than one per event: their applied
+-- seqs; then, for the events past the seq guard (only those can be new), their processed entries;
+-- and whether any of those without one has a dedupe marker (EXISTS of all: usually none has, and
+-- then no event needs its own look-up).
+local seqValueOf = hmget(KEYS[3], aggregates)
+local maybeNew = {}
+for _, e in ipairs(open) do
+  local value = seqValueOf[e.aggregate]
+  local last = value and integer(value) or (not value and 0) or nil
+  if last and e.seq > last then maybeNew[#maybeNew + 1] = e.eventId end
+end
+local processedOf = hmget(KEYS[2], maybeNew)
+local markerKeys = {}
+for _, eventId in ipairs(maybeNew) do
+  if not processedOf[eventId] then markerKeys[#markerKeys + 1] = prefix .. eventId end
+end
+local markersExist = 0
+for first = 1, #markerKeys, SLICE do
+  markersExist = markersExist + rcall('EXISTS', unpack(markerKeys, first, math.min(first + SLICE - 1, #markerKeys)))
+end
+
+local lastOf, badAggregate, seenNow = {}, {}, {}
+for _, e in ipairs(open) do
+  if lastOf[e.aggregate] == nil and not badAggregate[e.aggregate] then
+    local value = seqValueOf[e.aggregate]
+    lastOf[e.aggregate] = value and integer(value) or (not value and 0) or nil
+    if lastOf[e.aggregate] == nil then
+      badAggregate[e.aggregate] = true
+      problem(KEYS[3] .. ' field ' .. e.aggregate .. ' holds "' .. value .. '", not an integer')
+    end
+  end
+  local last = lastOf[e.aggregate]
+  if badAggregate[e.aggregate] then
+    e.kind = 'invalid'
+  elseif seenNow[e.eventId] or e.seq <= last then
+    -- Seen in this call, or behind the seq guard: no need to ask Redis.
+    e.kind = 'duplicate'
+  else
+    -- (An event that gets here is past the seq guard it had before this call: read above.)
+    local processed = processedOf[e.eventId]
+    if processed == nil then processed = rcall('HEXISTS', KEYS[2], e.eventId) == 1 end
+    if processed then
       -- Applied before, but its applied seq was lost: put the seq guard back.
       e.kind = 'duplicate'
       e.restoreSeq = true
       lastOf[e.aggregate] = e.seq
-    elseif rcall('EXISTS', prefix .. e.eventId) == 1 then
+    elseif markersExist > 0 and rcall('EXISTS', prefix .. e.eventId) == 1 then
       e.kind = 'duplicate'
     end
-    if e.kind then
-      -- duplicate or invalid: decided above
-    elseif e.seq > last + 1 then
-      e.kind = 'parked'
-      e.expected = last + 1
+  end
+  if e.kind then
+    -- duplicate or invalid: decided above
+  elseif e.seq > last + 1 then
+    e.kind = 'parked'
+    e.expected = last + 1
+  else
+    local refused = checkEffects(e)
+    if refused then
+      problem(refused)
+      e.kind = 'invalid'
     else
-      local refused = checkEffects(e)
-      if refused then
-        problem(refused)
-        e.kind = 'invalid'
-      else
-        e.kind = 'apply'
-        lastOf[e.aggregate] = e.seq
-        seenNow[e.eventId] = true
-      end
+      e.kind = 'apply'
+      lastOf[e.aggregate] = e.seq
+      seenNow[e.eventId] = true
     end
+  end
+end
+
+-- The apply counts of the events to apply, read in one call. When that hash or a count in it is
+-- not what the script writes, each count is kept as before: HINCRBY per event, its failure reported.
+local countOf
+local toApply = {}
+for _, e in ipairs(open) do
+  if e.kind == 'apply' then toApply[#toApply + 1] = e.eventId end
+end
+if #toApply > 0 then
+  countOf = hmget(KEYS[9], toApply, redis.pcall)
+  for _, eventId in ipairs(toApply) do
+    if countOf and countOf[eventId] and not integer(countOf[eventId]) then countOf = nil end
   end
 end
 
@@ -265,6 +344,8 @@ local anyAttempts = rcall('EXISTS', KEYS[10]) == 1
 local outcomes = {}
 local acked = {}
 local allAcked = true
+-- Written after the loop, one call per hash: processed entries, applied seqs, apply counts, cleared attempts.
+local processedPairs, seqPairs, countPairs, attemptsDone = {}, {}, {}, {}
 
 local function deadLetter(reason, message)
   rcall('RPUSH', KEYS[8], cjson.encode({ reason = reason, message = message, deadAt = tonumber(now) }))
@@ -272,6 +353,7 @@ local function deadLetter(reason, message)
 end
 
 local touched, touchedList = {}, {}
+-- An event's effects other than on hash fields (those are written once, after the loop).
 local function applyEffects(e)
   for j = 0, e.effects - 1 do
     local base = e.firstEffect + j * 4
@@ -280,13 +362,10 @@ local function applyEffects(e)
       touched[key] = true
       touchedList[#touchedList + 1] = key
     end
-    if op == 'hincrby' then rcall('HINCRBY', key, field, value)
-    elseif op == 'hset' then rcall('HSET', key, field, value)
-    elseif op == 'hdel' then rcall('HDEL', key, field)
-    elseif op == 'sadd' then rcall('SADD', key, field)
+    if op == 'sadd' then rcall('SADD', key, field)
     elseif op == 'srem' then rcall('SREM', key, field)
     elseif op == 'zincrby' then rcall('ZINCRBY', key, value, field)
-    else rcall('SET', key, value) end
+    elseif op == 'set' then rcall('SET', key, value) end
   end
 end
 
@@ -303,7 +382,10 @@ for _, e in ipairs(events) do
     -- Seen before: by its marker, by its processed entry (even with the marker and the applied
     -- seq gone), or by the seq guard.
     if anyParked then rcall('HDEL', KEYS[4], parkedField) end
-    if e.restoreSeq then rcall('HSET', KEYS[3], e.aggregate, e.seqText) end
+    if e.restoreSeq then
+      seqPairs[#seqPairs + 1] = e.aggregate
+      seqPairs[#seqPairs + 1] = e.seqText
+    end
     counts.duplicates = counts.duplicates + 1
     outcome = 'duplicate'
   elseif e.kind == 'parked' then
@@ -321,11 +403,20 @@ for _, e in ipairs(events) do
       rcall('SET', prefix .. e.eventId, '1')
     end
     applyEffects(e)
-    rcall('HSET', KEYS[2], e.eventId, string.sub(e.result, 1, -2) .. ',"applyOrder":' .. int(applied) .. ',"appliedAt":' .. now .. '}')
-    rcall('HSET', KEYS[3], e.aggregate, e.seqText)
+    processedPairs[#processedPairs + 1] = e.eventId
+    processedPairs[#processedPairs + 1] = string.sub(e.result, 1, -2) .. ',"applyOrder":' .. int(applied) .. ',"appliedAt":' .. now .. '}'
+    seqPairs[#seqPairs + 1] = e.aggregate
+    seqPairs[#seqPairs + 1] = e.seqText
     -- The count is evidence, not a condition: a field holding a non-number is reported, and
     -- pcall keeps its error from aborting the script after the writes above.
-    local times = redis.pcall('HINCRBY', KEYS[9], e.eventId, 1)
+    local times
+    if countOf then
+      times = (countOf[e.eventId] and integer(countOf[e.eventId]) or 0) + 1
+      countPairs[#countPairs + 1] = e.eventId
+      countPairs[#countPairs + 1] = int(times)
+    else
+      times = redis.pcall('HINCRBY', KEYS[9], e.eventId, 1)
+    end
     if type(times) == 'table' then
       problem(KEYS[9] .. ' field ' .. e.eventId .. ' holds a non-integer: this application was not counted')
     elseif times > 1 then
@@ -355,14 +446,42 @@ for _, e in ipairs(events) do
     allAcked = false
   else
     acked[#acked + 1] = e.raw
-    if anyAttempts then rcall('HDEL', KEYS[10], e.eventId) end
+    if anyAttempts then attemptsDone[#attemptsDone + 1] = e.eventId end
   end
 end
 
--- The keys effects wrote, recorded with them (SADD takes them in slices: Lua's stack limits unpack).
-for first = 1, #touchedList, 1000 do
-  rcall('SADD', KEYS[11], unpack(touchedList, first, math.min(first + 999, #touchedList)))
+inSlices('HSET', KEYS[2], processedPairs, 2 * SLICE)
+inSlices('HSET', KEYS[3], seqPairs, 2 * SLICE)
+inSlices('HSET', KEYS[9], countPairs, 2 * SLICE)
+inSlices('HDEL', KEYS[10], attemptsDone, SLICE)
+
+-- The hash fields the applied events changed, each at its final value, one HSET and one HDEL per key.
+local setsOf, deletesOf, hashKeys = {}, {}, {}
+for _, slot in ipairs(dirtySlots) do
+  if dirty[slot] then
+    local key = slotKey[slot]
+    if not setsOf[key] then
+      setsOf[key], deletesOf[key] = {}, {}
+      hashKeys[#hashKeys + 1] = key
+    end
+    local value = fieldOf[slot]
+    if value then
+      local sets = setsOf[key]
+      sets[#sets + 1] = slotField[slot]
+      sets[#sets + 1] = value
+    else
+      local deletes = deletesOf[key]
+      deletes[#deletes + 1] = slotField[slot]
+    end
+  end
 end
+for _, key in ipairs(hashKeys) do
+  inSlices('HSET', key, setsOf[key], 2 * SLICE)
+  inSlices('HDEL', key, deletesOf[key], SLICE)
+end
+
+-- The keys effects wrote, recorded with them.
+inSlices('SADD', KEYS[11], touchedList, SLICE)
 
 -- The ack, in the same step as what happened to each message.
 if atHead and allAcked then
