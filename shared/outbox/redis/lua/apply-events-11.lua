@@ -30,11 +30,14 @@
     ARGV[3] namespace key prefix ('' for none): an effect's key is <prefix><key>
       (Marker and effect keys are derived, not declared: like the rest of this project, the script
       expects one Redis, not a Cluster.)
-    then per event, from ARGV[4]: raw message exactly as it sits in the processing list, event_id,
+    ARGV[4] the events, a JSON array with one array per event, all values strings: event_id,
       aggregate key, seq (an integer), store id of the message, processed value (a JSON object, to
       which the script adds "applyOrder", the stats hash's 'applied' counter, and "appliedAt"),
-      number of effects n, then 4 values per effect: op, key (relative to the namespace), field or
-      member ('' for set), value ('' for hdel, srem; the increment for hincrby, zincrby)
+      and its effects, an array of [op, key (relative to the namespace), field or member ('' for
+      set), value ('' for hdel, srem; the increment for hincrby, zincrby)]
+    ARGV[5] ... one per event, in the same order: the raw message exactly as it sits in the
+      processing list
+      (One JSON argument rather than one argument per value: a client pays for every argument.)
 
   Time: appliedAt, parkedAt and deadAt are Redis's clock (TIME, ms since epoch) when the script
   runs, i.e. when the event was applied, not when the consumer built the call. (TIME is allowed in
@@ -53,12 +56,7 @@
     problems: one line per piece of bad state met (empty when none)
 ]]
 local rcall = redis.call
-local prefix, ttl, namespace = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local FIRST = 4
-local EVENT_FIELDS = 7
-if not ttl or not namespace then
-  return redis.error_reply('apply-events: ttl must be a number and the namespace prefix given')
-end
+local prefix, ttlText, namespace = ARGV[1], ARGV[2], ARGV[3]
 
 -- Integers as Redis stores them (no leading zeros, no '+'): exact in a Lua number up to 2^53, printed back with %d.
 local MAX_EXACT = 9007199254740991
@@ -69,6 +67,11 @@ local function integer(text)
   return n
 end
 local function int(n) return string.format('%d', n) end
+
+local ttl = integer(ttlText)
+if not ttl or ttl < 0 or not namespace then
+  return redis.error_reply('apply-events: ttl must be a whole number of seconds (0 or more) and the namespace prefix given')
+end
 
 -- Variadic commands take their arguments in slices: Lua's stack limits unpack. `step` values a call.
 local SLICE = 1000
@@ -90,19 +93,31 @@ local function hmget(key, fields, call)
 end
 
 -- The events, read before anything else: a call that does not add up changes nothing.
+local BAD_EVENTS = 'apply-events: ARGV[4] must be a JSON array of [event_id, aggregate, seq, store, processed, effects] '
+  .. '(strings, and effects an array of [op, key, field, value] strings), then one raw message per event'
+local decoded, list = pcall(cjson.decode, ARGV[4] or '')
+if not decoded or type(list) ~= 'table' or (#list == 0 and next(list) ~= nil) or #ARGV ~= 4 + #list then
+  return redis.error_reply(BAD_EVENTS)
+end
 local events = {}
-local at = FIRST
-while at <= #ARGV do
-  local n = tonumber(ARGV[at + 6])
-  if not n or n < 0 or n ~= math.floor(n) or at + EVENT_FIELDS - 1 + n * 4 > #ARGV then
-    return redis.error_reply('apply-events: each event needs 7 values and 4 per effect')
+for i = 1, #list do
+  local e = list[i]
+  if type(e) ~= 'table' or type(e[1]) ~= 'string' or type(e[2]) ~= 'string' or type(e[3]) ~= 'string'
+    or type(e[4]) ~= 'string' or type(e[5]) ~= 'string' or type(e[6]) ~= 'table' then
+    return redis.error_reply(BAD_EVENTS)
   end
-  events[#events + 1] = {
-    raw = ARGV[at], eventId = ARGV[at + 1], aggregate = ARGV[at + 2], seqText = ARGV[at + 3],
-    store = ARGV[at + 4], result = ARGV[at + 5], seq = integer(ARGV[at + 3]),
-    firstEffect = at + EVENT_FIELDS, effects = n,
+  local effects = e[6]
+  for j = 1, #effects do
+    local f = effects[j]
+    if type(f) ~= 'table' or type(f[1]) ~= 'string' or type(f[2]) ~= 'string' or type(f[3]) ~= 'string' or type(f[4]) ~= 'string' then
+      return redis.error_reply(BAD_EVENTS)
+    end
+  end
+  -- (The fields set later are named here too, so that the table is made at its final size.)
+  events[i] = {
+    raw = ARGV[4 + i], eventId = e[1], aggregate = e[2], seqText = e[3], store = e[4], result = e[5],
+    seq = integer(e[3]), effects = effects, kind = false, restoreSeq = false, expected = false,
   }
-  at = at + EVENT_FIELDS + n * 4
 end
 local count = #events
 
@@ -140,8 +155,9 @@ end
 -- A hash field an applied event changed is dirty: phase 2 writes its final value once (HSET or
 -- HDEL, one call per key), not each hincrby, hset and hdel that led to it.
 local OP_TYPE = { hincrby = 'hash', hset = 'hash', hdel = 'hash', sadd = 'set', srem = 'set', zincrby = 'zset', set = 'string' }
-local typeOf, fieldOf, scoreOf = {}, {}, {}
-local dirty, dirtySlots, slotKey, slotField = {}, {}, {}, {}
+local HASH_OP = { hincrby = true, hset = true, hdel = true }
+local typeOf, fieldsOf, scoresOf = {}, {}, {}
+local dirtyOf, dirtyFieldsOf, dirtyKeys = {}, {}, {}
 local undoTable, undoSlot, undoValue, undone = {}, {}, {}, 0
 
 local function change(tbl, slot, value)
@@ -150,60 +166,77 @@ local function change(tbl, slot, value)
   tbl[slot] = value
 end
 
+-- The table of `key` in `tables` (per key: its fields, scores, dirty marks), made on first use.
+local function tableOf(tables, key)
+  local t = tables[key]
+  if not t then
+    t = {}
+    tables[key] = t
+  end
+  return t
+end
+
 local function isProjectKey(key)
   return string.sub(key, 1, 6) == 'outbox' or key == 'processed' or string.sub(key, 1, 5) == 'bull:'
 end
 
 -- Checks one effect against the state so far and records its change; nil when it can be applied, else why not.
-local function checkEffect(base)
-  local op, key, field, value = ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
+local function checkEffect(f)
+  local op, key, field, value = f[1], f[2], f[3], f[4]
   local wanted = OP_TYPE[op]
   if not wanted then return 'unknown op' end
   if key == '' or isProjectKey(key) then return 'not a key effects may touch (outbox*, processed and bull:* are the project\'s)' end
-  local full = namespace .. key
+  local full = namespace == '' and key or namespace .. key
   local t = typeOf[full]
   if t == nil then
     t = rcall('TYPE', full).ok
     typeOf[full] = t
   end
   if t ~= 'none' and t ~= wanted then return 'the key holds a ' .. t .. ', not a ' .. wanted end
-  if op == 'hincrby' or op == 'hset' or op == 'hdel' or op == 'zincrby' then
-    local slot = full .. '\0' .. field
-    if op == 'hincrby' then
-      local by = integer(value)
-      if not by then return 'increment "' .. value .. '" is not an integer' end
-      local current = fieldOf[slot]
-      if current == nil then
-        current = rcall('HGET', full, field) or false
-        fieldOf[slot] = current
-      end
-      local n = current and integer(current) or (not current and 0) or nil
-      if n == nil then return 'field ' .. field .. ' holds "' .. current .. '", not an integer' end
-      local result = n + by
-      if result > MAX_EXACT or result < -MAX_EXACT then return 'field ' .. field .. ' would leave the exact integer range' end
-      change(fieldOf, slot, int(result))
-    elseif op == 'zincrby' then
-      local by = tonumber(value)
-      if not by or by ~= by or by == math.huge or by == -math.huge then return 'increment "' .. value .. '" is not a finite number' end
-      local current = scoreOf[slot]
-      if current == nil then
-        local score = rcall('ZSCORE', full, field)
-        current = score and tonumber(score) or 0
-        scoreOf[slot] = current
-      end
-      local result = current + by
-      if result ~= result then return 'member ' .. field .. ' would get a score that is not a number' end
-      change(scoreOf, slot, result)
-    else
-      change(fieldOf, slot, op == 'hset' and value or false)
+  if op == 'hincrby' then
+    local by = integer(value)
+    if not by then return 'increment "' .. value .. '" is not an integer' end
+    local fields = tableOf(fieldsOf, full)
+    local current = fields[field]
+    if current == nil then
+      current = rcall('HGET', full, field) or false
+      fields[field] = current
     end
-    if op ~= 'zincrby' then
-      if slotKey[slot] == nil then
-        slotKey[slot], slotField[slot] = full, field
-        dirtySlots[#dirtySlots + 1] = slot
-      end
-      change(dirty, slot, true)
+    local n = current and integer(current) or (not current and 0) or nil
+    if n == nil then return 'field ' .. field .. ' holds "' .. current .. '", not an integer' end
+    local result = n + by
+    if result > MAX_EXACT or result < -MAX_EXACT then return 'field ' .. field .. ' would leave the exact integer range' end
+    change(fields, field, int(result))
+  elseif op == 'zincrby' then
+    local by = tonumber(value)
+    if not by or by ~= by or by == math.huge or by == -math.huge then return 'increment "' .. value .. '" is not a finite number' end
+    local scores = tableOf(scoresOf, full)
+    local current = scores[field]
+    if current == nil then
+      local score = rcall('ZSCORE', full, field)
+      current = score and tonumber(score) or 0
+      scores[field] = current
     end
+    local result = current + by
+    if result ~= result then return 'member ' .. field .. ' would get a score that is not a number' end
+    change(scores, field, result)
+  elseif op == 'hset' or op == 'hdel' then
+    change(tableOf(fieldsOf, full), field, op == 'hset' and value or false)
+  end
+  if HASH_OP[op] then
+    local dirty = dirtyOf[full]
+    if not dirty then
+      dirty = {}
+      dirtyOf[full], dirtyFieldsOf[full] = dirty, {}
+      dirtyKeys[#dirtyKeys + 1] = full
+    end
+    if dirty[field] == nil then
+      -- Listed once (false until an applied event makes it true): an undo sets it back to false.
+      dirty[field] = false
+      local listed = dirtyFieldsOf[full]
+      listed[#listed + 1] = field
+    end
+    change(dirty, field, true)
   end
   -- srem and hdel never create a key; the others do, with the op's type. (Nor is a key that hdel or
   -- srem may have emptied taken as gone: a later effect of another type on it in the same call is
@@ -215,12 +248,11 @@ end
 -- Checks an event's effects; nil when all can be applied, else why not (and the state is as before).
 local function checkEffects(e)
   undone = 0
-  for j = 0, e.effects - 1 do
-    local base = e.firstEffect + j * 4
-    local refused = checkEffect(base)
+  for j, f in ipairs(e.effects) do
+    local refused = checkEffect(f)
     if refused then
       for i = undone, 1, -1 do undoTable[i][undoSlot[i]] = undoValue[i] end
-      return 'effect ' .. (j + 1) .. ' of event ' .. e.eventId .. ' (' .. tostring(ARGV[base]) .. ' ' .. ARGV[base + 1] .. '): ' .. refused
+      return 'effect ' .. j .. ' of event ' .. e.eventId .. ' (' .. f[1] .. ' ' .. f[2] .. '): ' .. refused
     end
   end
   return nil
@@ -292,7 +324,7 @@ for _, e in ipairs(open) do
     -- Seen in this call, or behind the seq guard: no need to ask Redis.
     e.kind = 'duplicate'
   else
-    -- (An event that gets here is past the seq guard it had before this call: read above.)
+    -- (An event that gets here was past the seq guard before this call: its entry was read above.)
     local processed = processedOf[e.eventId]
     if processed == nil then processed = rcall('HEXISTS', KEYS[2], e.eventId) == 1 end
     if processed then
@@ -355,9 +387,9 @@ end
 local touched, touchedList = {}, {}
 -- An event's effects other than on hash fields (those are written once, after the loop).
 local function applyEffects(e)
-  for j = 0, e.effects - 1 do
-    local base = e.firstEffect + j * 4
-    local op, key, field, value = ARGV[base], namespace .. ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
+  for _, f in ipairs(e.effects) do
+    local op, key, field, value = f[1], f[2], f[3], f[4]
+    if namespace ~= '' then key = namespace .. key end
     if not touched[key] then
       touched[key] = true
       touchedList[#touchedList + 1] = key
@@ -371,7 +403,6 @@ end
 
 for _, e in ipairs(events) do
   local outcome
-  local parkedField = e.aggregate .. ':' .. e.seqText
   if e.kind == 'stale' or e.kind == 'invalid' then
     outcome = e.kind
   elseif e.kind == 'foreign' then
@@ -381,7 +412,7 @@ for _, e in ipairs(events) do
   elseif e.kind == 'duplicate' then
     -- Seen before: by its marker, by its processed entry (even with the marker and the applied
     -- seq gone), or by the seq guard.
-    if anyParked then rcall('HDEL', KEYS[4], parkedField) end
+    if anyParked then rcall('HDEL', KEYS[4], e.aggregate .. ':' .. e.seqText) end
     if e.restoreSeq then
       seqPairs[#seqPairs + 1] = e.aggregate
       seqPairs[#seqPairs + 1] = e.seqText
@@ -391,14 +422,14 @@ for _, e in ipairs(events) do
   elseif e.kind == 'parked' then
     -- Not applied, so no dedupe marker: its redelivery has to be applied later.
     local reason = 'gap: expected seq ' .. int(e.expected) .. ', got ' .. e.seqText
-    rcall('HSET', KEYS[4], parkedField, cjson.encode({ reason = reason, message = e.raw, parkedAt = tonumber(now) }))
+    rcall('HSET', KEYS[4], e.aggregate .. ':' .. e.seqText, cjson.encode({ reason = reason, message = e.raw, parkedAt = tonumber(now) }))
     anyParked = true
     counts.parked = counts.parked + 1
     outcome = 'parked'
   else
     applied = applied + 1
     if ttl > 0 then
-      rcall('SET', prefix .. e.eventId, '1', 'EX', ttl)
+      rcall('SET', prefix .. e.eventId, '1', 'EX', ttlText)
     else
       rcall('SET', prefix .. e.eventId, '1')
     end
@@ -423,7 +454,7 @@ for _, e in ipairs(events) do
       problem('event ' .. e.eventId .. ' was applied more than once (its processed entry had been removed)')
     end
     if anyParked then
-      rcall('HDEL', KEYS[4], parkedField)
+      rcall('HDEL', KEYS[4], e.aggregate .. ':' .. e.seqText)
       local successorField = e.aggregate .. ':' .. int(e.seq + 1)
       local successor = rcall('HGET', KEYS[4], successorField)
       if successor then
@@ -455,29 +486,22 @@ inSlices('HSET', KEYS[3], seqPairs, 2 * SLICE)
 inSlices('HSET', KEYS[9], countPairs, 2 * SLICE)
 inSlices('HDEL', KEYS[10], attemptsDone, SLICE)
 
--- The hash fields the applied events changed, each at its final value, one HSET and one HDEL per key.
-local setsOf, deletesOf, hashKeys = {}, {}, {}
-for _, slot in ipairs(dirtySlots) do
-  if dirty[slot] then
-    local key = slotKey[slot]
-    if not setsOf[key] then
-      setsOf[key], deletesOf[key] = {}, {}
-      hashKeys[#hashKeys + 1] = key
-    end
-    local value = fieldOf[slot]
-    if value then
-      local sets = setsOf[key]
-      sets[#sets + 1] = slotField[slot]
-      sets[#sets + 1] = value
-    else
-      local deletes = deletesOf[key]
-      deletes[#deletes + 1] = slotField[slot]
+-- The hash fields the applied events changed, each at its final value: one HSET and one HDEL per key.
+for _, key in ipairs(dirtyKeys) do
+  local dirty, fields, sets, deletes = dirtyOf[key], fieldsOf[key], {}, {}
+  for _, field in ipairs(dirtyFieldsOf[key]) do
+    if dirty[field] then
+      local value = fields[field]
+      if value then
+        sets[#sets + 1] = field
+        sets[#sets + 1] = value
+      else
+        deletes[#deletes + 1] = field
+      end
     end
   end
-end
-for _, key in ipairs(hashKeys) do
-  inSlices('HSET', key, setsOf[key], 2 * SLICE)
-  inSlices('HDEL', key, deletesOf[key], SLICE)
+  inSlices('HSET', key, sets, 2 * SLICE)
+  inSlices('HDEL', key, deletes, SLICE)
 end
 
 -- The keys effects wrote, recorded with them.
