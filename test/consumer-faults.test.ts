@@ -111,6 +111,22 @@ describe('double effects', () => {
     assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
   });
 
+  it('an event whose processed entry and applied seq are gone is still skipped while its dedupe marker lives', async () => {
+    await h.cli('place-order', '--sku', 'SKU-A', '--qty', '2');
+    await h.cli('place-order', '--sku', 'SKU-A', '--qty', '3');
+    await h.cli('relay');
+    await h.cli('consume');
+    const [first] = await h.client.hkeys('processed');
+    await h.client.hdel('processed', first);
+    await h.client.del('outbox:applied-seq');
+    await h.cli('replay', '--from', '1');
+    await h.cli('relay');
+    // The marker of the one, the processed entry of the other: both skipped, in one call.
+    assert.match((await consume()).stdout, /applied 0, duplicates skipped 2/);
+    assert.equal(await h.client.hget('inventory:reserved', 'SKU-A'), '5');
+    assert.deepEqual(Object.values(await h.client.hgetall('outbox:apply-count')), ['1', '1']);
+  });
+
   it('verify flags a double effect forced by removing the processed entry too, from the per-event apply count', async () => {
     await h.cli('place-order', '--sku', 'SKU-A', '--qty', '2');
     await h.cli('relay');

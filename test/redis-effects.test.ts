@@ -191,6 +191,13 @@ describe('Redis effects as data', () => {
     assert.equal(JSON.parse((await h.client.lindex('outbox.events:dead', -1))!).reason, 'Deposited payload: amount: Invalid input: expected number, received string');
   });
 
+  it('a payload string with a lone surrogate (valid JSON, "\\ud800") that a handler passes on is applied with U+FFFD, the consumer not stuck', async () => {
+    await h.client.rpush('outbox.events', message(1, 1, 'AccountOpened', { owner: 'half \ud800 pair' }), message(2, 1, 'AccountOpened', { owner: 'two' }));
+    const { stats, problems } = await drain();
+    assert.deepEqual([stats.applied, problems], [2, []]);
+    assert.deepEqual([await h.client.hget('account:1', 'owner'), await h.client.hget('account:2', 'owner')], ['half \ufffd pair', 'two']);
+  });
+
   it('parks an account event that arrives ahead of a gap and applies the account\'s events in seq order once it is filled', async () => {
     await h.client.rpush('outbox.events', message(1, 3, 'AccountClosed', {}), message(1, 2, 'Deposited', { amount: 4 }), message(2, 1, 'AccountOpened', { owner: 'two' }));
     const parked = await drain();

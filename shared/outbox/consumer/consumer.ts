@@ -148,29 +148,30 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
    * that an event which keeps killing its thread does not take the attempts of others with it.
    */
   async function runHandlers(items: Handled[]): Promise<HandlerResult[]> {
-    const tasks = Array.from({ length: lanes }, () => [] as Handled[]);
-    for (const item of items) {
-      if (item.attempt! > 1) tasks.push([item]);
-      else tasks[lanes === 1 ? 0 : laneOf(item.event!.aggregateId, lanes)].push(item);
-    }
-    const resultOf = new Map<Handled, HandlerResult>();
+    const results: HandlerResult[] = new Array(items.length);
+    // Each task lists the indexes of its items.
+    const tasks = Array.from({ length: lanes }, () => [] as number[]);
+    items.forEach((item, index) => {
+      if (item.attempt! > 1) tasks.push([index]);
+      else tasks[lanes === 1 ? 0 : laneOf(item.event!.aggregateId, lanes)].push(index);
+    });
     await Promise.all(
       tasks.map(async (task) => {
         if (task.length === 0) return;
-        let results: HandlerResult[];
+        let taskResults: HandlerResult[];
         try {
-          results = await handler(
-            task.map((item) => item.event!),
-            task.map((item) => item.attempt!),
+          taskResults = await handler(
+            task.map((index) => items[index].event!),
+            task.map((index) => items[index].attempt!),
           );
         } catch (error) {
           // The whole task is lost (its thread died, it timed out): every event of it failed this attempt.
-          results = task.map(() => ({ error: (error as Error).message }));
+          taskResults = task.map(() => ({ error: (error as Error).message }));
         }
-        task.forEach((item, i) => resultOf.set(item, results[i] ?? { error: 'the handler gave no result for this event' }));
+        task.forEach((index, i) => (results[index] = taskResults[i] ?? { error: 'the handler gave no result for this event' }));
       }),
     );
-    return items.map((item) => resultOf.get(item)!);
+    return results;
   }
 
   /** Sets `attempt` on messages read back from the processing list: failed attempts counted in Redis, plus one. */
@@ -189,30 +190,38 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
    * `answered` (wrapped, or await would flatten it): each message's outcome, once Redis answered.
    */
   async function sendRound(entries: Buffer[], stats: ConsumeStats, { recovered = false } = {}): Promise<{ answered: Promise<Handled[]> }> {
+    // A round's items are its own: they are completed in place (attempt, reason, outcome), not copied.
     const parsed: Handled[] = entries.map((entry) => {
-      const read = readEntry(entry);
-      return 'event' in read ? { ...read, attempt: 1 } : read;
+      const read: Handled = readEntry(entry);
+      if (read.event) read.attempt = 1;
+      return read;
     });
     if (recovered) await loadAttempts(parsed);
     // Events waiting for a retry go first: they were taken before anything in this round.
     const retries: Handled[] = waiting.removeDue(Date.now()).map((w) => ({ raw: w.raw, event: w.event, attempt: w.attempts + 1 }));
-    const items = [...retries, ...parsed];
+    const items = retries.length > 0 ? [...retries, ...parsed] : parsed;
     const valid = items.filter((p) => p.event);
     const results = await runHandlers(valid);
-    const resultOf = new Map(valid.map((p, i) => [p, results[i]]));
     // Everything below is sent synchronously, so rounds cannot interleave.
     const rejected: Handled[] = [];
     const failed: { item: Handled; error: string }[] = [];
     const applied: Handled[] = [];
     const batch: EventToApply[] = [];
+    let next = 0; // `valid` is `items` with an event, in order: results[next] is the current item's
     for (const p of items) {
-      const result = resultOf.get(p);
-      if (!result) rejected.push(p);
-      else if ('poison' in result) rejected.push({ ...p, reason: result.poison });
-      else if ('error' in result) failed.push({ item: p, error: result.error });
-      else {
+      if (!p.event) {
+        rejected.push(p);
+        continue;
+      }
+      const result = results[next++];
+      if ('poison' in result) {
+        p.reason = result.poison;
+        rejected.push(p);
+      } else if ('error' in result) {
+        failed.push({ item: p, error: result.error });
+      } else {
         applied.push(p);
-        batch.push(toApply(p.raw as string, p.event!, result.effects));
+        batch.push(toApply(p.raw as string, p.event, result.effects));
       }
     }
     const sent: Promise<Outcome[]>[] = [
@@ -233,10 +242,9 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
       stats.received += entries.length;
       stats.failed += failed.length;
       for (const outcome of outcomes) stats[STAT_OF[outcome]] += 1;
-      const handled: Handled[] = [...rejected, ...failed.map((f) => ({ ...f.item, reason: f.item.reason ?? f.error })), ...applied].map((p, i) => ({
-        ...p,
-        outcome: outcomes[i],
-      }));
+      for (const { item, error } of failed) item.reason ??= error;
+      const handled = [...rejected, ...failed.map((f) => f.item), ...applied];
+      handled.forEach((p, i) => (p.outcome = outcomes[i]));
       const now = Date.now();
       for (const p of handled) {
         if (p.outcome !== 'retry') continue;

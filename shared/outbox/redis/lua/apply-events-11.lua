@@ -30,11 +30,14 @@
     ARGV[3] namespace key prefix ('' for none): an effect's key is <prefix><key>
       (Marker and effect keys are derived, not declared: like the rest of this project, the script
       expects one Redis, not a Cluster.)
-    then per event, from ARGV[4]: raw message exactly as it sits in the processing list, event_id,
+    ARGV[4] the events, a JSON array with one array per event, all values strings: event_id,
       aggregate key, seq (an integer), store id of the message, processed value (a JSON object, to
       which the script adds "applyOrder", the stats hash's 'applied' counter, and "appliedAt"),
-      number of effects n, then 4 values per effect: op, key (relative to the namespace), field or
-      member ('' for set), value ('' for hdel, srem; the increment for hincrby, zincrby)
+      and its effects, an array of [op, key (relative to the namespace), field or member ('' for
+      set), value ('' for hdel, srem; the increment for hincrby, zincrby)]
+    ARGV[5] ... one per event, in the same order: the raw message exactly as it sits in the
+      processing list
+      (One JSON argument rather than one argument per value: a client pays for every argument.)
 
   Time: appliedAt, parkedAt and deadAt are Redis's clock (TIME, ms since epoch) when the script
   runs, i.e. when the event was applied, not when the consumer built the call. (TIME is allowed in
@@ -53,12 +56,7 @@
     problems: one line per piece of bad state met (empty when none)
 ]]
 local rcall = redis.call
-local prefix, ttl, namespace = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local FIRST = 4
-local EVENT_FIELDS = 7
-if not ttl or not namespace then
-  return redis.error_reply('apply-events: ttl must be a number and the namespace prefix given')
-end
+local prefix, ttlText, namespace = ARGV[1], ARGV[2], ARGV[3]
 
 -- Integers as Redis stores them (no leading zeros, no '+'): exact in a Lua number up to 2^53, printed back with %d.
 local MAX_EXACT = 9007199254740991
@@ -70,20 +68,56 @@ local function integer(text)
 end
 local function int(n) return string.format('%d', n) end
 
--- The events, read before anything else: a call that does not add up changes nothing.
-local events = {}
-local at = FIRST
-while at <= #ARGV do
-  local n = tonumber(ARGV[at + 6])
-  if not n or n < 0 or n ~= math.floor(n) or at + EVENT_FIELDS - 1 + n * 4 > #ARGV then
-    return redis.error_reply('apply-events: each event needs 7 values and 4 per effect')
+local ttl = integer(ttlText)
+if not ttl or ttl < 0 or not namespace then
+  return redis.error_reply('apply-events: ttl must be a whole number of seconds (0 or more) and the namespace prefix given')
+end
+
+-- Variadic commands take their arguments in slices: Lua's stack limits unpack. `step` values a call.
+local SLICE = 1000
+local function inSlices(command, key, values, step)
+  for first = 1, #values, step do
+    rcall(command, key, unpack(values, first, math.min(first + step - 1, #values)))
   end
-  events[#events + 1] = {
-    raw = ARGV[at], eventId = ARGV[at + 1], aggregate = ARGV[at + 2], seqText = ARGV[at + 3],
-    store = ARGV[at + 4], result = ARGV[at + 5], seq = integer(ARGV[at + 3]),
-    firstEffect = at + EVENT_FIELDS, effects = n,
+end
+-- HMGET of `fields` (sliced): field -> value, false when missing. With `call` redis.pcall, nil when it fails.
+local function hmget(key, fields, call)
+  local valueOf = {}
+  for first = 1, #fields, SLICE do
+    local last = math.min(first + SLICE - 1, #fields)
+    local values = (call or rcall)('HMGET', key, unpack(fields, first, last))
+    if values.err then return nil end
+    for i = first, last do valueOf[fields[i]] = values[i - first + 1] end
+  end
+  return valueOf
+end
+
+-- The events, read before anything else: a call that does not add up changes nothing.
+local BAD_EVENTS = 'apply-events: ARGV[4] must be a JSON array of [event_id, aggregate, seq, store, processed, effects] '
+  .. '(strings, and effects an array of [op, key, field, value] strings), then one raw message per event'
+local decoded, list = pcall(cjson.decode, ARGV[4] or '')
+if not decoded or type(list) ~= 'table' or (#list == 0 and next(list) ~= nil) or #ARGV ~= 4 + #list then
+  return redis.error_reply(BAD_EVENTS)
+end
+local events = {}
+for i = 1, #list do
+  local e = list[i]
+  if type(e) ~= 'table' or type(e[1]) ~= 'string' or type(e[2]) ~= 'string' or type(e[3]) ~= 'string'
+    or type(e[4]) ~= 'string' or type(e[5]) ~= 'string' or type(e[6]) ~= 'table' then
+    return redis.error_reply(BAD_EVENTS)
+  end
+  local effects = e[6]
+  for j = 1, #effects do
+    local f = effects[j]
+    if type(f) ~= 'table' or type(f[1]) ~= 'string' or type(f[2]) ~= 'string' or type(f[3]) ~= 'string' or type(f[4]) ~= 'string' then
+      return redis.error_reply(BAD_EVENTS)
+    end
+  end
+  -- (The fields set later are named here too, so that the table is made at its final size.)
+  events[i] = {
+    raw = ARGV[4 + i], eventId = e[1], aggregate = e[2], seqText = e[3], store = e[4], result = e[5],
+    seq = integer(e[3]), effects = effects, kind = false, restoreSeq = false, expected = false,
   }
-  at = at + EVENT_FIELDS + n * 4
 end
 local count = #events
 
@@ -118,8 +152,12 @@ end
 -- What Redis will hold once the events checked so far are applied: key types, hash fields, scores.
 -- An event's effects change it as they are checked; an undo log takes the changes back when one
 -- of them is refused, so a refused event leaves nothing behind (the log is reused: no table per event).
+-- A hash field an applied event changed is dirty: phase 2 writes its final value once (HSET or
+-- HDEL, one call per key), not each hincrby, hset and hdel that led to it.
 local OP_TYPE = { hincrby = 'hash', hset = 'hash', hdel = 'hash', sadd = 'set', srem = 'set', zincrby = 'zset', set = 'string' }
-local typeOf, fieldOf, scoreOf = {}, {}, {}
+local HASH_OP = { hincrby = true, hset = true, hdel = true }
+local typeOf, fieldsOf, scoresOf = {}, {}, {}
+local dirtyOf, dirtyFieldsOf, dirtyKeys = {}, {}, {}
 local undoTable, undoSlot, undoValue, undone = {}, {}, {}, 0
 
 local function change(tbl, slot, value)
@@ -128,53 +166,77 @@ local function change(tbl, slot, value)
   tbl[slot] = value
 end
 
+-- The table of `key` in `tables` (per key: its fields, scores, dirty marks), made on first use.
+local function tableOf(tables, key)
+  local t = tables[key]
+  if not t then
+    t = {}
+    tables[key] = t
+  end
+  return t
+end
+
 local function isProjectKey(key)
   return string.sub(key, 1, 6) == 'outbox' or key == 'processed' or string.sub(key, 1, 5) == 'bull:'
 end
 
 -- Checks one effect against the state so far and records its change; nil when it can be applied, else why not.
-local function checkEffect(base)
-  local op, key, field, value = ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
+local function checkEffect(f)
+  local op, key, field, value = f[1], f[2], f[3], f[4]
   local wanted = OP_TYPE[op]
   if not wanted then return 'unknown op' end
   if key == '' or isProjectKey(key) then return 'not a key effects may touch (outbox*, processed and bull:* are the project\'s)' end
-  local full = namespace .. key
+  local full = namespace == '' and key or namespace .. key
   local t = typeOf[full]
   if t == nil then
     t = rcall('TYPE', full).ok
     typeOf[full] = t
   end
   if t ~= 'none' and t ~= wanted then return 'the key holds a ' .. t .. ', not a ' .. wanted end
-  if op == 'hincrby' or op == 'hset' or op == 'hdel' or op == 'zincrby' then
-    local slot = full .. '\0' .. field
-    if op == 'hincrby' then
-      local by = integer(value)
-      if not by then return 'increment "' .. value .. '" is not an integer' end
-      local current = fieldOf[slot]
-      if current == nil then
-        current = rcall('HGET', full, field) or false
-        fieldOf[slot] = current
-      end
-      local n = current and integer(current) or (not current and 0) or nil
-      if n == nil then return 'field ' .. field .. ' holds "' .. current .. '", not an integer' end
-      local result = n + by
-      if result > MAX_EXACT or result < -MAX_EXACT then return 'field ' .. field .. ' would leave the exact integer range' end
-      change(fieldOf, slot, int(result))
-    elseif op == 'zincrby' then
-      local by = tonumber(value)
-      if not by or by ~= by or by == math.huge or by == -math.huge then return 'increment "' .. value .. '" is not a finite number' end
-      local current = scoreOf[slot]
-      if current == nil then
-        local score = rcall('ZSCORE', full, field)
-        current = score and tonumber(score) or 0
-        scoreOf[slot] = current
-      end
-      local result = current + by
-      if result ~= result then return 'member ' .. field .. ' would get a score that is not a number' end
-      change(scoreOf, slot, result)
-    else
-      change(fieldOf, slot, op == 'hset' and value or false)
+  if op == 'hincrby' then
+    local by = integer(value)
+    if not by then return 'increment "' .. value .. '" is not an integer' end
+    local fields = tableOf(fieldsOf, full)
+    local current = fields[field]
+    if current == nil then
+      current = rcall('HGET', full, field) or false
+      fields[field] = current
     end
+    local n = current and integer(current) or (not current and 0) or nil
+    if n == nil then return 'field ' .. field .. ' holds "' .. current .. '", not an integer' end
+    local result = n + by
+    if result > MAX_EXACT or result < -MAX_EXACT then return 'field ' .. field .. ' would leave the exact integer range' end
+    change(fields, field, int(result))
+  elseif op == 'zincrby' then
+    local by = tonumber(value)
+    if not by or by ~= by or by == math.huge or by == -math.huge then return 'increment "' .. value .. '" is not a finite number' end
+    local scores = tableOf(scoresOf, full)
+    local current = scores[field]
+    if current == nil then
+      local score = rcall('ZSCORE', full, field)
+      current = score and tonumber(score) or 0
+      scores[field] = current
+    end
+    local result = current + by
+    if result ~= result then return 'member ' .. field .. ' would get a score that is not a number' end
+    change(scores, field, result)
+  elseif op == 'hset' or op == 'hdel' then
+    change(tableOf(fieldsOf, full), field, op == 'hset' and value or false)
+  end
+  if HASH_OP[op] then
+    local dirty = dirtyOf[full]
+    if not dirty then
+      dirty = {}
+      dirtyOf[full], dirtyFieldsOf[full] = dirty, {}
+      dirtyKeys[#dirtyKeys + 1] = full
+    end
+    if dirty[field] == nil then
+      -- Listed once (false until an applied event makes it true): an undo sets it back to false.
+      dirty[field] = false
+      local listed = dirtyFieldsOf[full]
+      listed[#listed + 1] = field
+    end
+    change(dirty, field, true)
   end
   -- srem and hdel never create a key; the others do, with the op's type. (Nor is a key that hdel or
   -- srem may have emptied taken as gone: a later effect of another type on it in the same call is
@@ -186,18 +248,18 @@ end
 -- Checks an event's effects; nil when all can be applied, else why not (and the state is as before).
 local function checkEffects(e)
   undone = 0
-  for j = 0, e.effects - 1 do
-    local base = e.firstEffect + j * 4
-    local refused = checkEffect(base)
+  for j, f in ipairs(e.effects) do
+    local refused = checkEffect(f)
     if refused then
       for i = undone, 1, -1 do undoTable[i][undoSlot[i]] = undoValue[i] end
-      return 'effect ' .. (j + 1) .. ' of event ' .. e.eventId .. ' (' .. tostring(ARGV[base]) .. ' ' .. ARGV[base + 1] .. '): ' .. refused
+      return 'effect ' .. j .. ' of event ' .. e.eventId .. ' (' .. f[1] .. ' ' .. f[2] .. '): ' .. refused
     end
   end
   return nil
 end
 
-local lastOf, badAggregate, seenNow = {}, {}, {}
+-- First the messages that are gone (stale), of another store (foreign) or without a usable seq.
+local open, aggregates, listed = {}, {}, {}
 local present = {}
 for _, e in ipairs(events) do
   if not atHead then
@@ -216,44 +278,93 @@ for _, e in ipairs(events) do
   elseif not e.seq or e.seq < 1 or not applied then
     e.kind = 'invalid'
   else
-    if lastOf[e.aggregate] == nil and not badAggregate[e.aggregate] then
-      local value = rcall('HGET', KEYS[3], e.aggregate)
-      lastOf[e.aggregate] = value and integer(value) or (not value and 0) or nil
-      if lastOf[e.aggregate] == nil then
-        badAggregate[e.aggregate] = true
-        problem(KEYS[3] .. ' field ' .. e.aggregate .. ' holds "' .. value .. '", not an integer')
-      end
+    open[#open + 1] = e
+    if not listed[e.aggregate] then
+      listed[e.aggregate] = true
+      aggregates[#aggregates + 1] = e.aggregate
     end
-    local last = lastOf[e.aggregate]
-    if badAggregate[e.aggregate] then
-      e.kind = 'invalid'
-    elseif seenNow[e.eventId] or e.seq <= last then
-      -- Seen in this call, or behind the seq guard: no need to ask Redis.
-      e.kind = 'duplicate'
-    elseif rcall('HEXISTS', KEYS[2], e.eventId) == 1 then
+  end
+end
+
+-- The state the others need, read in one call per hash rather than one per event: their applied
+-- seqs; then, for the events past the seq guard (only those can be new), their processed entries;
+-- and whether any of those without one has a dedupe marker (EXISTS of all: usually none has, and
+-- then no event needs its own look-up).
+local seqValueOf = hmget(KEYS[3], aggregates)
+local maybeNew = {}
+for _, e in ipairs(open) do
+  local value = seqValueOf[e.aggregate]
+  local last = value and integer(value) or (not value and 0) or nil
+  if last and e.seq > last then maybeNew[#maybeNew + 1] = e.eventId end
+end
+local processedOf = hmget(KEYS[2], maybeNew)
+local markerKeys = {}
+for _, eventId in ipairs(maybeNew) do
+  if not processedOf[eventId] then markerKeys[#markerKeys + 1] = prefix .. eventId end
+end
+local markersExist = 0
+for first = 1, #markerKeys, SLICE do
+  markersExist = markersExist + rcall('EXISTS', unpack(markerKeys, first, math.min(first + SLICE - 1, #markerKeys)))
+end
+
+local lastOf, badAggregate, seenNow = {}, {}, {}
+for _, e in ipairs(open) do
+  if lastOf[e.aggregate] == nil and not badAggregate[e.aggregate] then
+    local value = seqValueOf[e.aggregate]
+    lastOf[e.aggregate] = value and integer(value) or (not value and 0) or nil
+    if lastOf[e.aggregate] == nil then
+      badAggregate[e.aggregate] = true
+      problem(KEYS[3] .. ' field ' .. e.aggregate .. ' holds "' .. value .. '", not an integer')
+    end
+  end
+  local last = lastOf[e.aggregate]
+  if badAggregate[e.aggregate] then
+    e.kind = 'invalid'
+  elseif seenNow[e.eventId] or e.seq <= last then
+    -- Seen in this call, or behind the seq guard: no need to ask Redis.
+    e.kind = 'duplicate'
+  else
+    -- (An event that gets here was past the seq guard before this call: its entry was read above.)
+    local processed = processedOf[e.eventId]
+    if processed == nil then processed = rcall('HEXISTS', KEYS[2], e.eventId) == 1 end
+    if processed then
       -- Applied before, but its applied seq was lost: put the seq guard back.
       e.kind = 'duplicate'
       e.restoreSeq = true
       lastOf[e.aggregate] = e.seq
-    elseif rcall('EXISTS', prefix .. e.eventId) == 1 then
+    elseif markersExist > 0 and rcall('EXISTS', prefix .. e.eventId) == 1 then
       e.kind = 'duplicate'
     end
-    if e.kind then
-      -- duplicate or invalid: decided above
-    elseif e.seq > last + 1 then
-      e.kind = 'parked'
-      e.expected = last + 1
+  end
+  if e.kind then
+    -- duplicate or invalid: decided above
+  elseif e.seq > last + 1 then
+    e.kind = 'parked'
+    e.expected = last + 1
+  else
+    local refused = checkEffects(e)
+    if refused then
+      problem(refused)
+      e.kind = 'invalid'
     else
-      local refused = checkEffects(e)
-      if refused then
-        problem(refused)
-        e.kind = 'invalid'
-      else
-        e.kind = 'apply'
-        lastOf[e.aggregate] = e.seq
-        seenNow[e.eventId] = true
-      end
+      e.kind = 'apply'
+      lastOf[e.aggregate] = e.seq
+      seenNow[e.eventId] = true
     end
+  end
+end
+
+-- The apply counts of the events to apply, read in one call. When that hash or a count in it is
+-- not what the script writes, each count is kept as before: HINCRBY per event, its failure reported.
+local countOf
+local toApply = {}
+for _, e in ipairs(open) do
+  if e.kind == 'apply' then toApply[#toApply + 1] = e.eventId end
+end
+if #toApply > 0 then
+  countOf = hmget(KEYS[9], toApply, redis.pcall)
+  for _, eventId in ipairs(toApply) do
+    if countOf and countOf[eventId] and not integer(countOf[eventId]) then countOf = nil end
   end
 end
 
@@ -265,6 +376,8 @@ local anyAttempts = rcall('EXISTS', KEYS[10]) == 1
 local outcomes = {}
 local acked = {}
 local allAcked = true
+-- Written after the loop, one call per hash: processed entries, applied seqs, apply counts, cleared attempts.
+local processedPairs, seqPairs, countPairs, attemptsDone = {}, {}, {}, {}
 
 local function deadLetter(reason, message)
   rcall('RPUSH', KEYS[8], cjson.encode({ reason = reason, message = message, deadAt = tonumber(now) }))
@@ -272,27 +385,24 @@ local function deadLetter(reason, message)
 end
 
 local touched, touchedList = {}, {}
+-- An event's effects other than on hash fields (those are written once, after the loop).
 local function applyEffects(e)
-  for j = 0, e.effects - 1 do
-    local base = e.firstEffect + j * 4
-    local op, key, field, value = ARGV[base], namespace .. ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
+  for _, f in ipairs(e.effects) do
+    local op, key, field, value = f[1], f[2], f[3], f[4]
+    if namespace ~= '' then key = namespace .. key end
     if not touched[key] then
       touched[key] = true
       touchedList[#touchedList + 1] = key
     end
-    if op == 'hincrby' then rcall('HINCRBY', key, field, value)
-    elseif op == 'hset' then rcall('HSET', key, field, value)
-    elseif op == 'hdel' then rcall('HDEL', key, field)
-    elseif op == 'sadd' then rcall('SADD', key, field)
+    if op == 'sadd' then rcall('SADD', key, field)
     elseif op == 'srem' then rcall('SREM', key, field)
     elseif op == 'zincrby' then rcall('ZINCRBY', key, value, field)
-    else rcall('SET', key, value) end
+    elseif op == 'set' then rcall('SET', key, value) end
   end
 end
 
 for _, e in ipairs(events) do
   local outcome
-  local parkedField = e.aggregate .. ':' .. e.seqText
   if e.kind == 'stale' or e.kind == 'invalid' then
     outcome = e.kind
   elseif e.kind == 'foreign' then
@@ -302,37 +412,49 @@ for _, e in ipairs(events) do
   elseif e.kind == 'duplicate' then
     -- Seen before: by its marker, by its processed entry (even with the marker and the applied
     -- seq gone), or by the seq guard.
-    if anyParked then rcall('HDEL', KEYS[4], parkedField) end
-    if e.restoreSeq then rcall('HSET', KEYS[3], e.aggregate, e.seqText) end
+    if anyParked then rcall('HDEL', KEYS[4], e.aggregate .. ':' .. e.seqText) end
+    if e.restoreSeq then
+      seqPairs[#seqPairs + 1] = e.aggregate
+      seqPairs[#seqPairs + 1] = e.seqText
+    end
     counts.duplicates = counts.duplicates + 1
     outcome = 'duplicate'
   elseif e.kind == 'parked' then
     -- Not applied, so no dedupe marker: its redelivery has to be applied later.
     local reason = 'gap: expected seq ' .. int(e.expected) .. ', got ' .. e.seqText
-    rcall('HSET', KEYS[4], parkedField, cjson.encode({ reason = reason, message = e.raw, parkedAt = tonumber(now) }))
+    rcall('HSET', KEYS[4], e.aggregate .. ':' .. e.seqText, cjson.encode({ reason = reason, message = e.raw, parkedAt = tonumber(now) }))
     anyParked = true
     counts.parked = counts.parked + 1
     outcome = 'parked'
   else
     applied = applied + 1
     if ttl > 0 then
-      rcall('SET', prefix .. e.eventId, '1', 'EX', ttl)
+      rcall('SET', prefix .. e.eventId, '1', 'EX', ttlText)
     else
       rcall('SET', prefix .. e.eventId, '1')
     end
     applyEffects(e)
-    rcall('HSET', KEYS[2], e.eventId, string.sub(e.result, 1, -2) .. ',"applyOrder":' .. int(applied) .. ',"appliedAt":' .. now .. '}')
-    rcall('HSET', KEYS[3], e.aggregate, e.seqText)
+    processedPairs[#processedPairs + 1] = e.eventId
+    processedPairs[#processedPairs + 1] = string.sub(e.result, 1, -2) .. ',"applyOrder":' .. int(applied) .. ',"appliedAt":' .. now .. '}'
+    seqPairs[#seqPairs + 1] = e.aggregate
+    seqPairs[#seqPairs + 1] = e.seqText
     -- The count is evidence, not a condition: a field holding a non-number is reported, and
     -- pcall keeps its error from aborting the script after the writes above.
-    local times = redis.pcall('HINCRBY', KEYS[9], e.eventId, 1)
+    local times
+    if countOf then
+      times = (countOf[e.eventId] and integer(countOf[e.eventId]) or 0) + 1
+      countPairs[#countPairs + 1] = e.eventId
+      countPairs[#countPairs + 1] = int(times)
+    else
+      times = redis.pcall('HINCRBY', KEYS[9], e.eventId, 1)
+    end
     if type(times) == 'table' then
       problem(KEYS[9] .. ' field ' .. e.eventId .. ' holds a non-integer: this application was not counted')
     elseif times > 1 then
       problem('event ' .. e.eventId .. ' was applied more than once (its processed entry had been removed)')
     end
     if anyParked then
-      rcall('HDEL', KEYS[4], parkedField)
+      rcall('HDEL', KEYS[4], e.aggregate .. ':' .. e.seqText)
       local successorField = e.aggregate .. ':' .. int(e.seq + 1)
       local successor = rcall('HGET', KEYS[4], successorField)
       if successor then
@@ -355,14 +477,35 @@ for _, e in ipairs(events) do
     allAcked = false
   else
     acked[#acked + 1] = e.raw
-    if anyAttempts then rcall('HDEL', KEYS[10], e.eventId) end
+    if anyAttempts then attemptsDone[#attemptsDone + 1] = e.eventId end
   end
 end
 
--- The keys effects wrote, recorded with them (SADD takes them in slices: Lua's stack limits unpack).
-for first = 1, #touchedList, 1000 do
-  rcall('SADD', KEYS[11], unpack(touchedList, first, math.min(first + 999, #touchedList)))
+inSlices('HSET', KEYS[2], processedPairs, 2 * SLICE)
+inSlices('HSET', KEYS[3], seqPairs, 2 * SLICE)
+inSlices('HSET', KEYS[9], countPairs, 2 * SLICE)
+inSlices('HDEL', KEYS[10], attemptsDone, SLICE)
+
+-- The hash fields the applied events changed, each at its final value: one HSET and one HDEL per key.
+for _, key in ipairs(dirtyKeys) do
+  local dirty, fields, sets, deletes = dirtyOf[key], fieldsOf[key], {}, {}
+  for _, field in ipairs(dirtyFieldsOf[key]) do
+    if dirty[field] then
+      local value = fields[field]
+      if value then
+        sets[#sets + 1] = field
+        sets[#sets + 1] = value
+      else
+        deletes[#deletes + 1] = field
+      end
+    end
+  end
+  inSlices('HSET', key, sets, 2 * SLICE)
+  inSlices('HDEL', key, deletes, SLICE)
 end
+
+-- The keys effects wrote, recorded with them.
+inSlices('SADD', KEYS[11], touchedList, SLICE)
 
 -- The ack, in the same step as what happened to each message.
 if atHead and allAcked then
