@@ -10,7 +10,7 @@ import { sleep } from '../shared/outbox/sleep.js';
 import { Pm2, REPO_ROOT } from '../shared/tooling/local/pm2.js';
 import { freePort, RedisServer, testClient } from '../shared/tooling/local/redis-server.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
-import { startApp } from './helpers/apps.js';
+import { startApp, type App } from './helpers/apps.js';
 import { launchChromium } from './helpers/browser.js';
 import { runCli } from './helpers/cli.js';
 import { runLoad } from './helpers/http-load.js';
@@ -72,8 +72,10 @@ async function screenshot(name: string): Promise<void> {
 }
 
 before(async () => {
-  // First: without Chromium the file fails here, in one line, before anything starts.
-  browser = await launchChromium();
+  // First: without Chromium the file fails here, in one line, before anything starts. The browser
+  // starts while pm2 starts the apps.
+  const launching = launchChromium();
+  launching.catch(() => {});
   redis = await RedisServer.start();
   client = testClient(redis.url);
   dir = tempDir();
@@ -105,6 +107,7 @@ before(async () => {
   });
   await waitFor(() => fetch(`${origin}/api/state`).then((r) => r.ok).catch(() => false), { message: 'the dashboard does not answer' });
   token = readFileSync(join(dir, 'dashboard-token'), 'utf8').trim();
+  browser = await launching;
   page = await browser.newPage();
 });
 
@@ -146,7 +149,7 @@ describe('the dashboard page in a real Chromium', () => {
     assert.equal(placed.orderId, 1);
     assert.equal((await post(producerPort, '/orders/1/qty', { qty: 3 })).status, 200);
 
-    const load = runLoad(producerPort, { durationMs: 4_000, workers: 4 });
+    const load = runLoad(producerPort, { durationMs: 2_500, workers: 4 });
     // Two steps up, each seen on the page: committed and applied both grow.
     const seen = [await pipeline()];
     for (let step = 0; step < 2; step += 1) {
@@ -212,12 +215,15 @@ describe('the dashboard page in a real Chromium', () => {
 
   it('refuses a bad setting and a taken port before it listens: one JSON line, exit 78', async () => {
     const env = { dir: tempDir(), redisUrl: 'redis://127.0.0.1:1' };
+    const refusals: [App, string][] = [];
     for (const [extra, message] of [
       [{ OUTBOX_DASHBOARD_PORT: '70000' }, 'OUTBOX_DASHBOARD_PORT must be a whole number from 0 to 65535, got "70000"'],
       [{ OUTBOX_DASHBOARD_HOST: ' ' }, 'OUTBOX_DASHBOARD_HOST must be an address to bind, got " "'],
       [{ OUTBOX_DASHBOARD_PORT: String(dashboardPort) }, `cannot listen on 127.0.0.1:${dashboardPort}: the port is in use (EADDRINUSE): stop what listens there, or set OUTBOX_DASHBOARD_PORT (--port) or OUTBOX_DASHBOARD_HOST (--host) to another one`],
     ] as const) {
-      const app = startApp(env, 'dist/apps/dashboard/main.js', [], extra);
+      refusals.push([startApp(env, 'dist/apps/dashboard/main.js', [], extra), message]);
+    }
+    for (const [app, message] of refusals) {
       const exit = await app.exited;
       assert.equal(exit.code, 78, app.output());
       const lines = app.output().trim().split('\n');

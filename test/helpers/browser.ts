@@ -9,7 +9,8 @@ export const CHROMIUM = process.env.OUTBOX_TEST_CHROMIUM || '/usr/bin/chromium';
  * no browser of its own). Missing, it fails the test with one line saying how to install it: a
  * browser test is never skipped silently.
  */
-export async function launchChromium(): Promise<Browser> {
+export function launchChromium(): Promise<Browser> {
+  // Thrown at once, not as a rejection: the caller fails before it starts anything else.
   if (!existsSync(CHROMIUM)) throw new Error(`no Chromium at ${CHROMIUM}: install it with "apt-get install -y chromium", or set OUTBOX_TEST_CHROMIUM to one`);
   // --no-sandbox: the tests run as root, where Chromium's sandbox refuses to start.
   return puppeteer.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-dev-shm-usage'], defaultViewport: { width: 1280, height: 1000 } });
