@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -58,6 +59,18 @@ async function heldRows(table: string) {
 
 async function post(port: number, path: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> {
   return fetch(`http://127.0.0.1:${port}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+}
+
+/** GET /api/state with the Host header `host`: the status. */
+function statusWithHost(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    request({ host: '127.0.0.1', port: dashboardPort, path: '/api/state', headers: { host } }, (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+    })
+      .on('error', reject)
+      .end();
+  });
 }
 
 async function setToken(value: string): Promise<void> {
@@ -119,7 +132,7 @@ after(async () => {
 });
 
 describe('the dashboard page in a real Chromium', () => {
-  it('loads everything from the dashboard itself (uPlot included), shows the store, and the four pm2 apps online, 0 restarts, healthy', async (t) => {
+  it('loads everything from the dashboard itself (uPlot included), shows the store, and the four pm2 apps online, 0 restarts, healthy; refuses another Host name', async (t) => {
     t.diagnostic(`screenshots in ${shots}`);
     const requested: string[] = [];
     page.on('request', (request) => void requested.push(request.url()));
@@ -140,6 +153,9 @@ describe('the dashboard page in a real Chromium', () => {
     assert.ok(requested.includes(`${origin}/vendor/uPlot.iife.min.js`), 'uPlot is served by the dashboard');
     assert.deepEqual(requested.filter((url) => !url.startsWith(`${origin}/`)), [], 'nothing is loaded from elsewhere');
     assert.equal(statSync(join(dir, 'dashboard-token')).mode & 0o777, 0o600);
+    // DNS rebinding: a page served under another name that resolves to 127.0.0.1 reads nothing.
+    assert.equal(await statusWithHost(`rebound.example:${dashboardPort}`), 421);
+    assert.equal(await statusWithHost(`localhost:${dashboardPort}`), 200);
     await screenshot('1-loaded');
   });
 

@@ -37,7 +37,7 @@ runApp('outbox-dashboard', dashboardSettings, async (config, log, signal) => {
   const database = watchDatabase(dir, { log, app: 'dashboard', stopped: 'showing no app.db numbers', outboxOnly: true });
   let redis: Redis | undefined;
   const sampler = startSampler({ dir, namespace, database, redis: () => redis, log });
-  server.on('request', dashboardHandler({ files, state: sampler.state, redis: () => redis, token, tokenFile: tokenPath(dir), log }));
+  server.on('request', dashboardHandler({ files, state: sampler.state, redis: () => redis, token, tokenFile: tokenPath(dir), host, log }));
   const url = `http://${reachableHost(host)}:${(server.address() as AddressInfo).port}/`;
   log.info('dashboard listening', { url, tokenFile: tokenPath(dir), db: `${dir}/app.db` });
   // Redis may come later: the page shows what app.db says meanwhile.

@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { isIP } from 'node:net';
 import type { Redis } from 'ioredis';
 import type { Logger } from '../../outbox/logger.js';
 import type { HeldKind } from '../../operations/recovery/held-messages.js';
@@ -13,6 +14,8 @@ export interface DashboardRoutes {
   redis: () => Redis | undefined;
   token: string;
   tokenFile: string;
+  /** OUTBOX_DASHBOARD_HOST: a name given there is a Host requests may name. */
+  host: string;
   log: Logger;
 }
 
@@ -33,20 +36,33 @@ function send(res: ServerResponse, status: number, body: unknown, headers: Recor
   res.end(json);
 }
 
+/** The body, or undefined when it is over MAX_BODY (read to its end all the same, so that the answer reaches the client). */
 function readBody(req: IncomingMessage): Promise<string | undefined> {
   return new Promise((resolve, reject) => {
     let body = '';
+    let tooLong = false;
     req.setEncoding('utf8');
     req.on('data', (chunk: string) => {
-      body += chunk;
-      if (body.length > MAX_BODY) {
-        resolve(undefined);
-        req.destroy();
-      }
+      if (!tooLong) body += chunk;
+      tooLong ||= body.length > MAX_BODY;
     });
-    req.on('end', () => resolve(body));
+    req.on('end', () => resolve(tooLong ? undefined : body));
     req.on('error', reject);
   });
+}
+
+/**
+ * A page of another site that a DNS name resolving to 127.0.0.1 serves (DNS rebinding) must not
+ * read this one: the Host a request names must be an address, `localhost`, or the configured host.
+ */
+function hostAllowed(req: IncomingMessage, configuredHost: string): boolean {
+  let hostname: string;
+  try {
+    hostname = new URL(`http://${req.headers.host ?? ''}`).hostname.replace(/^\[(.*)\]$/, '$1');
+  } catch {
+    return false;
+  }
+  return isIP(hostname) !== 0 || hostname === 'localhost' || hostname === configuredHost;
 }
 
 const bearer = (req: IncomingMessage) => /^Bearer (.+)$/.exec(req.headers.authorization ?? '')?.[1];
@@ -81,6 +97,7 @@ export function dashboardHandler(routes: DashboardRoutes) {
     const url = new URL(req.url ?? '/', 'http://localhost');
     const path = url.pathname;
     const action = ACTION.exec(path);
+    if (!hostAllowed(req, routes.host)) return send(res, 421, { error: 'the Host of this request is not an address, localhost or OUTBOX_DASHBOARD_HOST: open the dashboard by its address' });
     try {
       if (action) {
         if (req.method !== 'POST') return send(res, 405, { error: `use POST on ${path}` }, { allow: 'POST' });
