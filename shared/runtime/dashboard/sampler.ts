@@ -131,7 +131,8 @@ export function startSampler(options: SamplerOptions) {
       dir,
       namespace,
       store: (live && meta && attempt(() => storeStatusOf(live, meta, namespace), 'cannot read the store id', problems)) || null,
-      problems: apps.reason ? [...problems, apps.reason] : problems,
+      // No daemon is not a problem (the apps table says so); a daemon that does not answer is.
+      problems: apps.running && apps.reason ? [...problems, apps.reason] : problems,
       pipeline: { ...store, ...redisNumbers },
       rates: history.rates(),
       deadLetters,
