@@ -175,7 +175,9 @@ describe('the dashboard page in a real Chromium', () => {
     }
     await waitFor(async () => /^\d[\d.,]*\/s$/.test(await text('#rate-applied')) && (await text('#rate-applied')) !== '0.0/s', { message: 'no applied rate shown' });
     await waitFor(async () => (await heldRows('dead-letters')).length === 1 && (await heldRows('parked')).length === 1, { message: 'the dead letter and the parked event are not listed' });
-    assert.deepEqual(await heldRows('dead-letters'), [{ id: '0', reason: 'handler failed 1 times: injected failure (OUTBOX_HANDLER_FAIL) at attempt 1' }]);
+    const [dead] = await heldRows('dead-letters');
+    assert.equal(dead.id, '0');
+    assert.match(dead.reason ?? '', /injected failure \(OUTBOX_HANDLER_FAIL\)/);
     assert.equal((await heldRows('parked'))[0].id, 'order:1:2');
     await screenshot('2-flowing');
     if (process.env.OUTBOX_DOCS_SCREENSHOT === '1') {
