@@ -11,7 +11,7 @@ import { sleep } from '../shared/outbox/sleep.js';
 import { Pm2, REPO_ROOT } from '../shared/tooling/local/pm2.js';
 import { freePort, RedisServer, testClient } from '../shared/tooling/local/redis-server.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
-import { startApp, type App } from './helpers/apps.js';
+import { startApp, stopApp, type App } from './helpers/apps.js';
 import { launchChromium } from './helpers/browser.js';
 import { runCli } from './helpers/cli.js';
 import { runLoad } from './helpers/http-load.js';
@@ -229,6 +229,23 @@ describe('the dashboard page in a real Chromium', () => {
     const verify = await runCli(['verify'], { dir, redisUrl: redis.url });
     assert.equal(verify.code, 0, verify.stdout + verify.stderr);
     assert.match(verify.stdout, /VERIFY OK/);
+  });
+
+  it('without app.db and Redis it still serves the page, saying why its numbers are missing', async () => {
+    const env = { dir: tempDir(), redisUrl: 'redis://127.0.0.1:1' };
+    const port = await freePort();
+    const app = startApp(env, 'dist/apps/dashboard/main.js', [], { OUTBOX_DASHBOARD_PORT: String(port), PORT: String(await freePort()), PM2_HOME: join(env.dir, 'pm2') });
+    try {
+      const state = await waitFor(() => fetch(`http://127.0.0.1:${port}/api/state`).then((r) => (r.ok ? r.json() : undefined)).catch(() => undefined), { message: app.output() });
+      assert.equal(state.problems.length, 2, state.problems.join('\n'));
+      assert.ok(state.problems[0].startsWith(`no database at ${env.dir}/app.db: run "outbox init" first`), state.problems[0]);
+      assert.equal(state.problems[1], 'Redis is not connected: its numbers are missing');
+      assert.equal(state.store, null);
+      assert.equal(state.pm2.running, false);
+      assert.equal((await fetch(`http://127.0.0.1:${port}/`)).status, 200);
+    } finally {
+      assert.equal((await stopApp(app)).code, 0, app.output());
+    }
   });
 
   it('refuses a bad setting and a taken port before it listens: one JSON line, exit 78', async () => {
