@@ -2,7 +2,7 @@
 // Settings come from the environment: OUTBOX_DIR (data dir, default ~/outbox), REDIS_URL,
 // PORT / HOST (producer), OUTBOX_LOG_DIR (default ./logs), and the apps' own OUTBOX_* options
 // (OUTBOX_RELAY_HEALTH_PORT / OUTBOX_CONSUMER_HEALTH_PORT: health endpoints on 3100 / 3200, plus the
-// pm2 instance number).
+// pm2 instance number; OUTBOX_DASHBOARD_PORT: the dashboard page on 3300, `off` to leave it out).
 const { spawnSync } = require('node:child_process');
 const { existsSync, mkdirSync } = require('node:fs');
 const { homedir } = require('node:os');
@@ -72,6 +72,8 @@ const env = {
   NODE_ENV: 'production',
 };
 
+const dashboardOff = (process.env.OUTBOX_DASHBOARD_PORT || '').trim().toLowerCase() === 'off';
+
 function app(name, script, extra = {}) {
   return {
     name,
@@ -105,5 +107,10 @@ module.exports = {
     // OUTBOX_RELAY_INSTANCES (default 1): more relays take over each other's BullMQ job (outbox chaos runs 2).
     app('outbox-relay', 'dist/apps/relay/main.js', { options: { instances: Number(process.env.OUTBOX_RELAY_INSTANCES || 1) } }),
     app('outbox-consumer', 'dist/apps/consumer/main.js'),
+    // The dashboard page (OUTBOX_DASHBOARD_PORT, default 3300; `off`: not run). PORT / HOST are the
+    // producer's, for the dashboard to find its health endpoint.
+    ...(dashboardOff
+      ? []
+      : [app('outbox-dashboard', 'dist/apps/dashboard/main.js', { env: { PORT: process.env.PORT || '3000', HOST: process.env.HOST || '127.0.0.1' } })]),
   ],
 };

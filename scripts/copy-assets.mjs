@@ -1,4 +1,5 @@
-// Copies the non-TypeScript files the compiled code loads at run time (the Lua scripts) into dist/,
+// Copies the non-TypeScript files the compiled code loads at run time (the Lua scripts, the
+// dashboard page's HTML and CSS) into dist/,
 // and makes the CLI's bin executable: tsc writes it 0644, and `npx outbox` in the repository runs
 // package.json's bin directly when npm has linked it before (e.g. a cached link of an earlier clone
 // at the same path), which fails with "Permission denied" on a file that is not executable.
@@ -27,4 +28,12 @@ function copyLua(dir) {
 }
 
 copyLua(join(root, 'shared'));
+// The dashboard page's HTML and CSS (its script is compiled by tsc next to them).
+for (const name of ['index.html', 'dashboard.css']) {
+  const path = join(root, 'apps', 'dashboard', 'page', name);
+  const target = join(root, 'dist', 'apps', 'dashboard', 'page', name);
+  if (existsSync(target) && readFileSync(target).equals(readFileSync(path))) continue;
+  mkdirSync(dirname(target), { recursive: true });
+  copyFileSync(path, target);
+}
 chmodSync(join(root, 'dist', 'apps', 'cli', 'main.js'), 0o755);

@@ -106,6 +106,22 @@ function settingsWarnings(settings: RedisSettings): string[] {
   return warnings;
 }
 
+/** What app.db says of its store, and what Redis (its `outbox:meta` hash, `meta`) says of it. */
+export function storeStatusOf(db: Db, meta: Record<string, string>, namespace: string): StoreStatus {
+  const storeId = storeIdOf(db);
+  const metaOf = (key: string) => db.prepare('SELECT value FROM outbox_meta WHERE key = ?').pluck().get(key) as string | undefined;
+  const lastRebuildAt = metaOf('redis_rebuilt_at');
+  return {
+    id: storeId,
+    namespace,
+    redis: meta.store === undefined ? (hasPublished(db) ? 'lost' : 'unclaimed') : meta.store === storeId ? 'serves' : 'foreign',
+    servedStore: meta.store ?? null,
+    rebuilds: Number(metaOf('redis_rebuilds') ?? 0),
+    lastRebuildAt: lastRebuildAt === undefined ? null : Number(lastRebuildAt),
+    unrecoverable: Number(meta.unrecoverable ?? 0),
+  };
+}
+
 export interface StatusOptions {
   /** Ask the apps' health endpoints (see `healthTargetsOf`, read from `env`), 500 ms each, in parallel. Default true. */
   probeApps?: boolean;
@@ -143,18 +159,7 @@ export async function collectStatus(db: Db, redis: Redis, now?: number, options:
     readRedisSettings(redis),
   ]);
   const readAt = now ?? Date.now();
-  const storeId = storeIdOf(db);
-  const metaOf = (key: string) => db.prepare('SELECT value FROM outbox_meta WHERE key = ?').pluck().get(key) as string | undefined;
-  const lastRebuildAt = metaOf('redis_rebuilt_at');
-  const store: StoreStatus = {
-    id: storeId,
-    namespace: keyPrefixOfConnection(redis).slice(0, -1),
-    redis: meta.store === undefined ? (hasPublished(db) ? 'lost' : 'unclaimed') : meta.store === storeId ? 'serves' : 'foreign',
-    servedStore: meta.store ?? null,
-    rebuilds: Number(metaOf('redis_rebuilds') ?? 0),
-    lastRebuildAt: lastRebuildAt === undefined ? null : Number(lastRebuildAt),
-    unrecoverable: Number(meta.unrecoverable ?? 0),
-  };
+  const store = storeStatusOf(db, meta, keyPrefixOfConnection(redis).slice(0, -1));
   return {
     store,
     pending: pending.n,

@@ -26,15 +26,17 @@ function shownEnvelope(stored: string): Envelope {
   return readEnvelope(stored) ?? { reason: 'not an envelope the consumer writes', message: stored, at: 0 };
 }
 
-export async function listHeld(redis: Redis, kind: HeldKind): Promise<HeldMessage[]> {
+/** The held messages, oldest first; the first `limit` only when given (the dashboard's tables). */
+export async function listHeld(redis: Redis, kind: HeldKind, limit = Infinity): Promise<HeldMessage[]> {
   if (kind === 'dead-letter') {
-    const entries = await redis.lrangeBuffer(keys.deadLetter, 0, -1);
+    const entries = await redis.lrangeBuffer(keys.deadLetter, 0, Number.isFinite(limit) ? limit - 1 : -1);
     return entries.map((entry, index) => ({ id: String(index), ...shownEnvelope(entry.toString()), handle: entry }));
   }
   const fields = await redis.hgetall(keys.parked);
   return Object.entries(fields)
     .map(([field, stored]) => ({ id: field, ...shownEnvelope(stored), handle: field }))
-    .sort((a, b) => a.at - b.at);
+    .sort((a, b) => a.at - b.at)
+    .slice(0, limit);
 }
 
 /** The held messages `ids` names (all of them when `all`); unknown ids are an error, before anything changes. */

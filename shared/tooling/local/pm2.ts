@@ -17,11 +17,12 @@ export class Pm2 {
   readonly home = mkdtempSync('/tmp/pm2-');
 
   /**
-   * `env` on top of this process's; the relay's and the consumer's health endpoints are off unless
-   * `env` sets their ports, so that private runs (tests, chaos, bench) never take another's ports.
+   * `env` on top of this process's; the relay's and the consumer's health endpoints and the
+   * dashboard are off unless `env` sets their ports, so that private runs (tests, chaos, bench)
+   * never take another's ports.
    */
   constructor(private readonly env: Record<string, string>) {
-    this.env = { OUTBOX_RELAY_HEALTH_PORT: 'off', OUTBOX_CONSUMER_HEALTH_PORT: 'off', ...env };
+    this.env = { OUTBOX_RELAY_HEALTH_PORT: 'off', OUTBOX_CONSUMER_HEALTH_PORT: 'off', OUTBOX_DASHBOARD_PORT: 'off', ...env };
   }
 
   run(...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
