@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import type { Pool } from 'pg';
 import { resolve } from 'node:path';
 import { defaultDir, type OutboxConfig } from '../../shared/outbox/config.js';
 import type { Db, OpenDatabaseOptions } from '../../shared/outbox/store/open-database.js';
@@ -64,4 +65,62 @@ export function withStores<T>(config: OutboxConfig, fn: (db: Db, redis: Redis) =
       ),
     open,
   );
+}
+
+/** True when the store is PostgreSQL (`--database` / OUTBOX_DATABASE_URL), false for app.db. */
+export const onPostgres = (config: OutboxConfig): config is OutboxConfig & { databaseUrl: string } => Boolean(config.databaseUrl);
+
+/**
+ * Opens the PostgreSQL store (checked: reachable, with the outbox tables of this version unless
+ * `tables` is false), runs `fn`, closes it. A PostgreSQL error `fn` meets (the server gone mid-command)
+ * is one line, exit 5.
+ */
+export async function withPg<T>(config: OutboxConfig, fn: (pool: Pool) => T | Promise<T>, { tables = true, max = 4 } = {}): Promise<T> {
+  const { assertPgOutbox, openPg } = await import('../../shared/runtime/postgres.js');
+  const pool = await openPg(config.databaseUrl!, { max, name: 'outbox-cli' });
+  try {
+    if (tables) await assertPgOutbox(pool);
+    return await fn(pool);
+  } catch (error) {
+    if (!isPgError(error)) throw error;
+    const { pgUnavailable } = await import('../../shared/outbox/postgres/pg-errors.js');
+    throw pgUnavailable('use the outbox tables', error);
+  } finally {
+    await pool.end().catch(() => {});
+  }
+}
+
+/** An error of the server (it carries a severity) or of the connection to it. */
+function isPgError(error: unknown): boolean {
+  if (!(error instanceof Error)) return false;
+  return typeof (error as { severity?: unknown }).severity === 'string' || /^Connection terminated/.test(error.message);
+}
+
+/** Both stores on PostgreSQL; refuses a Redis that serves another store before `fn` runs. */
+export function withPgStores<T>(config: OutboxConfig, fn: (pool: Pool, redis: Redis) => T | Promise<T>, needs: RedisNeeds = {}): Promise<T> {
+  return withPg(config, (pool) =>
+    withRedis(
+      config,
+      async (redis) => {
+        const { assertPgSameStore } = await import('../../shared/outbox/postgres/pg-pairing.js');
+        await assertPgSameStore(pool, redis);
+        return fn(pool, redis);
+      },
+      needs,
+    ),
+  );
+}
+
+/** The lab's order service on the PostgreSQL store; refuses a database without the orders table (exit 5). */
+export function withPgOrders<T>(config: OutboxConfig, fn: (orders: import('../../shared/lab/orders/pg-order-service.js').PgOrderService) => T | Promise<T>): Promise<T> {
+  return withPg(config, async (pool) => {
+    const { createPgOrderService } = await import('../../shared/lab/orders/pg-order-service.js');
+    const { rows } = await pool.query<{ orders: string | null }>("SELECT to_regclass('orders')::text AS orders");
+    if (rows[0].orders === null) {
+      const { pgStoreName } = await import('../../shared/outbox/postgres/pg-store-meta.js');
+      const { StoreUnavailableError } = await import('../../shared/outbox/errors/store-unavailable-error.js');
+      throw new StoreUnavailableError(`${await pgStoreName(pool)} has no orders table (the lab's): run "outbox init" with the same --database / OUTBOX_DATABASE_URL first`);
+    }
+    return fn(await createPgOrderService(pool));
+  });
 }
