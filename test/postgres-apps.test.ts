@@ -1,0 +1,100 @@
+import assert from 'node:assert/strict';
+import { beforeEach, describe, it } from 'node:test';
+import { createPgOrderService } from '../shared/lab/orders/pg-order-service.js';
+import { waitFor } from '../shared/tooling/local/wait-for.js';
+import { startApp, stopApp, type App } from './helpers/apps.js';
+import { runCli } from './helpers/cli.js';
+import { useHarness } from './helpers/harness.js';
+import { usePostgres } from './helpers/postgres.js';
+
+// The relay app on the PostgreSQL store: several at once, no BullMQ job between them.
+const db = usePostgres();
+const h = useHarness({ init: false });
+const RELAY = 'dist/apps/relay/main.js';
+
+beforeEach(async () => {
+  await db.reset();
+  await db.scalar('DROP TABLE IF EXISTS orders');
+});
+
+const pgEnv = () => ({ OUTBOX_DATABASE_URL: db.url });
+
+async function cli(...args: string[]) {
+  const result = await runCli(args, { ...h.env, env: pgEnv() });
+  assert.equal(result.code, 0, `outbox ${args.join(' ')}: ${result.stdout}${result.stderr}`);
+  return result;
+}
+
+/** Order writers on 4 connections at once: each places its orders, changes their qty many times, cancels some. */
+async function traffic(writers: number, ordersEach: number, changesEach: number): Promise<void> {
+  const service = await createPgOrderService(db.pool(writers));
+  await Promise.all(
+    Array.from({ length: writers }, async (_, w) => {
+      const ids = [];
+      for (let i = 0; i < ordersEach; i += 1) ids.push((await service.placeOrder({ sku: `SKU-${(w + i) % 3}`, qty: 1 })).order.id);
+      for (let i = 0; i < changesEach; i += 1) {
+        const id = ids[i % ids.length];
+        const order = (await service.getOrder(id))!;
+        await service.changeQty(id, order.qty + 1);
+      }
+      await service.cancelOrder(ids[0]);
+    }),
+  );
+}
+
+describe('the relay app on PostgreSQL', () => {
+  it('two relay apps at once under traffic from 4 connections: both relay, every event is pushed, consumed and applied once, in seq order per order', async () => {
+    await cli('init');
+    const relays: App[] = [1, 2].map(() => startApp(h.env, RELAY, [], { ...pgEnv(), OUTBOX_LOG_LEVEL: 'debug', OUTBOX_RELAY_BATCH_SIZE: '7', OUTBOX_RELAY_POLL: '2ms' }));
+    try {
+      for (const relay of relays) await waitFor(() => /"msg":"relay started"/.test(relay.output()), { message: relay.output() });
+      await traffic(4, 5, 60);
+      const total = Number(await db.scalar('SELECT COUNT(*) FROM outbox'));
+      assert.equal(total, 4 * (5 + 60 + 1));
+      await waitFor(async () => Number(await db.scalar("SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'")) === 0, { timeoutMs: 30_000, message: 'rows left PENDING' });
+      for (const relay of relays) assert.match(relay.output(), /"msg":"batch relayed"/, 'each relay relayed batches');
+      assert.ok((await h.client.llen('outbox.events')) >= total, 'every event pushed');
+    } finally {
+      for (const relay of relays) assert.equal((await stopApp(relay)).code, 0, relay.output());
+    }
+    for (const relay of relays) assert.doesNotMatch(relay.output(), /"level":"(warn|error)"/, relay.output());
+
+    await cli('consume');
+    assert.equal(await h.client.hlen('processed'), Number(await db.scalar('SELECT COUNT(*) FROM outbox')));
+    assert.deepEqual(new Set(Object.values(await h.client.hgetall('outbox:apply-count'))), new Set(['1']), 'no event applied twice');
+    assert.equal(await h.client.hlen('outbox:parked'), 0);
+    const lastSeqs = (await db.pool(1).query('SELECT aggregate_id, last_seq::int FROM outbox_aggregates')).rows;
+    const applied = await h.client.hgetall('outbox:applied-seq');
+    for (const { aggregate_id, last_seq } of lastSeqs) assert.equal(Number(applied[aggregate_id]), last_seq, aggregate_id);
+    // In seq order: per order, the apply order the consumer recorded rises with the seq.
+    const events = (await db.pool(1).query('SELECT event_id, aggregate_id, seq::int FROM outbox ORDER BY aggregate_id, seq')).rows;
+    const processed = await h.client.hmget('processed', ...events.map((e) => e.event_id));
+    let previous = { aggregate: '', order: -1 };
+    events.forEach((e, i) => {
+      const order = (JSON.parse(processed[i]!) as { applyOrder: number }).applyOrder;
+      if (e.aggregate_id === previous.aggregate) assert.ok(order > previous.order, `${e.aggregate_id} seq ${e.seq} applied before its predecessor`);
+      previous = { aggregate: e.aggregate_id, order };
+    });
+    // The effects: reserved inventory per SKU = the live orders' quantities.
+    const live = (await db.pool(1).query("SELECT sku, SUM(qty)::int AS qty FROM orders WHERE status = 'PLACED' GROUP BY sku")).rows;
+    const reserved = await h.client.hgetall('inventory:reserved');
+    for (const { sku, qty } of live) assert.equal(Number(reserved[sku]), qty, sku);
+  });
+
+  it('refuses a bad OUTBOX_DATABASE_URL with exit 78, one line; waits for a database without the outbox tables and relays once init made them', async () => {
+    const bad = startApp(h.env, RELAY, [], { OUTBOX_DATABASE_URL: 'postgres//nope' });
+    assert.equal((await bad.exited).code, 78, bad.output());
+    assert.match(bad.output(), /"msg":"OUTBOX_DATABASE_URL must be a URL like postgres:/);
+    assert.equal(bad.output().trim().split('\n').length, 1, bad.output());
+
+    const relay = startApp(h.env, RELAY, [], { ...pgEnv(), OUTBOX_RELAY_POLL: '2ms' });
+    try {
+      await waitFor(() => /waiting for the PostgreSQL store: not relaying.*has no outbox tables/.test(relay.output()), { message: relay.output() });
+      await cli('init');
+      await cli('place-order', '--count', '3');
+      await waitFor(async () => (await h.client.llen('outbox.events')) === 3, { timeoutMs: 10_000, message: relay.output() });
+    } finally {
+      assert.equal((await stopApp(relay)).code, 0, relay.output());
+    }
+  });
+});
