@@ -14,7 +14,9 @@ import { guard, guardOptions, idRange, SHOWN, rowLine, withMore, type GuardArgs,
 import { configOf, type GlobalArgs } from '../options.js';
 import { loadCheckSet } from '../../../shared/operations/verify/load-check-set.js';
 import type { VerifyCheckSet } from '../../../shared/outbox/verify/verify-checks.js';
-import { withStores } from '../stores.js';
+import { onPostgres, withPgStores, withStores } from '../stores.js';
+import { InvalidInputError } from '../../../shared/outbox/errors/invalid-input-error.js';
+import type { OutboxConfig } from '../../../shared/outbox/config.js';
 
 interface Args extends GlobalArgs, GuardArgs {
   repair: boolean;
@@ -56,6 +58,7 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   // A bad module is refused before any store is opened.
   const userChecks = argv.checks === undefined ? undefined : await loadCheckSet(argv.checks);
   const config = configOf(argv);
+  if (onPostgres(config)) return verifyOnPostgres(config, argv, settleMs);
   // The library's tables are what verify needs: a service's database (no lab `orders`) verifies too.
   await withStores(config, async (db, redis) => {
     const consumerDb = argv.consumerDb === undefined ? undefined : await openConsumerDb(argv.consumerDb);
@@ -83,6 +86,39 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
       consumerDb?.close();
     }
   }, {}, { outboxOnly: true });
+}
+
+/**
+ * verify on the PostgreSQL store: the same checks, S1 read in one REPEATABLE READ transaction
+ * (pg-verify-reads.ts), the lab's checks when the database has the lab's orders table.
+ */
+async function verifyOnPostgres(config: OutboxConfig, argv: ArgumentsCamelCase<Args>, settleMs: number): Promise<void> {
+  if (argv.checks !== undefined) throw new InvalidInputError('--checks is not available on PostgreSQL yet (check sets read a better-sqlite3 database): leave it out to run the outbox\'s checks (and the lab\'s)');
+  if (argv.repair) throw new InvalidInputError('--repair is not available on PostgreSQL yet: run "outbox verify" to name the lost events, set their rows back to PENDING in PostgreSQL and run "outbox relay"');
+  const { pgVerifyReads } = await import('../../../shared/operations/verify/pg-verify-reads.js');
+  const { isLabPgDatabase, readOrdersOnPg } = await import('../../../shared/lab/checks/pg-verify-checks.js');
+  const { labVerifyChecks } = await import('../../../shared/lab/checks/verify-checks.js');
+  await withPgStores(config, async (pool, redis) => {
+    const consumerDb = argv.consumerDb === undefined ? undefined : await openConsumerDb(argv.consumerDb);
+    try {
+      const checkSet = (await isLabPgDatabase(pool)) ? (labVerifyChecks as VerifyCheckSet<any>) : undefined;
+      const ledger = await verifyStores(pgVerifyReads(pool, readOrdersOnPg), redis, {
+        settleMs,
+        checks: checkSet,
+        consumer: consumerDb,
+        onSettling: (inFlight, windowMs) =>
+          console.error(`verify: ${inFlight} event(s) in flight at the snapshot; waiting up to ${formatDuration(windowMs)} for them to be applied`),
+        onCheckError: (check, message) => console.error(`verify: check "${check}" of ${checkSet!.name} threw: ${message}`),
+      });
+      const { checks } = ledger;
+      if (consumerDb) checks.push(...(await inboxChecks(consumerDb, redis)));
+      console.log(formatChecks(checks).join('\n'));
+      const failed = checks.filter((c) => c.status === 'FAIL').length;
+      if (failed > 0) throw new CheckFailedError(`${failed} invariant(s) failed`);
+    } finally {
+      consumerDb?.close();
+    }
+  });
 }
 
 /** The lab's check set when the database is the lab's (has `orders`); none for a service's own database. */
