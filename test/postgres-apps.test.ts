@@ -11,6 +11,7 @@ import { usePostgres } from './helpers/postgres.js';
 const db = usePostgres();
 const h = useHarness({ init: false });
 const RELAY = 'dist/apps/relay/main.js';
+const CONSUMER = 'dist/apps/consumer/main.js';
 
 beforeEach(async () => {
   await db.reset();
@@ -25,14 +26,17 @@ async function cli(...args: string[]) {
   return result;
 }
 
-/** Order writers on 4 connections at once: each places its orders, changes their qty many times, cancels some. */
-async function traffic(writers: number, ordersEach: number, changesEach: number): Promise<void> {
+/**
+ * Order writers on `writers` connections at once: each places its orders, changes their qty many
+ * times (at least `changesEach`, and on until `until` is aborted), then cancels its first.
+ */
+async function traffic(writers: number, ordersEach: number, changesEach: number, until?: AbortSignal): Promise<void> {
   const service = await createPgOrderService(db.pool(writers));
   await Promise.all(
     Array.from({ length: writers }, async (_, w) => {
       const ids = [];
       for (let i = 0; i < ordersEach; i += 1) ids.push((await service.placeOrder({ sku: `SKU-${(w + i) % 3}`, qty: 1 })).order.id);
-      for (let i = 0; i < changesEach; i += 1) {
+      for (let i = 0; i < changesEach || (until !== undefined && !until.aborted); i += 1) {
         const id = ids[i % ids.length];
         const order = (await service.getOrder(id))!;
         await service.changeQty(id, order.qty + 1);
@@ -43,23 +47,35 @@ async function traffic(writers: number, ordersEach: number, changesEach: number)
 }
 
 describe('the relay app on PostgreSQL', () => {
-  it('two relay apps at once under traffic from 4 connections: both relay, every event is pushed, consumed and applied once, in seq order per order', async () => {
+  it('two relay apps and a consumer app under traffic from 4 connections: both relay, verify is green during and after, every event applied once, in seq order per order', async () => {
     await cli('init');
     const relays: App[] = [1, 2].map(() => startApp(h.env, RELAY, [], { ...pgEnv(), OUTBOX_LOG_LEVEL: 'debug', OUTBOX_RELAY_BATCH_SIZE: '7', OUTBOX_RELAY_POLL: '2ms' }));
+    const consumer = startApp(h.env, CONSUMER);
+    const rowCount = async () => Number(await db.scalar('SELECT COUNT(*) FROM outbox'));
+    let total: number;
     try {
-      for (const relay of relays) await waitFor(() => /"msg":"relay started"/.test(relay.output()), { message: relay.output() });
-      await traffic(4, 5, 60);
-      const total = Number(await db.scalar('SELECT COUNT(*) FROM outbox'));
-      assert.equal(total, 4 * (5 + 60 + 1));
-      await waitFor(async () => Number(await db.scalar("SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'")) === 0, { timeoutMs: 30_000, message: 'rows left PENDING' });
+      for (const app of [...relays, consumer]) await waitFor(() => /"msg":"(relay|consumer) started"/.test(app.output()), { message: app.output() });
+      const stop = new AbortController();
+      const writing = traffic(4, 5, 60, stop.signal);
+      // Under traffic: verify's REPEATABLE READ snapshot makes what is in flight look in flight.
+      await waitFor(async () => (await rowCount()) > 50, { timeoutMs: 20_000 });
+      const before = await rowCount();
+      const during = await runCli(['verify'], { ...h.env, env: pgEnv() });
+      const after = await rowCount();
+      stop.abort();
+      await writing;
+      assert.equal(during.code, 0, during.stdout + during.stderr);
+      assert.match(during.stdout, /^VERIFY OK$/m);
+      assert.ok(after > before + 20, `traffic ran while verify did (${before} rows before, ${after} after)`);
+      total = await rowCount();
+      await waitFor(async () => (await h.client.hlen('processed')) === total, { timeoutMs: 30_000, message: 'not every event applied' });
       for (const relay of relays) assert.match(relay.output(), /"msg":"batch relayed"/, 'each relay relayed batches');
-      assert.ok((await h.client.llen('outbox.events')) >= total, 'every event pushed');
+      assert.match((await cli('verify', '--settle', '0s')).stdout, /^VERIFY OK$/m);
     } finally {
-      for (const relay of relays) assert.equal((await stopApp(relay)).code, 0, relay.output());
+      for (const app of [...relays, consumer]) assert.equal((await stopApp(app)).code, 0, app.output());
     }
     for (const relay of relays) assert.doesNotMatch(relay.output(), /"level":"(warn|error)"/, relay.output());
 
-    await cli('consume');
     assert.equal(await h.client.hlen('processed'), Number(await db.scalar('SELECT COUNT(*) FROM outbox')));
     assert.deepEqual(new Set(Object.values(await h.client.hgetall('outbox:apply-count'))), new Set(['1']), 'no event applied twice');
     assert.equal(await h.client.hlen('outbox:parked'), 0);

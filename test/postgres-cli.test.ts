@@ -65,6 +65,7 @@ describe('outbox on PostgreSQL: the seed\'s steps', () => {
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-A': '5', 'SKU-1': '1' });
     assert.equal((await ok('report')).stdout.split('\n').slice(0, 4).join('\n'), 'orders=3\noutbox=5\nenqueued=5\nprocessed_unique=5');
     assert.equal(readFileSync(join(h.env.dir, 'report.txt'), 'utf8'), 'orders=3\noutbox=5\nenqueued=5\nprocessed_unique=5\n');
+    assert.match((await ok('verify')).stdout, /^orders with missing events +0 +0 +ok$[\s\S]*^SKUs whose reserved qty != live orders +0 +0 +ok$[\s\S]*^VERIFY OK$/m);
     const after = (await ok('status', '--json')).stdout;
     assert.deepEqual(JSON.parse(after).store.redis, 'serves');
     assert.equal(JSON.parse(after).pending, 0);
@@ -104,6 +105,26 @@ describe('outbox on PostgreSQL: the seed\'s steps', () => {
     assert.deepEqual(await h.client.keys('*'), ['someone-else:key']);
     assert.equal(await db.scalar('SELECT COUNT(*)::int FROM ledger'), 0, 'the user\'s own table stays');
     assert.match((await ok('place-order')).stdout, /^placed order 1 /m);
+  });
+});
+
+describe('outbox verify on PostgreSQL', () => {
+  it('names an event lost from the queue (exit 1) and its order, with the lab\'s checks; refuses --repair and --checks in one line (exit 2)', async () => {
+    await ok('init');
+    await ok('place-order', '--count', '2');
+    await ok('relay');
+    await ok('consume');
+    await ok('change-qty', '--id', '2', '--qty', '3');
+    await ok('relay');
+    const lost = JSON.parse((await h.client.lpop('outbox.events'))!).event_id as string;
+    const result = await pgCli(['verify', '--settle', '200ms']);
+    assert.equal(result.code, 1, result.stdout + result.stderr);
+    assert.match(result.stdout, new RegExp(`^events lost \\(never applied, not in Redis\\) +0 +1 +FAIL\n  e\\.g\\. ${lost}$`, 'm'));
+    assert.match(result.stdout, /^aggregates whose applied seq != last seq +0 +1 +FAIL\n  e\.g\. order:2$/m);
+    assert.match(result.stdout, /^SKUs whose reserved qty != live orders +0 +1 +FAIL\n  e\.g\. SKU-1: reserved 2, orders say 4$/m);
+    assert.match(result.stdout, /^VERIFY FAILED: 4 invariants broken$/m);
+    refused(await pgCli(['verify', '--repair']), 2, /^outbox: --repair is not available on PostgreSQL yet: /);
+    refused(await pgCli(['verify', '--checks', 'dist/examples/payments/verify-checks.js']), 2, /^outbox: --checks is not available on PostgreSQL yet/);
   });
 });
 
