@@ -5,6 +5,7 @@ import { beforeEach, describe, it } from 'node:test';
 import { runCli, type CliResult } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
 import { usePostgres } from './helpers/postgres.js';
+import { waitFor } from '../shared/tooling/local/wait-for.js';
 
 // The CLI on the PostgreSQL store: --database / OUTBOX_DATABASE_URL, this file's own database.
 const db = usePostgres();
@@ -69,6 +70,20 @@ describe('outbox on PostgreSQL: the seed\'s steps', () => {
     const after = (await ok('status', '--json')).stdout;
     assert.deepEqual(JSON.parse(after).store.redis, 'serves');
     assert.equal(JSON.parse(after).pending, 0);
+  });
+
+  it('relay-crash dies between push and commit; its batch stays PENDING and the next relay pushes it again: a duplicate dup-check finds and consume absorbs', async () => {
+    await ok('init');
+    await ok('place-order');
+    const crashed = await pgCli(['relay-crash']);
+    assert.equal(crashed.signal, 'SIGKILL', crashed.stdout + crashed.stderr);
+    assert.equal(await db.scalar("SELECT COUNT(*)::int FROM outbox WHERE status = 'PENDING'"), 1);
+    // Its session (and the row lock of its batch) ends once PostgreSQL sees the socket closed.
+    await waitFor(async () => Number(await db.scalar("SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'outbox-cli'")) === 0, { message: 'the killed relay\'s session stayed' });
+    assert.match((await ok('relay')).stdout, /^relayed 1 event in 1 batch/m);
+    const eventId = await db.scalar('SELECT event_id FROM outbox');
+    assert.match((await ok('dup-check')).stdout, new RegExp(`^DUPLICATE event_id=${eventId} count=2$`, 'm'));
+    assert.match((await ok('consume')).stdout, /applied 1, duplicates skipped 1/);
   });
 
   it('refuses an unknown order (exit 3) and a cancelled one (exit 4) with the SQLite store\'s messages, writing nothing', async () => {
@@ -140,6 +155,13 @@ describe('outbox on PostgreSQL: bad settings and unusable stores', () => {
       assert.doesNotMatch(result.stderr, /secret/);
     }
     assert.deepEqual(await h.client.keys('*'), [], 'Redis untouched');
+  });
+
+  it('the commands not on PostgreSQL yet are refused in one line (exit 2) instead of running on app.db', async () => {
+    for (const [command, args] of [['replay', ['--from', '1']], ['prune', ['--older-than', '0s']], ['lab', []], ['chaos', ['--duration', '1s']], ['bench', ['--quick']]] as const) {
+      refused(await pgCli([command, ...args]), 2, new RegExp(`^outbox: ${command} does not run on the PostgreSQL store yet \\(--database / OUTBOX_DATABASE_URL is set\\): unset it to run it on app\\.db$`));
+    }
+    assert.deepEqual(await h.client.keys('*'), []);
   });
 
   it('an unreachable server is one line, exit 5, password hidden; a database without the outbox tables or without orders is exit 5 naming "outbox init"', async () => {

@@ -6,6 +6,7 @@ import type { Db, OpenDatabaseOptions } from '../../shared/outbox/store/open-dat
 import { ensureManagedRedis, MANAGED_HOST, managedRedisDir, managedRedisPort } from '../../shared/tooling/local/managed-redis.js';
 import type { RedisConnectOptions } from '../../shared/outbox/redis/connect.js';
 import { assertSameStore } from '../../shared/outbox/relay/store-pairing.js';
+import { InvalidInputError } from '../../shared/outbox/errors/invalid-input-error.js';
 
 // The store modules load ioredis and better-sqlite3, the costliest part of start-up: they are
 // imported when a command opens a store, so `outbox --help` and bad arguments do not pay for them.
@@ -13,8 +14,21 @@ import { assertSameStore } from '../../shared/outbox/relay/store-pairing.js';
 /** What a command needs of Redis beyond a working connection. */
 export type RedisNeeds = Pick<RedisConnectOptions, 'requireNoEviction'>;
 
-/** Opens app.db, runs `fn`, closes it. */
+/** Refuses (exit 2) a command that does not run on the PostgreSQL store yet, before anything is opened. */
+export function refuseOnPostgres(config: OutboxConfig, command: string): void {
+  if (!config.databaseUrl) return;
+  throw new InvalidInputError(`${command} does not run on the PostgreSQL store yet (--database / OUTBOX_DATABASE_URL is set): unset it to run it on app.db`);
+}
+
+/** `config`, after `refuseOnPostgres`. */
+export function refusedOnPostgres(config: OutboxConfig, command: string): OutboxConfig {
+  refuseOnPostgres(config, command);
+  return config;
+}
+
+/** Opens app.db, runs `fn`, closes it; refuses when the store is PostgreSQL (a command not ported to it). */
 export async function withDb<T>(config: OutboxConfig, fn: (db: Db) => T | Promise<T>, open: OpenDatabaseOptions = {}): Promise<T> {
+  refuseOnPostgres(config, 'this command');
   const { openDatabase } = await import('../../shared/outbox/store/open-database.js');
   const db = openDatabase(config.dir, open);
   try {
