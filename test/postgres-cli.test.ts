@@ -124,7 +124,7 @@ describe('outbox on PostgreSQL: the seed\'s steps', () => {
 });
 
 describe('outbox verify on PostgreSQL', () => {
-  it('names an event lost from the queue (exit 1) and its order, with the lab\'s checks; refuses --repair and --checks in one line (exit 2)', async () => {
+  it('names an event lost from the queue (exit 1) and its order, with the lab\'s checks; --repair republishes it, and rebuilds a Redis that lost its state; refuses --checks in one line (exit 2)', async () => {
     await ok('init');
     await ok('place-order', '--count', '2');
     await ok('relay');
@@ -138,7 +138,22 @@ describe('outbox verify on PostgreSQL', () => {
     assert.match(result.stdout, /^aggregates whose applied seq != last seq +0 +1 +FAIL\n  e\.g\. order:2$/m);
     assert.match(result.stdout, /^SKUs whose reserved qty != live orders +0 +1 +FAIL\n  e\.g\. SKU-1: reserved 2, orders say 4$/m);
     assert.match(result.stdout, /^VERIFY FAILED: 4 invariants broken$/m);
-    refused(await pgCli(['verify', '--repair']), 2, /^outbox: --repair is not available on PostgreSQL yet: /);
+    const dry = await pgCli(['verify', '--repair', '--dry-run', '--settle', '0s']);
+    assert.equal(dry.code, 1, dry.stdout + dry.stderr);
+    assert.match(dry.stdout, /^verify --repair would republish 1 lost event\(s\): set their rows back to PENDING and relay every PENDING row$/m);
+    assert.match(dry.stdout, /^dry run: nothing changed$/m);
+    assert.equal(await db.scalar("SELECT COUNT(*)::int FROM outbox WHERE status = 'PENDING'"), 0);
+    const repaired = await pgCli(['verify', '--repair', '--settle', '0s']);
+    assert.match(repaired.stdout, /^repair: republished 1 lost event\(s\) to outbox\.events/m);
+    await ok('consume');
+    assert.match((await ok('verify')).stdout, /^VERIFY OK$/m);
+    // Redis that lost its state: --repair rebuilds it from PostgreSQL.
+    await h.client.flushall();
+    const rebuilt = await pgCli(['verify', '--repair', '--settle', '0s']);
+    assert.match(rebuilt.stdout, /^repair: Redis lost its state: rebuilding it from PostgreSQL, 3 published event\(s\) set back to PENDING to be applied again$/m);
+    await ok('consume');
+    assert.match((await ok('verify')).stdout, /^VERIFY OK$/m);
+    assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-1': '4' });
     refused(await pgCli(['verify', '--checks', 'dist/examples/payments/verify-checks.js']), 2, /^outbox: --checks is not available on PostgreSQL yet/);
   });
 });

@@ -24,7 +24,7 @@ export async function handler(argv: ArgumentsCamelCase<RelayArgs>): Promise<void
   const { batchSize } = readSettings(settings, argv);
   const config = configOf(argv);
   const onPairing = (pairing: Parameters<typeof describePairing>[0]) => {
-    if (pairing.kind === 'rebuilt') console.log(describePairing(pairing));
+    if (pairing.kind === 'rebuilt') console.log(describePairing(pairing, onPostgres(config) ? 'PostgreSQL' : 'SQLite'));
   };
   const report = async (redis: Redis, started: number, { events, batches }: { events: number; batches: number }) => {
     const ms = (performance.now() - started).toFixed(1);

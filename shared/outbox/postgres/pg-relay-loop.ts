@@ -41,8 +41,8 @@ export function startPgRelayLoop(pool: Pool, redis: Redis, log: Logger, options:
     batchSize: options.batchSize,
     onPairing: (pairing) =>
       pairing.kind === 'rebuilt'
-        ? log.warn(describePairing(pairing), { republished: pairing.republished, unrecoverable: pairing.unrecoverable })
-        : log.info(describePairing(pairing)),
+        ? log.warn(describePairing(pairing, 'PostgreSQL'), { republished: pairing.republished, unrecoverable: pairing.unrecoverable })
+        : log.info(describePairing(pairing, 'PostgreSQL')),
   });
   const closing = new AbortController();
   const failures = incidentLog(log);
