@@ -99,18 +99,30 @@ describe('the relay app on PostgreSQL', () => {
     for (const { sku, qty } of live) assert.equal(Number(reserved[sku]), qty, sku);
   });
 
-  it('refuses a bad OUTBOX_DATABASE_URL with exit 78, one line; waits for a database without the outbox tables and relays once init made them', async () => {
+  it('refuses a bad OUTBOX_DATABASE_URL with exit 78, one line; waits for a database without the outbox tables and relays once init made them, healthy; after init --force it relays for the new store', async () => {
     const bad = startApp(h.env, RELAY, [], { OUTBOX_DATABASE_URL: 'postgres//nope' });
     assert.equal((await bad.exited).code, 78, bad.output());
     assert.match(bad.output(), /"msg":"OUTBOX_DATABASE_URL must be a URL like postgres:/);
     assert.equal(bad.output().trim().split('\n').length, 1, bad.output());
 
-    const relay = startApp(h.env, RELAY, [], { ...pgEnv(), OUTBOX_RELAY_POLL: '2ms' });
+    const healthPort = await freePort();
+    const relay = startApp(h.env, RELAY, [], { ...pgEnv(), OUTBOX_RELAY_POLL: '2ms', OUTBOX_RELAY_HEALTH_PORT: String(healthPort) });
     try {
       await waitFor(() => /waiting for the PostgreSQL store: not relaying.*has no outbox tables/.test(relay.output()), { message: relay.output() });
       await cli('init');
       await cli('place-order', '--count', '3');
       await waitFor(async () => (await h.client.llen('outbox.events')) === 3, { timeoutMs: 10_000, message: relay.output() });
+      const health = await fetch(`http://127.0.0.1:${healthPort}/healthz`);
+      assert.equal(health.status, 200, await health.clone().text());
+      const storeId = (await db.scalar("SELECT value FROM outbox_meta WHERE key = 'store_id'")) as string;
+      assert.equal(((await health.json()) as { checks: { database: { storeId: string } } }).checks.database.storeId, storeId);
+      // Recreated under the running relay: it relays for the new store, never claims Redis for the old one.
+      await cli('init', '--force');
+      await cli('place-order', '--count', '2');
+      const newStoreId = (await db.scalar("SELECT value FROM outbox_meta WHERE key = 'store_id'")) as string;
+      await waitFor(async () => (await h.client.llen('outbox.events')) === 2, { timeoutMs: 10_000, message: relay.output() });
+      assert.equal(await h.client.hget('outbox:meta', 'store'), newStoreId);
+      assert.match((await cli('relay')).stdout, /^relayed 0 events/m);
     } finally {
       assert.equal((await stopApp(relay)).code, 0, relay.output());
     }

@@ -9,7 +9,8 @@ import { createRelayStats, type PassOutcome } from '../relay/relay-stats.js';
 import { describePairing } from '../relay/store-pairing.js';
 import { sleep } from '../sleep.js';
 import { everyInterval } from '../stats-interval.js';
-import { createPgRelay } from './pg-relay.js';
+import { createPgRelay, type PgRelay } from './pg-relay.js';
+import { pgStoreIdOf } from './pg-store-meta.js';
 
 export interface PgRelayLoopOptions {
   /** How long one pass relays before it records itself (`outbox:relay:last-run`) and starts the next (ms). Default 1500. */
@@ -37,13 +38,25 @@ export function startPgRelayLoop(pool: Pool, redis: Redis, log: Logger, options:
   const sliceMs = options.sliceMs ?? 1500;
   const pollMs = options.pollMs ?? 5;
   const stats = createRelayStats();
-  const relay = createPgRelay(pool, redis, {
-    batchSize: options.batchSize,
-    onPairing: (pairing) =>
-      pairing.kind === 'rebuilt'
-        ? log.warn(describePairing(pairing, 'PostgreSQL'), { republished: pairing.republished, unrecoverable: pairing.unrecoverable })
-        : log.info(describePairing(pairing, 'PostgreSQL')),
-  });
+  const newRelay = () =>
+    createPgRelay(pool, redis, {
+      batchSize: options.batchSize,
+      onPairing: (pairing) =>
+        pairing.kind === 'rebuilt'
+          ? log.warn(describePairing(pairing, 'PostgreSQL'), { republished: pairing.republished, unrecoverable: pairing.unrecoverable })
+          : log.info(describePairing(pairing, 'PostgreSQL')),
+    });
+  // One relay per store: when the outbox tables were recreated (`outbox init --force`), the next
+  // pass relays for the new store id, and never claims Redis for the old one.
+  let current: { storeId: string; relay: PgRelay } | undefined;
+  async function relayOfStore(): Promise<PgRelay> {
+    const storeId = await pgStoreIdOf(pool);
+    if (current?.storeId !== storeId) {
+      if (current) log.warn('the outbox tables were recreated: relaying for the new store', { storeId, was: current.storeId });
+      current = { storeId, relay: newRelay() };
+    }
+    return current.relay;
+  }
   const closing = new AbortController();
   const failures = incidentLog(log);
 
@@ -53,6 +66,7 @@ export function startPgRelayLoop(pool: Pool, redis: Redis, log: Logger, options:
     let events = 0;
     let batches = 0;
     try {
+      const relay = await relayOfStore();
       while (Date.now() - started < sliceMs && !closing.signal.aborted) {
         const done = await relay.relayAll({
           deadline: started + sliceMs,
