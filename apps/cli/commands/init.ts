@@ -60,7 +60,7 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
  * --force, which drops them (nothing else of the database) and clears this project's Redis keys.
  */
 async function initPostgres(config: OutboxConfig, argv: ArgumentsCamelCase<Args>): Promise<void> {
-  const { createPgLabSchema, dropPgLabSchema, pgLabRows } = await import('../../../shared/lab/orders/pg-order-service.js');
+  const { createPgLabSchema, recreatePgLabSchema, pgLabRows } = await import('../../../shared/lab/orders/pg-order-service.js');
   const { pgStoreName } = await import('../../../shared/outbox/postgres/pg-store-meta.js');
   const { clearProjectKeys, planWipe } = await import('../../../shared/lab/init-stores.js');
   await withPg(
@@ -87,8 +87,7 @@ async function initPostgres(config: OutboxConfig, argv: ArgumentsCamelCase<Args>
           shown: withMore(plan.firstKeys.map((key) => `key ${key}`), plan.keys),
         });
         if (!goOn) return;
-        await dropPgLabSchema(pool);
-        await createPgLabSchema(pool);
+        await recreatePgLabSchema(pool);
         console.log(created);
         console.log(`cleared ${await clearProjectKeys(redis)} Redis keys of this project`);
       });

@@ -4,7 +4,7 @@ import { ConflictError } from '../../outbox/errors/conflict-error.js';
 import { NotFoundError } from '../../outbox/errors/not-found-error.js';
 import type { EventTypeOf, PayloadInputOf } from '../../outbox/events/define-events.js';
 import { createPgOutbox } from '../../outbox/postgres/pg-outbox.js';
-import { ensurePgOutboxTables } from '../../outbox/postgres/pg-schema.js';
+import { createOrCheck, ensurePgOutboxTables } from '../../outbox/postgres/pg-schema.js';
 import { orderEvents, ORDER_AGGREGATE, type OrderEvents } from './order-events.js';
 import type { NewOrder, Order, OrderWrite } from './order-service.js';
 
@@ -25,9 +25,25 @@ export async function createPgLabSchema(pool: Pool): Promise<void> {
   await ensurePgOutboxTables(pool);
 }
 
-/** Drops the lab's tables and the library's (`init --force`), in one transaction. */
-export async function dropPgLabSchema(pool: Pool): Promise<void> {
-  await pool.query('BEGIN; DROP TABLE IF EXISTS orders, outbox, outbox_aggregates, outbox_pruned, outbox_meta; COMMIT');
+/**
+ * Drops the lab's tables and the library's and creates them again, empty, with a new store id
+ * (`init --force`): one transaction, so a failure leaves the old ones as they were.
+ */
+export async function recreatePgLabSchema(pool: Pool): Promise<void> {
+  const client = await pool.connect();
+  try {
+    const { rows } = await client.query<{ db: string; schema: string }>('SELECT current_database() AS db, current_schema() AS schema');
+    await client.query('BEGIN');
+    await client.query('DROP TABLE IF EXISTS orders, outbox, outbox_aggregates, outbox_pruned, outbox_meta');
+    await client.query(PG_ORDERS);
+    await createOrCheck(client, `PostgreSQL database ${rows[0].db} (schema ${rows[0].schema})`);
+    await client.query('COMMIT');
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => {});
+    throw error;
+  } finally {
+    client.release();
+  }
 }
 
 /** Rows of the lab's tables (what `init --force` deletes); null when the database has none of them. */
