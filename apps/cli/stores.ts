@@ -1,10 +1,12 @@
 import type { Redis } from 'ioredis';
+import type { Pool } from 'pg';
 import { resolve } from 'node:path';
 import { defaultDir, type OutboxConfig } from '../../shared/outbox/config.js';
 import type { Db, OpenDatabaseOptions } from '../../shared/outbox/store/open-database.js';
 import { ensureManagedRedis, MANAGED_HOST, managedRedisDir, managedRedisPort } from '../../shared/tooling/local/managed-redis.js';
 import type { RedisConnectOptions } from '../../shared/outbox/redis/connect.js';
 import { assertSameStore } from '../../shared/outbox/relay/store-pairing.js';
+import { InvalidInputError } from '../../shared/outbox/errors/invalid-input-error.js';
 
 // The store modules load ioredis and better-sqlite3, the costliest part of start-up: they are
 // imported when a command opens a store, so `outbox --help` and bad arguments do not pay for them.
@@ -12,8 +14,21 @@ import { assertSameStore } from '../../shared/outbox/relay/store-pairing.js';
 /** What a command needs of Redis beyond a working connection. */
 export type RedisNeeds = Pick<RedisConnectOptions, 'requireNoEviction'>;
 
-/** Opens app.db, runs `fn`, closes it. */
+/** Refuses (exit 2) a command that does not run on the PostgreSQL store yet, before anything is opened. */
+export function refuseOnPostgres(config: OutboxConfig, command: string): void {
+  if (!config.databaseUrl) return;
+  throw new InvalidInputError(`${command} does not run on the PostgreSQL store yet (--database / OUTBOX_DATABASE_URL is set): unset it to run it on app.db`);
+}
+
+/** `config`, after `refuseOnPostgres`. */
+export function refusedOnPostgres(config: OutboxConfig, command: string): OutboxConfig {
+  refuseOnPostgres(config, command);
+  return config;
+}
+
+/** Opens app.db, runs `fn`, closes it; refuses when the store is PostgreSQL (a command not ported to it). */
 export async function withDb<T>(config: OutboxConfig, fn: (db: Db) => T | Promise<T>, open: OpenDatabaseOptions = {}): Promise<T> {
+  refuseOnPostgres(config, 'this command');
   const { openDatabase } = await import('../../shared/outbox/store/open-database.js');
   const db = openDatabase(config.dir, open);
   try {
@@ -64,4 +79,62 @@ export function withStores<T>(config: OutboxConfig, fn: (db: Db, redis: Redis) =
       ),
     open,
   );
+}
+
+/** True when the store is PostgreSQL (`--database` / OUTBOX_DATABASE_URL), false for app.db. */
+export const onPostgres = (config: OutboxConfig): config is OutboxConfig & { databaseUrl: string } => Boolean(config.databaseUrl);
+
+/**
+ * Opens the PostgreSQL store (checked: reachable, with the outbox tables of this version unless
+ * `tables` is false), runs `fn`, closes it. A PostgreSQL error `fn` meets (the server gone mid-command)
+ * is one line, exit 5.
+ */
+export async function withPg<T>(config: OutboxConfig, fn: (pool: Pool) => T | Promise<T>, { tables = true, max = 4 } = {}): Promise<T> {
+  const { assertPgOutbox, openPg } = await import('../../shared/runtime/postgres.js');
+  const pool = await openPg(config.databaseUrl!, { max, name: 'outbox-cli' });
+  try {
+    if (tables) await assertPgOutbox(pool);
+    return await fn(pool);
+  } catch (error) {
+    if (!isPgError(error)) throw error;
+    const { pgUnavailable } = await import('../../shared/outbox/postgres/pg-errors.js');
+    throw pgUnavailable('use the outbox tables', error);
+  } finally {
+    await pool.end().catch(() => {});
+  }
+}
+
+/** An error of the server (it carries a severity) or of the connection to it. */
+function isPgError(error: unknown): boolean {
+  if (!(error instanceof Error)) return false;
+  return typeof (error as { severity?: unknown }).severity === 'string' || /^Connection terminated/.test(error.message);
+}
+
+/** Both stores on PostgreSQL; refuses a Redis that serves another store before `fn` runs. */
+export function withPgStores<T>(config: OutboxConfig, fn: (pool: Pool, redis: Redis) => T | Promise<T>, needs: RedisNeeds = {}): Promise<T> {
+  return withPg(config, (pool) =>
+    withRedis(
+      config,
+      async (redis) => {
+        const { assertPgSameStore } = await import('../../shared/outbox/postgres/pg-pairing.js');
+        await assertPgSameStore(pool, redis);
+        return fn(pool, redis);
+      },
+      needs,
+    ),
+  );
+}
+
+/** The lab's order service on the PostgreSQL store; refuses a database without the orders table (exit 5). */
+export function withPgOrders<T>(config: OutboxConfig, fn: (orders: import('../../shared/lab/orders/pg-order-service.js').PgOrderService) => T | Promise<T>): Promise<T> {
+  return withPg(config, async (pool) => {
+    const { createPgOrderService } = await import('../../shared/lab/orders/pg-order-service.js');
+    const { rows } = await pool.query<{ orders: string | null }>("SELECT to_regclass('orders')::text AS orders");
+    if (rows[0].orders === null) {
+      const { pgStoreName } = await import('../../shared/outbox/postgres/pg-store-meta.js');
+      const { StoreUnavailableError } = await import('../../shared/outbox/errors/store-unavailable-error.js');
+      throw new StoreUnavailableError(`${await pgStoreName(pool)} has no orders table (the lab's): run "outbox init" with the same --database / OUTBOX_DATABASE_URL first`);
+    }
+    return fn(await createPgOrderService(pool));
+  });
 }

@@ -1,4 +1,10 @@
-import { createServer } from 'node:http';
+import { createServer, type Server } from 'node:http';
+import { redactUrl } from '../../shared/outbox/config.js';
+import { OutboxError } from '../../shared/outbox/errors/outbox-error.js';
+import type { Logger } from '../../shared/outbox/logger.js';
+import type { ProducerConfig } from '../../shared/runtime/config/producer-config.js';
+import { checkPgStore } from '../../shared/runtime/health/checks.js';
+import { healthReport } from '../../shared/runtime/health/health-report.js';
 import { producerSettings } from '../../shared/runtime/config/producer-config.js';
 import { watchDatabase } from '../../shared/outbox/store/live-database.js';
 import { ConfigError } from '../../shared/outbox/errors/config-error.js';
@@ -22,12 +28,14 @@ function listenError(error: NodeJS.ErrnoException, host: string, port: number): 
 
 runApp('outbox-producer', producerSettings, async (config, log) => {
   const { port, host } = config;
+  if (config.databaseUrl !== '' && config.rate > 0) throw new ConfigError('OUTBOX_RATE (the built-in traffic) does not run on the PostgreSQL store yet: unset it, or OUTBOX_DATABASE_URL');
   // Listening first: a port that is taken refuses the start before app.db is touched.
   const server = createServer();
   await new Promise<void>((resolve, reject) => {
     server.once('error', (error) => reject(listenError(error, host, port)));
     server.listen(port, host, resolve);
   });
+  if (config.databaseUrl !== '') return startOnPostgres(config, server, log);
   const detach = attachApp(config.dir, 'outbox-producer');
   // Without a valid app.db it still listens, answering 503 until `outbox init` made one.
   const database = watchDatabase(config.dir, { log, app: 'producer', stopped: 'refusing writes' });
@@ -53,3 +61,32 @@ runApp('outbox-producer', producerSettings, async (config, log) => {
     detach();
   };
 });
+
+/**
+ * The order API on the PostgreSQL store (OUTBOX_DATABASE_URL): each write one pg transaction
+ * (pg-order-service.ts) on a pool of its own. Health: PostgreSQL answers with the store id. A write
+ * that meets PostgreSQL unreachable is a 503.
+ */
+async function startOnPostgres(config: ProducerConfig, server: Server, log: Logger): Promise<() => Promise<void>> {
+  const { openPg, assertPgOutbox } = await import('../../shared/runtime/postgres.js');
+  const { createPgOrderService } = await import('../../shared/lab/orders/pg-order-service.js');
+  const { pgUnavailable } = await import('../../shared/outbox/postgres/pg-errors.js');
+  const pool = await openPg(config.databaseUrl, { max: 8, name: 'outbox-producer' });
+  await assertPgOutbox(pool);
+  const pg = await createPgOrderService(pool);
+  const guarded =
+    <A extends unknown[], R>(fn: (...args: A) => Promise<R>) =>
+    (...args: A): Promise<R> =>
+      fn(...args).catch((error) => {
+        throw error instanceof OutboxError ? error : pgUnavailable('write the order', error);
+      });
+  const service = { placeOrder: guarded(pg.placeOrder), changeQty: guarded(pg.changeQty), cancelOrder: guarded(pg.cancelOrder), getOrder: guarded(pg.getOrder) };
+  const health = async () => healthReport({ app: 'outbox-producer', dir: config.dir }, { database: await checkPgStore(pool) });
+  server.on('request', createOrderApi(service, log, { health }));
+  log.info('producer listening', { url: `http://${config.host}:${config.port}`, database: redactUrl(config.databaseUrl) });
+  return async () => {
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    server.closeAllConnections();
+    await pool.end();
+  };
+}

@@ -1,4 +1,12 @@
-import { relaySettings } from '../../shared/runtime/config/relay-config.js';
+import type { Pool } from 'pg';
+import { relaySettings, type RelayConfig } from '../../shared/runtime/config/relay-config.js';
+import { redactUrl } from '../../shared/outbox/config.js';
+import { ConfigError } from '../../shared/outbox/errors/config-error.js';
+import { OutboxError } from '../../shared/outbox/errors/outbox-error.js';
+import { incidentLog } from '../../shared/outbox/incident-log.js';
+import type { Logger } from '../../shared/outbox/logger.js';
+import { sleep } from '../../shared/outbox/sleep.js';
+import { checkPgStore } from '../../shared/runtime/health/checks.js';
 import { watchDatabase } from '../../shared/outbox/store/live-database.js';
 import { attachApp } from '../../shared/runtime/attached-apps.js';
 import { closeRedis, connectUntilReady } from '../../shared/outbox/redis/connect.js';
@@ -11,6 +19,7 @@ import { relayHealth } from '../../shared/runtime/health/relay-health.js';
 import { appMetrics } from '../../shared/runtime/metrics/app-metrics.js';
 
 runApp('outbox-relay', relaySettings, async (config, log, signal) => {
+  if (config.databaseUrl !== '') return startOnPostgres(config, log, signal);
   const detach = attachApp(config.dir, 'outbox-relay');
   // Without a valid app.db it waits (relay passes do nothing) until `outbox init` (or a service's
   // createOutbox) made one. Any service's database with the library's tables: it carries any events.
@@ -53,3 +62,45 @@ runApp('outbox-relay', relaySettings, async (config, log, signal) => {
     detach();
   };
 });
+
+/**
+ * The relay on the PostgreSQL store (OUTBOX_DATABASE_URL / --database): a loop of passes without the
+ * BullMQ job (FOR UPDATE SKIP LOCKED lets any number of relays run at once), with the same batch
+ * size, poll and slice, health endpoint and metrics; --every and --lock-duration do not apply, nor
+ * pruning (not on PostgreSQL yet). Waits, logging once, until PostgreSQL answers with the outbox tables.
+ */
+async function startOnPostgres(config: RelayConfig, log: Logger, signal: AbortSignal): Promise<() => Promise<void>> {
+  const { assertPgOutbox, openPg } = await import('../../shared/runtime/postgres.js');
+  const { startPgRelayLoop } = await import('../../shared/outbox/postgres/pg-relay-loop.js');
+  if (config.pruneOlderThanMs !== undefined) throw new ConfigError('OUTBOX_PRUNE_OLDER_THAN is not supported on PostgreSQL yet: unset it (or use app.db)');
+  const waiting = incidentLog(log);
+  let pool: Pool | undefined;
+  while (pool === undefined) {
+    try {
+      pool = await openPg(config.databaseUrl, { max: 2, name: 'outbox-relay' });
+      await assertPgOutbox(pool);
+    } catch (error) {
+      await pool?.end().catch(() => {});
+      pool = undefined;
+      if (!(error instanceof OutboxError)) throw error;
+      waiting.warn('waiting for the PostgreSQL store: not relaying', { error: error.message });
+      await sleep(1000, signal);
+      if (signal.aborted) throw error;
+    }
+  }
+  const redis = await connectUntilReady(config.redisUrl, { name: 'outbox-relay', log, signal, namespace: config.namespace, requireNoEviction: true });
+  const healthEndpoint = healthEndpointOf('relay', config.healthPort, config.healthHost);
+  const metrics = healthEndpoint === null ? undefined : await appMetrics('outbox-relay');
+  metrics?.watchQueue(redis);
+  const loop = startPgRelayLoop(pool, redis, log, { sliceMs: config.sliceMs, pollMs: config.pollMs, batchSize: config.batchSize, statsEveryMs: config.statsEveryMs });
+  const identity = { app: 'outbox-relay', dir: config.dir, namespace: config.namespace };
+  const store = pool;
+  const health = await startHealthServer(healthEndpoint, HEALTH_PORT_SETTINGS.relay.env, () => relayHealth(identity, () => checkPgStore(store), redis, loop.stats), log, metrics);
+  log.info('relay started', { redis: config.redisUrl, database: redactUrl(config.databaseUrl), sliceMs: config.sliceMs, pollMs: config.pollMs, batchSize: config.batchSize });
+  return async () => {
+    await health.close();
+    await loop.close();
+    await closeRedis(redis);
+    await store.end();
+  };
+}

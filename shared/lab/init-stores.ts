@@ -86,14 +86,15 @@ export interface WipePlan {
   firstKeys: string[];
 }
 
-export async function planWipe(dir: string, redis: Redis, shown: number): Promise<WipePlan> {
+/** `rows`: counted by the caller (the PostgreSQL store), else app.db's in `dir`. */
+export async function planWipe(dir: string, redis: Redis, shown: number, rows: WipePlan['rows'] = countRows(dir)): Promise<WipePlan> {
   let keys = 0;
   const all: string[] = [];
   for await (const key of projectKeys(redis)) {
     keys += 1;
     if (all.length < 10_000) all.push(key);
   }
-  return { rows: countRows(dir), keys, firstKeys: all.sort().slice(0, shown) };
+  return { rows, keys, firstKeys: all.sort().slice(0, shown) };
 }
 
 /** Counts app.db's rows, read-only; never creates or changes the file. */

@@ -4,6 +4,8 @@ import { readHeartbeats, type ConsumerHeartbeat } from '../outbox/consumer/heart
 import { healthTargetsOf, probeHealth, type AppHealth } from '../runtime/health/app-health.js';
 import type { Db } from '../outbox/store/open-database.js';
 import { hasPublished, storeIdOf } from '../outbox/store/store-meta.js';
+import type { Queryable } from '../outbox/postgres/pg-schema.js';
+import { pgHasPublished, pgStoreIdOf } from '../outbox/postgres/pg-store-meta.js';
 import { parseMessage } from '../outbox/store/parse-message.js';
 import { readEnvelope } from '../outbox/redis/envelope.js';
 import { keys } from '../outbox/redis/keys.js';
@@ -107,16 +109,15 @@ function settingsWarnings(settings: RedisSettings): string[] {
 }
 
 /** What app.db says of its store, and what Redis (its `outbox:meta` hash, `meta`) says of it. */
-export function storeStatusOf(db: Db, meta: Record<string, string>, namespace: string): StoreStatus {
-  const storeId = storeIdOf(db);
-  const metaOf = (key: string) => db.prepare('SELECT value FROM outbox_meta WHERE key = ?').pluck().get(key) as string | undefined;
-  const lastRebuildAt = metaOf('redis_rebuilt_at');
+export async function storeStatusOf(reads: StatusStoreReads, meta: Record<string, string>, namespace: string): Promise<StoreStatus> {
+  const storeId = await reads.storeId();
+  const lastRebuildAt = await reads.meta('redis_rebuilt_at');
   return {
     id: storeId,
     namespace,
-    redis: meta.store === undefined ? (hasPublished(db) ? 'lost' : 'unclaimed') : meta.store === storeId ? 'serves' : 'foreign',
+    redis: meta.store === undefined ? ((await reads.hasPublished()) ? 'lost' : 'unclaimed') : meta.store === storeId ? 'serves' : 'foreign',
     servedStore: meta.store ?? null,
-    rebuilds: Number(metaOf('redis_rebuilds') ?? 0),
+    rebuilds: Number((await reads.meta('redis_rebuilds')) ?? 0),
     lastRebuildAt: lastRebuildAt === undefined ? null : Number(lastRebuildAt),
     unrecoverable: Number(meta.unrecoverable ?? 0),
   };
@@ -128,19 +129,58 @@ export interface StatusOptions {
   env?: NodeJS.ProcessEnv;
 }
 
+/** What status reads of the outbox store, whichever it is (app.db, or PostgreSQL). */
+export interface StatusStoreReads {
+  /** The data dir, which the apps' health answers must name. */
+  dir: string;
+  /** PENDING rows and the created_at of the oldest. */
+  pending(): Promise<{ n: number; oldest: number | null }>;
+  storeId(): Promise<string>;
+  /** A value of outbox_meta. */
+  meta(key: string): Promise<string | undefined>;
+  hasPublished(): Promise<boolean>;
+}
+
+/** The reads of app.db. */
+export function sqliteStatusReads(db: Db): StatusStoreReads {
+  return {
+    dir: dirname(db.name),
+    pending: async () => db.prepare<[], { n: number; oldest: number | null }>("SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM outbox WHERE status = 'PENDING'").get()!,
+    storeId: async () => storeIdOf(db),
+    meta: async (key) => db.prepare('SELECT value FROM outbox_meta WHERE key = ?').pluck().get(key) as string | undefined,
+    hasPublished: async () => hasPublished(db),
+  };
+}
+
+/** The reads of the PostgreSQL store; `dir` is the data dir of the command or app. */
+export function pgStatusReads(pool: Queryable, dir: string): StatusStoreReads {
+  return {
+    dir,
+    async pending() {
+      const { rows } = await pool.query<{ n: string; oldest: string | null }>("SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM outbox WHERE status = 'PENDING'");
+      return { n: Number(rows[0].n), oldest: rows[0].oldest === null ? null : Number(rows[0].oldest) };
+    },
+    storeId: () => pgStoreIdOf(pool),
+    async meta(key) {
+      const { rows } = await pool.query<{ value: string }>('SELECT value FROM outbox_meta WHERE key = $1', [key]);
+      return rows[0]?.value;
+    },
+    hasPublished: () => pgHasPublished(pool),
+  };
+}
+
 /**
  * Everything `outbox status` shows. Ages are measured at `now`, by default the time the reads are
  * done: a time taken before them would make what was written meanwhile (a relay pass that ended, a
  * row inserted) look younger than 0.
  */
-export async function collectStatus(db: Db, redis: Redis, now?: number, options: StatusOptions = {}): Promise<SystemStatus> {
+export async function collectStatus(source: Db | StatusStoreReads, redis: Redis, now?: number, options: StatusOptions = {}): Promise<SystemStatus> {
+  const reads = 'prepare' in source ? sqliteStatusReads(source) : source;
   const consumers = await readHeartbeats(redis, now);
   // Asked while Redis is read below; an app that is down or frozen costs at most the probe's timeout.
-  const expected = { dir: dirname(db.name), namespace: keyPrefixOfConnection(redis).slice(0, -1) };
+  const expected = { dir: reads.dir, namespace: keyPrefixOfConnection(redis).slice(0, -1) };
   const apps = options.probeApps === false ? Promise.resolve([]) : Promise.all(healthTargetsOf(consumers, options.env).map((target) => probeHealth(target, expected)));
-  const pending = db
-    .prepare<[], { n: number; oldest: number | null }>("SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM outbox WHERE status = 'PENDING'")
-    .get()!;
+  const pending = await reads.pending();
   const processing: Record<string, number> = {};
   for await (const list of processingLists(redis)) {
     const length = await redis.llen(list);
@@ -159,7 +199,7 @@ export async function collectStatus(db: Db, redis: Redis, now?: number, options:
     readRedisSettings(redis),
   ]);
   const readAt = now ?? Date.now();
-  const store = storeStatusOf(db, meta, keyPrefixOfConnection(redis).slice(0, -1));
+  const store = await storeStatusOf(reads, meta, keyPrefixOfConnection(redis).slice(0, -1));
   return {
     store,
     pending: pending.n,

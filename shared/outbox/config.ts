@@ -16,6 +16,11 @@ export interface OutboxConfig {
    * can share one Redis. Default: env `OUTBOX_NAMESPACE`, else none: the seed's own key names.
    */
   namespace: string;
+  /**
+   * The outbox store: '' (or unset) for `<dir>/app.db` (SQLite), else a `postgres://` URL: the
+   * PostgreSQL store. Default: env `OUTBOX_DATABASE_URL`, else ''.
+   */
+  databaseUrl?: string;
 }
 
 export const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379';
@@ -36,6 +41,22 @@ export function redisUrlProblem(raw: string): string | undefined {
     return `must be a URL like ${DEFAULT_REDIS_URL}, got "${redactUrl(raw)}"`;
   }
   if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') return `must start with redis:// or rediss://, got "${redactUrl(raw)}"`;
+  return undefined;
+}
+
+const DATABASE_URL_EXAMPLE = 'postgres://user@127.0.0.1:5432/outbox';
+
+/** Why `raw` is not a store outbox can use ('' is app.db in the data dir), or undefined. */
+export function databaseUrlProblem(raw: string): string | undefined {
+  if (raw === '') return undefined;
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    return `must be a URL like ${DATABASE_URL_EXAMPLE} (or empty for app.db in the data dir), got "${redactUrl(raw)}"`;
+  }
+  if (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:') return `must start with postgres:// or postgresql:// (or be empty for app.db in the data dir), got "${redactUrl(raw)}"`;
+  if (url.hostname === '' && !url.searchParams.has('host')) return `names no host: write it like ${DATABASE_URL_EXAMPLE}, got "${redactUrl(raw)}"`;
   return undefined;
 }
 

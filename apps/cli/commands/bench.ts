@@ -1,5 +1,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { configOf } from '../options.js';
+import { refuseOnPostgres } from '../stores.js';
 import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { formatBench } from '../../../shared/tooling/bench/format-bench.js';
 import { BENCH_STAGES, type BenchStage } from '../../../shared/tooling/bench/stages.js';
@@ -23,6 +25,8 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
     .option('out', { type: 'string', default: join(REPO_ROOT, 'bench', 'results'), describe: 'directory for the JSON figures' });
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
+  // Its own workspace on app.db; the apps it starts would read OUTBOX_DATABASE_URL.
+  refuseOnPostgres(configOf(argv), 'bench');
   const stages = argv.only.split(',').map((s) => s.trim()) as BenchStage[];
   const unknown = stages.filter((s) => !BENCH_STAGES.includes(s));
   if (unknown.length > 0) throw new InvalidInputError(`--only takes ${BENCH_STAGES.join(', ')}, got ${JSON.stringify(argv.only)}`);

@@ -2,7 +2,7 @@ import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { createOrderService } from '../../../shared/lab/orders/order-service.js';
 import { parseOrderId } from '../../../shared/lab/orders/validate.js';
 import { configOf, type GlobalArgs } from '../options.js';
-import { withDb } from '../stores.js';
+import { onPostgres, withDb, withPgOrders } from '../stores.js';
 
 interface Args extends GlobalArgs {
   id: string;
@@ -16,8 +16,9 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const id = parseOrderId(argv.id, '--id');
-  await withDb(configOf(argv), (db) => {
-    const { order, eventId, seq } = createOrderService(db).cancelOrder(id);
-    console.log(`order ${order.id} cancelled, event ${eventId} (seq ${seq})`);
-  });
+  const config = configOf(argv);
+  const { order, eventId, seq } = onPostgres(config)
+    ? await withPgOrders(config, (service) => service.cancelOrder(id))
+    : await withDb(config, (db) => createOrderService(db).cancelOrder(id));
+  console.log(`order ${order.id} cancelled, event ${eventId} (seq ${seq})`);
 }

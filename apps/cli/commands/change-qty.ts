@@ -2,7 +2,7 @@ import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { createOrderService } from '../../../shared/lab/orders/order-service.js';
 import { parseOrderId, parseQty } from '../../../shared/lab/orders/validate.js';
 import { configOf, type GlobalArgs } from '../options.js';
-import { withDb } from '../stores.js';
+import { onPostgres, withDb, withPgOrders } from '../stores.js';
 
 interface Args extends GlobalArgs {
   id: string;
@@ -20,8 +20,9 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const id = parseOrderId(argv.id, '--id');
   const qty = parseQty(argv.qty, '--qty');
-  await withDb(configOf(argv), (db) => {
-    const { order, eventId, seq } = createOrderService(db).changeQty(id, qty);
-    console.log(`order ${order.id} now ${order.sku} x${order.qty}, event ${eventId} (seq ${seq})`);
-  });
+  const config = configOf(argv);
+  const { order, eventId, seq } = onPostgres(config)
+    ? await withPgOrders(config, (service) => service.changeQty(id, qty))
+    : await withDb(config, (db) => createOrderService(db).changeQty(id, qty));
+  console.log(`order ${order.id} now ${order.sku} x${order.qty}, event ${eventId} (seq ${seq})`);
 }

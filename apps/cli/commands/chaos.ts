@@ -1,4 +1,6 @@
 import { writeFileSync } from 'node:fs';
+import { configOf } from '../options.js';
+import { refuseOnPostgres } from '../stores.js';
 import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { parseDuration } from '../../../shared/outbox/duration.js';
 import { formatChaos } from '../../../shared/tooling/chaos/format-chaos.js';
@@ -37,6 +39,8 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
     .option('keep', { type: 'boolean', default: false, describe: 'keep the workspace (data, logs, Redis files) for a look afterwards' });
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
+  // Its own workspace on app.db; the apps it starts would read OUTBOX_DATABASE_URL.
+  refuseOnPostgres(configOf(argv), 'chaos');
   const targets = argv.targets.split(',').map((t) => t.trim()) as ChaosTarget[];
   const unknown = targets.filter((t) => !CHAOS_TARGETS.includes(t));
   if (unknown.length > 0 || targets.length === 0) {

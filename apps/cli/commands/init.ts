@@ -4,7 +4,9 @@ import type { WipePlan } from '../../../shared/lab/init-stores.js';
 import { assertNoAttachedApps } from '../../../shared/runtime/attached-apps.js';
 import { guard, guardOptions, SHOWN, withMore, type GuardArgs } from '../confirm.js';
 import { configOf, ignoreAttachedOption, type GlobalArgs } from '../options.js';
-import { withRedis } from '../stores.js';
+import { onPostgres, withPg, withRedis } from '../stores.js';
+import type { OutboxConfig } from '../../../shared/outbox/config.js';
+import { ConflictError } from '../../../shared/outbox/errors/conflict-error.js';
 
 interface Args extends GlobalArgs, GuardArgs {
   force: boolean;
@@ -26,6 +28,7 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const config = configOf(argv);
+  if (onPostgres(config)) return initPostgres(config, argv);
   const { assertCanInit, clearProjectKeys, createDatabase, planWipe } = await import('../../../shared/lab/init-stores.js');
   assertCanInit(config.dir, argv.force);
   if (argv.force) {
@@ -49,6 +52,48 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   }
   if (argv.dryRun) return void console.log(`init would create ${databasePath(config.dir)}\ndry run: nothing changed`);
   console.log(`created ${createDatabase(config.dir)}`);
+}
+
+/**
+ * The same on PostgreSQL: the lab's orders table and the library's tables in the database of
+ * --database / OUTBOX_DATABASE_URL (its current schema). Refuses a database that has them unless
+ * --force, which drops them (nothing else of the database) and clears this project's Redis keys.
+ */
+async function initPostgres(config: OutboxConfig, argv: ArgumentsCamelCase<Args>): Promise<void> {
+  const { createPgLabSchema, recreatePgLabSchema, pgLabRows } = await import('../../../shared/lab/orders/pg-order-service.js');
+  const { pgStoreName } = await import('../../../shared/outbox/postgres/pg-store-meta.js');
+  const { clearProjectKeys, planWipe } = await import('../../../shared/lab/init-stores.js');
+  await withPg(
+    config,
+    async (pool) => {
+      const name = await pgStoreName(pool);
+      const rows = await pgLabRows(pool);
+      if (rows !== null && !argv.force) {
+        throw new ConflictError(`${name} already has the outbox tables: pass --force to drop them and start over (this deletes every order and event)`);
+      }
+      const created = `created the orders and outbox tables in ${name}`;
+      if (!argv.force) {
+        if (argv.dryRun) return void console.log(`init would create the orders and outbox tables in ${name}\ndry run: nothing changed`);
+        await createPgLabSchema(pool);
+        return void console.log(created);
+      }
+      // Connected first: if Redis is unreachable, the database is left as it was.
+      await withRedis(config, async (redis) => {
+        const plan = await planWipe(config.dir, redis, SHOWN, rows);
+        const goOn = await guard(argv, {
+          command: 'init --force',
+          change: `${describeWipe(`the outbox tables of ${name}`, plan)} and create new, empty ones`,
+          size: wipeSize(plan),
+          shown: withMore(plan.firstKeys.map((key) => `key ${key}`), plan.keys),
+        });
+        if (!goOn) return;
+        await recreatePgLabSchema(pool);
+        console.log(created);
+        console.log(`cleared ${await clearProjectKeys(redis)} Redis keys of this project`);
+      });
+    },
+    { tables: false },
+  );
 }
 
 function describeWipe(path: string, { rows, keys }: WipePlan): string {

@@ -1,8 +1,8 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { createOrderService } from '../../../shared/lab/orders/order-service.js';
+import { createOrderService, type NewOrder, type OrderWrite } from '../../../shared/lab/orders/order-service.js';
 import { parseCount, parseQty, parseSku } from '../../../shared/lab/orders/validate.js';
 import { configOf, type GlobalArgs } from '../options.js';
-import { withDb } from '../stores.js';
+import { onPostgres, withDb, withPgOrders } from '../stores.js';
 
 interface Args extends GlobalArgs {
   sku: string;
@@ -22,12 +22,14 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const order = { sku: parseSku(argv.sku, '--sku'), qty: parseQty(argv.qty, '--qty') };
   const count = parseCount(argv.count, '--count');
-  await withDb(configOf(argv), (db) => {
-    const service = createOrderService(db);
+  const config = configOf(argv);
+  const placeAll = async (placeOrder: (order: NewOrder) => OrderWrite | Promise<OrderWrite>) => {
     for (let i = 0; i < count; i += 1) {
-      const { order: placed, eventId } = service.placeOrder(order);
+      const { order: placed, eventId } = await placeOrder(order);
       if (count <= 20) console.log(`placed order ${placed.id} (${placed.sku} x${placed.qty}), event ${eventId}`);
     }
     if (count > 20) console.log(`placed ${count} orders (${order.sku} x${order.qty})`);
-  });
+  };
+  if (onPostgres(config)) await withPgOrders(config, (service) => placeAll(service.placeOrder));
+  else await withDb(config, (db) => placeAll(createOrderService(db).placeOrder));
 }

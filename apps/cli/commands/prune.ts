@@ -4,7 +4,7 @@ import { parseCount } from '../../../shared/lab/orders/validate.js';
 import { prune, type PruneResult } from '../../../shared/operations/prune/prune.js';
 import { guard, guardOptions, idRange, mayAsk, rowLine, withMore, type GuardArgs } from '../confirm.js';
 import { configOf, type GlobalArgs } from '../options.js';
-import { withStores } from '../stores.js';
+import { refusedOnPostgres, withStores } from '../stores.js';
 
 interface Args extends GlobalArgs, GuardArgs {
   olderThan: string;
@@ -23,7 +23,7 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const olderThanMs = parseDuration(argv.olderThan, '--older-than');
   const batchSize = parseCount(argv.batchSize, '--batch-size', 100_000);
-  const result = await withStores(configOf(argv), async (db, redis) => {
+  const result = await withStores(refusedOnPostgres(configOf(argv), 'prune'), async (db, redis) => {
     // The plan is a full pass (reads and Redis look-ups): made only when it is shown.
     if (!argv.dryRun && !mayAsk(argv)) return prune(db, redis, olderThanMs, { batchSize });
     const plan = await prune(db, redis, olderThanMs, { batchSize, dryRun: true });

@@ -2,7 +2,7 @@ import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { parseReplayRange, planReplay, replay } from '../../../shared/operations/recovery/repair.js';
 import { guard, guardOptions, idRange, rowLine, SHOWN, withMore, type GuardArgs } from '../confirm.js';
 import { configOf, type GlobalArgs } from '../options.js';
-import { withDb } from '../stores.js';
+import { refusedOnPostgres, withDb } from '../stores.js';
 
 interface Args extends GlobalArgs, GuardArgs {
   from: string;
@@ -20,7 +20,7 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const range = parseReplayRange(argv.from, argv.to);
-  const count = await withDb(configOf(argv), async (db) => {
+  const count = await withDb(refusedOnPostgres(configOf(argv), 'replay'), async (db) => {
     const plan = planReplay(db, range, SHOWN);
     const goOn = await guard(argv, {
       command: 'replay',

@@ -3,9 +3,9 @@ import type { Redis } from 'ioredis';
 import type { Db } from '../../../shared/outbox/store/open-database.js';
 import { sleep } from '../../../shared/outbox/sleep.js';
 import { describeRefusal, readRefusals } from '../../../shared/runtime/refusals.js';
-import { collectStatus, formatStatus } from '../../../shared/operations/status.js';
+import { collectStatus, formatStatus, type StatusStoreReads } from '../../../shared/operations/status.js';
 import { configOf, type GlobalArgs } from '../options.js';
-import { withDb, withRedis } from '../stores.js';
+import { onPostgres, withDb, withPg, withRedis } from '../stores.js';
 
 interface Args extends GlobalArgs {
   json: boolean;
@@ -24,7 +24,7 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
 const WATCH_EVERY_MS = 1000;
 
 /** One screen (or one JSON document) of the stores and the apps now. */
-async function render(db: Db, redis: Redis, dir: string, json: boolean, watch: boolean): Promise<string> {
+async function render(db: Db | StatusStoreReads, redis: Redis, dir: string, json: boolean, watch: boolean): Promise<string> {
   const status = await collectStatus(db, redis);
   // Apps that exited with EXIT_CONFIG (pm2 shows them stopped): why, from <dir>/refused/.
   const refused = readRefusals(dir);
@@ -63,11 +63,14 @@ async function watch(draw: () => Promise<string>, json: boolean): Promise<void> 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   // Not withStores: a Redis that serves another store is shown here, not refused.
   const config = configOf(argv);
-  await withDb(config, (db) =>
+  const show = (store: Db | StatusStoreReads) =>
     withRedis(config, async (redis) => {
-      const draw = () => render(db, redis, config.dir, argv.json, argv.watch);
+      const draw = () => render(store, redis, config.dir, argv.json, argv.watch);
       if (argv.watch) await watch(draw, argv.json);
       else console.log(await draw());
-    }),
-  );
+    });
+  if (onPostgres(config)) {
+    const { pgStatusReads } = await import('../../../shared/operations/status.js');
+    await withPg(config, (pool) => show(pgStatusReads(pool, config.dir)));
+  } else await withDb(config, show);
 }

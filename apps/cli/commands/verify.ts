@@ -1,6 +1,7 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { existsSync } from 'node:fs';
 import type { Redis } from 'ioredis';
+import type { Pool } from 'pg';
 import { formatDuration, parseDuration } from '../../../shared/outbox/duration.js';
 import { formatChecks, verifyStores, type Ledger } from '../../../shared/operations/verify/verify.js';
 import type { Db } from '../../../shared/outbox/store/open-database.js';
@@ -14,7 +15,9 @@ import { guard, guardOptions, idRange, SHOWN, rowLine, withMore, type GuardArgs,
 import { configOf, type GlobalArgs } from '../options.js';
 import { loadCheckSet } from '../../../shared/operations/verify/load-check-set.js';
 import type { VerifyCheckSet } from '../../../shared/outbox/verify/verify-checks.js';
-import { withStores } from '../stores.js';
+import { onPostgres, withPgStores, withStores } from '../stores.js';
+import { InvalidInputError } from '../../../shared/outbox/errors/invalid-input-error.js';
+import type { OutboxConfig } from '../../../shared/outbox/config.js';
 
 interface Args extends GlobalArgs, GuardArgs {
   repair: boolean;
@@ -56,6 +59,7 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   // A bad module is refused before any store is opened.
   const userChecks = argv.checks === undefined ? undefined : await loadCheckSet(argv.checks);
   const config = configOf(argv);
+  if (onPostgres(config)) return verifyOnPostgres(config, argv, settleMs);
   // The library's tables are what verify needs: a service's database (no lab `orders`) verifies too.
   await withStores(config, async (db, redis) => {
     const consumerDb = argv.consumerDb === undefined ? undefined : await openConsumerDb(argv.consumerDb);
@@ -83,6 +87,80 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
       consumerDb?.close();
     }
   }, {}, { outboxOnly: true });
+}
+
+/**
+ * verify on the PostgreSQL store: the same checks, S1 read in one REPEATABLE READ transaction
+ * (pg-verify-reads.ts), the lab's checks when the database has the lab's orders table.
+ */
+async function verifyOnPostgres(config: OutboxConfig, argv: ArgumentsCamelCase<Args>, settleMs: number): Promise<void> {
+  if (argv.checks !== undefined) throw new InvalidInputError('--checks is not available on PostgreSQL yet (check sets read a better-sqlite3 database): leave it out to run the outbox\'s checks (and the lab\'s)');
+  const { pgVerifyReads } = await import('../../../shared/operations/verify/pg-verify-reads.js');
+  const { isLabPgDatabase, readOrdersOnPg } = await import('../../../shared/lab/checks/pg-verify-checks.js');
+  const { labVerifyChecks } = await import('../../../shared/lab/checks/verify-checks.js');
+  await withPgStores(config, async (pool, redis) => {
+    const consumerDb = argv.consumerDb === undefined ? undefined : await openConsumerDb(argv.consumerDb);
+    try {
+      const checkSet = (await isLabPgDatabase(pool)) ? (labVerifyChecks as VerifyCheckSet<any>) : undefined;
+      const ledger = await verifyStores(pgVerifyReads(pool, readOrdersOnPg), redis, {
+        settleMs,
+        checks: checkSet,
+        consumer: consumerDb,
+        onSettling: (inFlight, windowMs) =>
+          console.error(`verify: ${inFlight} event(s) in flight at the snapshot; waiting up to ${formatDuration(windowMs)} for them to be applied`),
+        onCheckError: (check, message) => console.error(`verify: check "${check}" of ${checkSet!.name} threw: ${message}`),
+      });
+      const { checks, lost, figures } = ledger;
+      if (consumerDb) checks.push(...(await inboxChecks(consumerDb, redis)));
+      console.log(formatChecks(checks).join('\n'));
+      if (argv.repair && (figures.redisStateLost || lost.length > 0)) {
+        if (await guard(argv, await pgRepairPlan(pool, ledger))) return pgRepair(pool, redis, ledger);
+      } else if (argv.repair) {
+        console.log('repair: no event is lost, nothing to republish');
+      }
+      const failed = checks.filter((c) => c.status === 'FAIL').length;
+      if (failed > 0) throw new CheckFailedError(`${failed} invariant(s) failed`);
+    } finally {
+      consumerDb?.close();
+    }
+  });
+}
+
+/** `repairPlan` on PostgreSQL. */
+async function pgRepairPlan(pool: Pool, { lost, figures }: Ledger): Promise<Plan> {
+  const { pgPublishedRows, pgRowsOfEvents } = await import('../../../shared/operations/recovery/pg-repair.js');
+  if (figures.redisStateLost) {
+    const { count, firstId, lastId, firstRows } = await pgPublishedRows(pool, SHOWN);
+    return {
+      command: 'verify --repair',
+      change:
+        `rebuild Redis, which lost its state, from PostgreSQL: set ${count} PUBLISHED row(s) (${idRange(firstId, lastId)}) back to PENDING, ` +
+        'delete the consumer state left in Redis and relay every PENDING row',
+      size: count,
+      shown: withMore(firstRows.map(rowLine), count),
+    };
+  }
+  const rows = await pgRowsOfEvents(pool, lost, SHOWN);
+  return {
+    command: 'verify --repair',
+    change: `republish ${lost.length} lost event(s): set their rows back to PENDING and relay every PENDING row`,
+    size: lost.length,
+    shown: withMore(rows.map(rowLine), lost.length),
+  };
+}
+
+/** `repair` on PostgreSQL: the rebuild through createPgRelay, or the lost events republished. */
+async function pgRepair(pool: Pool, redis: Redis, { lost, figures }: Ledger): Promise<void> {
+  if (figures.redisStateLost) {
+    const { createPgRelay } = await import('../../../shared/outbox/postgres/pg-relay.js');
+    const relay = createPgRelay(pool, redis, { onPairing: (pairing) => console.log(`repair: ${describePairing(pairing, 'PostgreSQL')}`) });
+    const { events } = await relay.relayAll();
+    console.log(`repair: relayed ${events} event(s) to outbox.events; once the consumer has applied them, verify again`);
+    return;
+  }
+  const { pgRepublish } = await import('../../../shared/operations/recovery/pg-repair.js');
+  const { reset } = await pgRepublish(pool, redis, lost);
+  console.log(`repair: republished ${reset} lost event(s) to outbox.events; once the consumer has applied them, verify again`);
 }
 
 /** The lab's check set when the database is the lab's (has `orders`); none for a service's own database. */

@@ -7,14 +7,22 @@ import type { HealthReport } from '../../runtime/health/health-report.js';
 import { HEALTH_PATH, sendHealth } from '../../runtime/health/health-server.js';
 import { METRICS_PATH } from '../../runtime/metrics/app-metrics.js';
 import type { Logger } from '../../outbox/logger.js';
-import type { OrderService, OrderWrite } from '../orders/order-service.js';
+import type { NewOrder, Order, OrderWrite } from '../orders/order-service.js';
+
+/** The order service the API serves: the SQLite one (synchronous) or the PostgreSQL one (async). */
+export interface OrderApiService {
+  placeOrder(order: NewOrder): OrderWrite | Promise<OrderWrite>;
+  changeQty(id: number, qty: number): OrderWrite | Promise<OrderWrite>;
+  cancelOrder(id: number): OrderWrite | Promise<OrderWrite>;
+  getOrder(id: number): Order | undefined | Promise<Order | undefined>;
+}
 import { parseOrderId, parseQty, parseSku } from '../orders/validate.js';
 
 export interface OrderApiOptions {
   /** Largest accepted request body, in bytes. Default 16384. */
   maxBodyBytes?: number;
   /** What GET /healthz answers (200 when ok, else 503). Default `{ok: true}`. */
-  health?: () => HealthReport;
+  health?: () => HealthReport | Promise<HealthReport>;
   /** Answers GET /metrics (Prometheus exposition). Default: no such route. */
   metrics?: (res: ServerResponse) => Promise<void>;
 }
@@ -109,7 +117,7 @@ const STATUS_OF = new Map<Function, number>([
  *
  * Without a usable app.db (missing, deleted or replaced under the app) every order call is a 503.
  */
-export function createOrderApi(service: OrderService, log: Logger, options: OrderApiOptions = {}) {
+export function createOrderApi(service: OrderApiService, log: Logger, options: OrderApiOptions = {}) {
   const maxBodyBytes = options.maxBodyBytes ?? 16_384;
 
   async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -126,7 +134,7 @@ export function createOrderApi(service: OrderService, log: Logger, options: Orde
 
     if (path === HEALTH_PATH) {
       allow('GET');
-      return sendHealth(res, options.health?.() ?? { ok: true });
+      return sendHealth(res, (await options.health?.()) ?? { ok: true });
     }
     if (path === METRICS_PATH && options.metrics) {
       allow('GET');
@@ -135,7 +143,7 @@ export function createOrderApi(service: OrderService, log: Logger, options: Orde
     if (path === '/orders') {
       allow('POST');
       const body = only(await readJson(req, maxBodyBytes), ['sku', 'qty']);
-      return send(res, 201, written(service.placeOrder({ sku: parseSku(body.sku), qty: parseQty(number(body, 'qty')) })));
+      return send(res, 201, written(await service.placeOrder({ sku: parseSku(body.sku), qty: parseQty(number(body, 'qty')) })));
     }
     const match = /^\/orders\/([^/]+)(?:\/(qty|cancel))?$/.exec(path);
     if (!match) throw new HttpError(404, `no route ${path}`);
@@ -143,14 +151,14 @@ export function createOrderApi(service: OrderService, log: Logger, options: Orde
     if (match[2] === 'qty') {
       allow('POST');
       const body = only(await readJson(req, maxBodyBytes), ['qty']);
-      return send(res, 200, written(service.changeQty(id, parseQty(number(body, 'qty')))));
+      return send(res, 200, written(await service.changeQty(id, parseQty(number(body, 'qty')))));
     }
     if (match[2] === 'cancel') {
       allow('POST');
-      return send(res, 200, written(service.cancelOrder(id)));
+      return send(res, 200, written(await service.cancelOrder(id)));
     }
     allow('GET');
-    const order = service.getOrder(id);
+    const order = await service.getOrder(id);
     if (!order) throw new NotFoundError(`no order ${id}`);
     return send(res, 200, order);
   }

@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Db } from '../../outbox/store/open-database.js';
 import { eventIdOf, type OutboxRow } from '../../outbox/store/events.js';
+import { hasPublished, storeIdOf } from '../../outbox/store/store-meta.js';
 import { keys } from '../../outbox/redis/keys.js';
 import type { VerifiedEvent, VerifyCheckSet } from '../../outbox/verify/verify-checks.js';
 import { processingLists } from '../../outbox/redis/processing-lists.js';
@@ -104,7 +105,7 @@ async function inFlight(redis: Redis): Promise<Observation['flight']> {
 }
 
 /** An event beyond the horizon; a payload that is not JSON is passed on as its text. */
-function newerEvent(row: OutboxRow): NewerEvent {
+export function newerEvent(row: OutboxRow): NewerEvent {
   let payload: unknown = row.payload;
   try {
     payload = JSON.parse(row.payload);
@@ -122,8 +123,72 @@ function newerEvent(row: OutboxRow): NewerEvent {
 
 const NEWER_ROWS = 'SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE id > ? ORDER BY id';
 
+/** S1: what the checks read from the producer's database in one consistent snapshot. */
+export interface ProducerRead {
+  horizon: number;
+  maxId: number;
+  pruned: number;
+  pending: number[];
+  pendingNewer: number;
+  events: ObservedEvent[];
+  aggregates: { key: string; lastSeq: number }[];
+  producerSnapshot: ProducerSnapshot;
+  newerInSnapshot: NewerEvent[];
+}
+
+/**
+ * What verify reads of the producer's database, whichever it is: app.db (`sqliteVerifyReads`) or
+ * PostgreSQL (`pgVerifyReads`, shared/operations/verify/pg-verify-reads.ts).
+ */
+export interface VerifyReads {
+  /** S1, in one read transaction, the check set's own read included. */
+  snapshot(horizon: number | undefined, checkSet: VerifyCheckSet<unknown> | undefined): Promise<ProducerRead>;
+  /** The rows committed with an id above `id` (S2). */
+  newerThan(id: number): Promise<NewerEvent[]>;
+  /** Of these events, the ones whose rows are PENDING. */
+  pendingOf(eventIds: string[]): Promise<Set<string>>;
+  /** Of these events, the rows that are PUBLISHED. */
+  publishedRowsOf(eventIds: string[]): Promise<OutboxRow[]>;
+  storeId(): Promise<string>;
+  hasPublished(): Promise<boolean>;
+  /** The first pruned aggregates, `<key> seq 1-<n>`. */
+  prunedAggregates(limit: number): Promise<string[]>;
+  /** What a check set gets as `producer`. */
+  producer: unknown;
+}
+
+/** The reads of app.db. */
+export function sqliteVerifyReads(db: Db): VerifyReads {
+  return {
+    snapshot: async (horizon, checkSet) => readSqlite(db, horizon, checkSet),
+    newerThan: async (id) => db.prepare<[number], OutboxRow>(NEWER_ROWS).all(id).map(newerEvent),
+    pendingOf: async (eventIds) =>
+      new Set(
+        db
+          .prepare<[string], { event_id: string }>("SELECT event_id FROM outbox WHERE status = 'PENDING' AND event_id IN (SELECT value FROM json_each(?))")
+          .all(JSON.stringify(eventIds))
+          .map((r) => r.event_id),
+      ),
+    publishedRowsOf: async (eventIds) =>
+      db
+        .prepare<[string], OutboxRow>("SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE status = 'PUBLISHED' AND event_id IN (SELECT value FROM json_each(?))")
+        .all(JSON.stringify(eventIds)),
+    storeId: async () => storeIdOf(db),
+    hasPublished: async () => hasPublished(db),
+    prunedAggregates: async (limit) =>
+      db
+        .prepare<[], { aggregate_id: string; through_seq: number }>(`SELECT aggregate_id, through_seq FROM outbox_pruned ORDER BY aggregate_id LIMIT ${limit}`)
+        .all()
+        .map((p) => `${p.aggregate_id} seq 1-${p.through_seq}`),
+    producer: db,
+  };
+}
+
+/** `db`, or reads of another store, as verify's reads. */
+export const verifyReadsOf = (store: Db | VerifyReads): VerifyReads => ('prepare' in store ? sqliteVerifyReads(store) : store);
+
 /** S1: everything the checks read from SQLite, in one read transaction (one consistent snapshot), the check set's own read included. */
-function readSqlite(db: Db, horizonOrNone: number | undefined, checkSet: VerifyCheckSet<unknown> | undefined) {
+function readSqlite(db: Db, horizonOrNone: number | undefined, checkSet: VerifyCheckSet<unknown> | undefined): ProducerRead {
   return db.transaction(() => {
     const maxId = db.prepare<[], { m: number | null }>('SELECT MAX(id) AS m FROM outbox').get()!.m ?? 0;
     const horizon = horizonOrNone ?? maxId;
@@ -227,8 +292,9 @@ async function readConsumerState(redis: Redis, counterHashes: readonly string[])
  *    step; entries are never removed), so the counter hashes, the applied seqs and the processed
  *    count are compared with exactly the events applied by then.
  */
-export async function observe(db: Db, redis: Redis, horizon?: number, checkSet?: VerifyCheckSet<unknown>): Promise<Observation> {
-  const s1 = readSqlite(db, horizon, checkSet);
+export async function observe(store: Db | VerifyReads, redis: Redis, horizon?: number, checkSet?: VerifyCheckSet<unknown>): Promise<Observation> {
+  const reads = verifyReadsOf(store);
+  const s1 = await reads.snapshot(horizon, checkSet);
   const flight = await inFlight(redis);
   const state = await readConsumerState(redis, checkSet?.snapshot?.counterHashes ?? []);
   for (const envelope of Object.values(state.parked)) {
@@ -236,7 +302,7 @@ export async function observe(db: Db, redis: Redis, horizon?: number, checkSet?:
     const id = message === undefined ? undefined : eventIdOf(message);
     if (id) flight.ids.add(id);
   }
-  const later = db.prepare<[number], OutboxRow>(NEWER_ROWS).all(s1.maxId).map(newerEvent);
+  const later = await reads.newerThan(s1.maxId);
   const newer = [...s1.newerInSnapshot, ...later];
   const [processed, processedNewer] = await Promise.all([
     hashValues(redis, keys.processed, s1.events.map((e) => e.event_id)),
@@ -257,15 +323,10 @@ export function applyOrderOf(value: string | null): number | null {
 }
 
 /** Of these events, the ones not applied yet and the rows still PENDING: what a settle waits for. */
-export async function stillInFlight(db: Db, redis: Redis, eventIds: string[]): Promise<string[]> {
+export async function stillInFlight(store: Db | VerifyReads, redis: Redis, eventIds: string[]): Promise<string[]> {
   if (eventIds.length === 0) return [];
   const values = await hashValues(redis, keys.processed, eventIds);
-  const pending = new Set(
-    db
-      .prepare<[string], { event_id: string }>("SELECT event_id FROM outbox WHERE status = 'PENDING' AND event_id IN (SELECT value FROM json_each(?))")
-      .all(JSON.stringify(eventIds))
-      .map((r) => r.event_id),
-  );
+  const pending = await verifyReadsOf(store).pendingOf(eventIds);
   return eventIds.filter((id, i) => values[i] === null || pending.has(id));
 }
 

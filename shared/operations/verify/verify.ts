@@ -1,13 +1,12 @@
 import type { Redis } from 'ioredis';
 import type { Db } from '../../outbox/store/open-database.js';
-import { eventIdOf, toMessage, type OutboxRow } from '../../outbox/store/events.js';
+import { eventIdOf, toMessage } from '../../outbox/store/events.js';
 import { keys } from '../../outbox/redis/keys.js';
 import { EXAMPLES, invariantCheck as check, type InvariantCheck, type VerifyCheckSet } from '../../outbox/verify/verify-checks.js';
 import { readEnvelope } from '../../outbox/redis/envelope.js';
-import { hasPublished, storeIdOf } from '../../outbox/store/store-meta.js';
 import { sleep } from '../../outbox/sleep.js';
 import { formatDuration } from '../../outbox/duration.js';
-import { applyOrderOf, observe, stillInFlight, whereIs, type Observation } from './observe.js';
+import { applyOrderOf, observe, stillInFlight, verifyReadsOf, whereIs, type Observation, type VerifyReads } from './observe.js';
 import { runCheckSet } from './run-check-set.js';
 
 export type { InvariantCheck } from '../../outbox/verify/verify-checks.js';
@@ -41,13 +40,6 @@ function outOfOrder(events: { aggregate_id: string; seq: number }[], processed: 
   return [...broken];
 }
 
-/** Which events prune deleted, per aggregate: what a Redis that lost its state cannot get back. */
-function prunedAggregates(db: Db): string[] {
-  return db
-    .prepare<[], { aggregate_id: string; through_seq: number }>(`SELECT aggregate_id, through_seq FROM outbox_pruned ORDER BY aggregate_id LIMIT ${EXAMPLES}`)
-    .all()
-    .map((p) => `${p.aggregate_id} seq 1-${p.through_seq}`);
-}
 
 export interface VerifyOptions {
   /**
@@ -126,7 +118,8 @@ const POLL_MS = 100;
  * or the window ended, then looks again with the same horizon and judges that look. A lost event
  * (never applied, in no list) does not become applied, so it fails after the window, named.
  */
-export async function verifyStores(db: Db, redis: Redis, options: VerifyOptions = {}): Promise<Ledger> {
+export async function verifyStores(store: Db | VerifyReads, redis: Redis, options: VerifyOptions = {}): Promise<Ledger> {
+  const db = verifyReadsOf(store);
   const windowMs = options.settleMs ?? 0;
   const started = performance.now();
   const deadline = started + windowMs;
@@ -178,17 +171,15 @@ const MAX_LOST_LOOKUP = 500;
  * Of `eventIds`, those PUBLISHED, not applied and in no list nor parked, in one atomic look: lost,
  * not in flight (the list reads of a snapshot can miss a message that moves meanwhile; this cannot).
  */
-async function lostNow(db: Db, redis: Redis, eventIds: string[]): Promise<string[]> {
+async function lostNow(db: VerifyReads, redis: Redis, eventIds: string[]): Promise<string[]> {
   if (eventIds.length === 0 || eventIds.length > MAX_LOST_LOOKUP) return [];
-  const rows = db
-    .prepare<[string], OutboxRow>("SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE status = 'PUBLISHED' AND event_id IN (SELECT value FROM json_each(?))")
-    .all(JSON.stringify(eventIds));
+  const rows = await db.publishedRowsOf(eventIds);
   if (rows.length === 0) return [];
-  const storeId = storeIdOf(db);
+  const storeId = await db.storeId();
   return whereIs(redis, rows.map((row) => ({ ...row, message: toMessage(row, storeId) })));
 }
 
-async function judge(db: Db, redis: Redis, o: Observation, settle: SettleFigures, options: VerifyOptions): Promise<Ledger> {
+async function judge(db: VerifyReads, redis: Redis, o: Observation, settle: SettleFigures, options: VerifyOptions): Promise<Ledger> {
   const N = o.appliedCounter;
   const eventIds = o.events.map((e) => e.event_id);
   const newerApplied = o.newer.filter((_, i) => appliedBy(o.processedNewer[i], N));
@@ -210,7 +201,7 @@ async function judge(db: Db, redis: Redis, o: Observation, settle: SettleFigures
   const lostIds = lost.map((e) => e.event_id);
   // The per-event evidence, kept in the same step as the effect: more than 1 is a double effect.
   const appliedTwice = eventIds.flatMap((id) => (Number(o.applyCounts[id] ?? 0) > 1 ? [`${id} (${o.applyCounts[id]} times)`] : []));
-  const redisStateLost = o.meta.store === undefined && hasPublished(db);
+  const redisStateLost = o.meta.store === undefined && (await db.hasPublished());
   const unrecoverable = Number(o.meta.unrecoverable ?? 0);
   const disordered = outOfOrder(o.events, o.processed);
 
@@ -231,7 +222,7 @@ async function judge(db: Db, redis: Redis, o: Observation, settle: SettleFigures
       status: redisStateLost ? 'FAIL' : 'ok',
       examples: redisStateLost ? ['the relay rebuilds it from SQLite on its next pass; by hand: outbox verify --repair'] : undefined,
     },
-    check('pruned events Redis lost (effects cannot be rebuilt)', 0, unrecoverable, unrecoverable > 0 ? prunedAggregates(db) : []),
+    check('pruned events Redis lost (effects cannot be rebuilt)', 0, unrecoverable, unrecoverable > 0 ? await db.prunedAggregates(EXAMPLES) : []),
     check('PENDING outbox rows', 0, o.pending.length, o.pending.map((id) => `row ${id}`)),
     check(o.pruned > 0 ? 'processed_unique = outbox rows + pruned' : 'processed_unique = outbox rows', eventIds.length + o.pruned, processedUnique),
     check('events lost (never applied, not in Redis)', 0, lostIds.length, lostIds),
@@ -246,7 +237,7 @@ async function judge(db: Db, redis: Redis, o: Observation, settle: SettleFigures
       ...(await runCheckSet(
         options.checks,
         {
-          producer: db,
+          producer: db.producer as Db,
           consumer: options.consumer,
           redis,
           counters: o.counters,

@@ -7,7 +7,7 @@ import { scanKeys, unlinkAll } from '../redis/scan-keys.js';
 import { claimStore } from '../redis/scripts.js';
 import type { Pairing } from '../relay/store-pairing.js';
 import { PAIRING_LOCK, REPLAY_LOCK } from './locks.js';
-import { pgHasPublished, pgStoreName } from './pg-store-meta.js';
+import { pgHasPublished, pgStoreIdOf, pgStoreName } from './pg-store-meta.js';
 
 async function mismatch(db: PoolClient | Pool, redis: Redis, storeId: string, served: string): Promise<StoreMismatchError> {
   return new StoreMismatchError(storeId, served, { database: await pgStoreName(db), redis: describeRedis(redis) });
@@ -18,6 +18,13 @@ async function servesThisStore(db: PoolClient | Pool, redis: Redis, storeId: str
   const served = await redis.hget(keys.meta, 'store');
   if (served !== null && served !== storeId) throw await mismatch(db, redis, storeId, served);
   return served === storeId;
+}
+
+/** Throws when Redis serves a store other than the database's; resolves the store it serves (null: none). */
+export async function assertPgSameStore(db: Pool, redis: Redis): Promise<string | null> {
+  const storeId = await pgStoreIdOf(db);
+  await servesThisStore(db, redis, storeId);
+  return redis.hget(keys.meta, 'store');
 }
 
 /**

@@ -60,7 +60,11 @@ export async function pgSchemaVersionOf(db: Queryable): Promise<string | undefin
   }
 }
 
-async function createOrCheck(client: ClientBase, where: string): Promise<void> {
+/**
+ * Creates (or checks) the library's tables inside the caller's open transaction on `client`:
+ * committed or rolled back with the caller's own statements. `where` names the database in errors.
+ */
+export async function createOrCheck(client: ClientBase, where: string): Promise<void> {
   // Concurrent first starts: one creates, the others wait here and then find the tables.
   await client.query('SELECT pg_advisory_xact_lock($1)', [INIT_LOCK]);
   const existing = await existingTables(client);

@@ -95,11 +95,12 @@ export async function ensurePaired(db: Db, redis: Redis, assertLive: () => void 
 }
 
 /** One line for logs and the CLI. */
-export function describePairing(pairing: Exclude<Pairing, { kind: 'paired' }>): string {
+/** `source`: the store the rebuild reads, as named in the line. */
+export function describePairing(pairing: Exclude<Pairing, { kind: 'paired' }>, source = 'SQLite'): string {
   if (pairing.kind === 'claimed') return 'this Redis now serves the store';
   const lost =
     pairing.unrecoverable > 0
       ? `; ${pairing.unrecoverable} event(s) of ${pairing.unrecoverableAggregates} aggregate(s) were pruned before the loss: their effects cannot be rebuilt (verify names them)`
       : '';
-  return `Redis lost its state: rebuilding it from SQLite, ${pairing.republished} published event(s) set back to PENDING to be applied again${lost}`;
+  return `Redis lost its state: rebuilding it from ${source}, ${pairing.republished} published event(s) set back to PENDING to be applied again${lost}`;
 }

@@ -31,7 +31,10 @@ export const maxAttempts = count({
 
 /** The consumer app's settings (outbox-consumer), each with its flag, variable and default. */
 export const consumerSettings = {
-  ...storeSettings,
+  // Not databaseUrl: the consumer reads Redis only, whichever store the relay reads.
+  dir: storeSettings.dir,
+  redisUrl: storeSettings.redisUrl,
+  namespace: storeSettings.namespace,
   /** Default `consumer-<pm2 instance>`. */
   consumerId,
   /** Handler worker threads (piscina), one lane each. Default 2. */

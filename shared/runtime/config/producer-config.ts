@@ -7,6 +7,8 @@ import { storeSettings } from './store-settings.js';
  */
 export const producerSettings = {
   dir: storeSettings.dir,
+  /** The PostgreSQL store instead of app.db. Default none. */
+  databaseUrl: storeSettings.databaseUrl,
   /** HTTP port. Default 3000. */
   port: count({ flag: 'port', env: 'PORT', default: '3000', min: 1, max: 65_535, describe: 'HTTP port' }),
   /** Address to bind. Default 127.0.0.1. */

@@ -1,6 +1,6 @@
 import { resolve } from 'node:path';
 import { InvalidInputError } from '../../outbox/errors/invalid-input-error.js';
-import { defaultDir, namespaceProblem, redisUrlProblem, type OutboxConfig } from '../../outbox/config.js';
+import { databaseUrlProblem, defaultDir, namespaceProblem, redisUrlProblem, type OutboxConfig } from '../../outbox/config.js';
 import { managedRedisUrl } from '../../tooling/local/managed-redis.js';
 import { custom, readSettings, type Argv, type Setting } from './settings.js';
 
@@ -38,6 +38,14 @@ export const storeSettings = {
     defaultText: 'none',
     describe: 'prefix of every Redis key and BullMQ queue, so deployments can share a Redis',
     parse: checked(namespaceProblem),
+  }),
+  databaseUrl: custom({
+    flag: 'database',
+    env: 'OUTBOX_DATABASE_URL',
+    default: '',
+    defaultText: 'none: app.db in the data dir (SQLite)',
+    describe: 'the outbox store on PostgreSQL, postgres://user[:password]@host[:port]/database',
+    parse: checked(databaseUrlProblem),
   }),
 };
 

@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import type { ConsumerHeartbeat } from '../../outbox/consumer/heartbeats.js';
 import type { Logger } from '../../outbox/logger.js';
 import type { DatabaseWatch } from '../../outbox/store/live-database.js';
-import { storeStatusOf, type StoreStatus } from '../../operations/status.js';
+import { sqliteStatusReads, storeStatusOf, type StoreStatus } from '../../operations/status.js';
 import { healthTargetsOf, probeHealth, type AppHealth } from '../health/app-health.js';
 import { heldRows, type HeldRow } from './held-actions.js';
 import { History, type Rates, type Sample } from './history.js';
@@ -61,6 +61,15 @@ function timeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
 function attempt<T>(read: () => T, what: string, problems: string[]): T | undefined {
   try {
     return read();
+  } catch (error) {
+    problems.push(`${what}: ${(error as Error).message}`);
+    return undefined;
+  }
+}
+
+async function attemptAsync<T>(read: () => Promise<T>, what: string, problems: string[]): Promise<T | undefined> {
+  try {
+    return await read();
   } catch (error) {
     problems.push(`${what}: ${(error as Error).message}`);
     return undefined;
@@ -130,7 +139,7 @@ export function startSampler(options: SamplerOptions) {
       at,
       dir,
       namespace,
-      store: (live && meta && attempt(() => storeStatusOf(live, meta, namespace), 'cannot read the store id', problems)) || null,
+      store: (live && meta && (await attemptAsync(() => storeStatusOf(sqliteStatusReads(live), meta, namespace), 'cannot read the store id', problems))) || null,
       // No daemon is not a problem (the apps table says so); a daemon that does not answer is.
       problems: apps.running && apps.reason ? [...problems, apps.reason] : problems,
       pipeline: { ...store, ...redisNumbers },

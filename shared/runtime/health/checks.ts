@@ -5,6 +5,9 @@ import type { DatabaseWatch } from '../../outbox/store/live-database.js';
 import { storeIdOf } from '../../outbox/store/store-meta.js';
 import { explainError } from '../../outbox/errors/explain-error.js';
 import { failed, type Check } from './health-report.js';
+import type { Queryable } from '../../outbox/postgres/pg-schema.js';
+import { pgReason } from '../../outbox/postgres/pg-errors.js';
+import { pgStoreIdOf } from '../../outbox/postgres/pg-store-meta.js';
 
 /** How long a health check waits for Redis's PONG, and for app.db's write lock (ms). */
 export const REDIS_PING_TIMEOUT_MS = 1000;
@@ -79,5 +82,23 @@ function freeBytesAt(path: string): number | null {
     return stats.bavail * stats.bsize;
   } catch {
     return null;
+  }
+}
+
+/** The PostgreSQL store answers within `timeoutMs` with its store id (the relay's database check on PostgreSQL). */
+export async function checkPgStore(pool: Queryable, timeoutMs = REDIS_PING_TIMEOUT_MS): Promise<Check> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    const storeId = await Promise.race([
+      pgStoreIdOf(pool),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+      }),
+    ]);
+    return { ok: true, storeId };
+  } catch (error) {
+    return failed(`PostgreSQL unusable (${error instanceof Error && (error as { code?: string }).code ? pgReason(error) : messageOf(error)})`);
+  } finally {
+    clearTimeout(timer);
   }
 }

@@ -16,9 +16,10 @@ export const PASS_STALE_MS = 30_000;
  * serves that store (or none yet: the next pass claims it); and relaying goes on: a pass (of any
  * relay, from `outbox:relay:last-run`) finished within 30 s, and none is held up longer by app.db.
  */
-export async function relayHealth(identity: AppIdentity, database: DatabaseWatch, redis: Redis, stats: RelayStats): Promise<HealthReport> {
+export async function relayHealth(identity: AppIdentity, database: DatabaseWatch | (() => Promise<Check>), redis: Redis, stats: RelayStats): Promise<HealthReport> {
   const redisCheck = await checkRedis(redis);
-  const databaseCheck = checkDatabase(database);
+  // app.db, or the PostgreSQL store's own check (`checkPgStore`).
+  const databaseCheck = typeof database === 'function' ? await database() : checkDatabase(database);
   const [servedStore, lastRunAt] = redisCheck.ok
     ? await Promise.all([redis.hget(keys.meta, 'store'), redis.hget(keys.relayLastRun, 'at')]).catch(() => [null, null])
     : [null, null];
@@ -27,7 +28,7 @@ export async function relayHealth(identity: AppIdentity, database: DatabaseWatch
   if (!redisCheck.ok || !databaseCheck.ok) store = { ok: true, checked: false };
   else if (servedStore === null) store = { ok: true, servedStore: null, note: 'Redis serves no store yet, or lost its state: the next pass claims or rebuilds it' };
   else if (servedStore !== databaseCheck.storeId) {
-    store = failed(`Redis serves another store, ${servedStore}, than app.db's ${String(databaseCheck.storeId)}: nothing is relayed (see "outbox status")`, { servedStore });
+    store = failed(`Redis serves another store, ${servedStore}, than the database's ${String(databaseCheck.storeId)}: nothing is relayed (see "outbox status")`, { servedStore });
   } else store = { ok: true, servedStore };
 
   // Measured after the reads: a pass that ended while they were under way is not younger than 0.

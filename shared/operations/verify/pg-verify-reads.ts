@@ -1,0 +1,102 @@
+import type { Pool, PoolClient } from 'pg';
+import type { VerifyCheckSet } from '../../outbox/verify/verify-checks.js';
+import type { OutboxRow } from '../../outbox/store/events.js';
+import { pgHasPublished, pgStoreIdOf } from '../../outbox/postgres/pg-store-meta.js';
+import { newerEvent, type ObservedEvent, type ProducerRead, type ProducerSnapshot, type VerifyReads } from './observe.js';
+
+interface PgOutboxRow {
+  id: string;
+  event_id: string;
+  aggregate_id: string;
+  seq: string;
+  event_type: string;
+  payload: string;
+  created_at: string;
+}
+
+const toRow = (row: PgOutboxRow): OutboxRow => ({ ...row, id: Number(row.id), seq: Number(row.seq), created_at: Number(row.created_at) });
+
+const NEWER_ROWS = 'SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE id > $1 ORDER BY id';
+
+/**
+ * A check set's read of the producer on PostgreSQL: given the client of verify's snapshot
+ * transaction (REPEATABLE READ, read only), resolves what its checks get as `snapshot`.
+ */
+export type PgProducerRead = (client: PoolClient) => Promise<unknown>;
+
+/**
+ * verify's reads of the PostgreSQL store. S1 is one REPEATABLE READ, READ ONLY transaction: every
+ * statement in it sees the same snapshot, the one SQLite's read transaction gives, so a row pushed
+ * and marked PUBLISHED after it began is not in it, and the order of verify's reads (`observe`) holds.
+ * The check set's own read (`producerRead`, e.g. the lab's orders) runs inside it too.
+ */
+export function pgVerifyReads(pool: Pool, producerRead?: PgProducerRead): VerifyReads {
+  async function snapshot(horizonOrNone: number | undefined, checkSet: VerifyCheckSet<unknown> | undefined): Promise<ProducerRead> {
+    const client = await pool.connect();
+    let broken = false;
+    try {
+      await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+      const maxId = Number((await client.query<{ m: string | null }>('SELECT MAX(id) AS m FROM outbox')).rows[0].m ?? 0);
+      const horizon = horizonOrNone ?? maxId;
+      const pruned = Number((await client.query<{ n: string }>('SELECT COALESCE(SUM(events), 0) AS n FROM outbox_pruned')).rows[0].n);
+      const pendingRows = (await client.query<{ id: string }>("SELECT id FROM outbox WHERE status = 'PENDING' ORDER BY id")).rows.map((r) => Number(r.id));
+      // Ordered by aggregate and seq, for the out-of-order check; COLLATE "C" sorts as SQLite does.
+      const all = (await client.query<{ id: string; event_id: string; aggregate_id: string; seq: string; status: string }>(
+        'SELECT id, event_id, aggregate_id, seq, status FROM outbox ORDER BY aggregate_id COLLATE "C", seq',
+      )).rows.map((e): ObservedEvent => ({ ...e, id: Number(e.id), seq: Number(e.seq) }));
+      const newer = (await client.query<PgOutboxRow>(NEWER_ROWS, [horizon])).rows.map((row) => newerEvent(toRow(row)));
+      const newerPerAggregate = new Map<string, number>();
+      for (const e of newer) newerPerAggregate.set(e.aggregate_id, (newerPerAggregate.get(e.aggregate_id) ?? 0) + 1);
+      const aggregates = (await client.query<{ key: string; last_seq: string }>('SELECT aggregate_id AS key, last_seq FROM outbox_aggregates ORDER BY aggregate_id COLLATE "C"')).rows
+        .map((a) => ({ key: a.key, lastSeq: Number(a.last_seq) - (newerPerAggregate.get(a.key) ?? 0) }))
+        .filter((a) => a.lastSeq > 0 || !newerPerAggregate.has(a.key));
+      let producerSnapshot: ProducerSnapshot = { value: undefined };
+      if (checkSet?.snapshot?.producer !== undefined && producerRead !== undefined) {
+        try {
+          producerSnapshot = { value: await producerRead(client) };
+        } catch (error) {
+          producerSnapshot = { error };
+        }
+      }
+      await client.query('COMMIT');
+      return {
+        horizon,
+        maxId,
+        pruned,
+        pending: pendingRows.filter((id) => id <= horizon),
+        pendingNewer: pendingRows.filter((id) => id > horizon).length,
+        events: all.filter((e) => e.id <= horizon),
+        aggregates,
+        producerSnapshot,
+        newerInSnapshot: newer,
+      };
+    } catch (error) {
+      broken = true;
+      await client.query('ROLLBACK').catch(() => {});
+      throw error;
+    } finally {
+      client.release(broken);
+    }
+  }
+
+  return {
+    snapshot,
+    newerThan: async (id) => (await pool.query<PgOutboxRow>(NEWER_ROWS, [id])).rows.map((row) => newerEvent(toRow(row))),
+    pendingOf: async (eventIds) =>
+      new Set((await pool.query<{ event_id: string }>("SELECT event_id FROM outbox WHERE status = 'PENDING' AND event_id = ANY($1)", [eventIds])).rows.map((r) => r.event_id)),
+    publishedRowsOf: async (eventIds) =>
+      (
+        await pool.query<PgOutboxRow>(
+          "SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE status = 'PUBLISHED' AND event_id = ANY($1)",
+          [eventIds],
+        )
+      ).rows.map(toRow),
+    storeId: () => pgStoreIdOf(pool),
+    hasPublished: () => pgHasPublished(pool),
+    prunedAggregates: async (limit) =>
+      (await pool.query<{ aggregate_id: string; through_seq: string }>('SELECT aggregate_id, through_seq FROM outbox_pruned ORDER BY aggregate_id LIMIT $1', [limit])).rows.map(
+        (p) => `${p.aggregate_id} seq 1-${p.through_seq}`,
+      ),
+    producer: pool,
+  };
+}

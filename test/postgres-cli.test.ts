@@ -1,0 +1,205 @@
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { beforeEach, describe, it } from 'node:test';
+import { runCli, type CliResult } from './helpers/cli.js';
+import { useHarness } from './helpers/harness.js';
+import { usePostgres } from './helpers/postgres.js';
+import { waitFor } from '../shared/tooling/local/wait-for.js';
+
+// The CLI on the PostgreSQL store: --database / OUTBOX_DATABASE_URL, this file's own database.
+const db = usePostgres();
+const h = useHarness({ init: false });
+
+beforeEach(async () => {
+  await db.reset();
+  await db.scalar('DROP TABLE IF EXISTS orders');
+});
+
+/** `outbox <args>` on this file's database. */
+const pgCli = (args: string[], env: Record<string, string> = {}) => runCli(args, { ...h.env, env: { OUTBOX_DATABASE_URL: db.url, ...env } });
+
+async function ok(...args: string[]): Promise<CliResult> {
+  const result = await pgCli(args);
+  assert.equal(result.code, 0, `outbox ${args.join(' ')}: ${result.stdout}${result.stderr}`);
+  return result;
+}
+
+/** Asserts one line on stderr matching `pattern` and exit `code`. */
+function refused(result: CliResult, code: number, pattern: RegExp): void {
+  assert.equal(result.code, code, result.stdout + result.stderr);
+  assert.match(result.stderr.trimEnd(), pattern);
+  assert.equal(result.stderr.trim().split('\n').length, 1, result.stderr);
+}
+
+const rows = async (sql: string) => (await db.pool(1).query(sql)).rows;
+
+describe('outbox on PostgreSQL: the seed\'s steps', () => {
+  it('init, place-order, change-qty, cancel-order write orders and events in pg; relay, consume and report give the numbers of the SQLite store', async () => {
+    assert.match((await ok('init')).stdout, new RegExp(`^created the orders and outbox tables in PostgreSQL database ${db.name}$`, 'm'));
+    assert.match((await ok('place-order', '--sku', 'SKU-A', '--qty', '2')).stdout, /^placed order 1 \(SKU-A x2\), event [0-9a-f-]{36}$/m);
+    await ok('place-order', '--count', '2');
+    assert.match((await ok('change-qty', '--id', '1', '--qty', '5')).stdout, /^order 1 now SKU-A x5, event [0-9a-f-]{36} \(seq 2\)$/m);
+    assert.match((await ok('cancel-order', '--id', '2')).stdout, /^order 2 cancelled, event [0-9a-f-]{36} \(seq 2\)$/m);
+
+    assert.deepEqual(await rows('SELECT id::int, sku, qty::int, status FROM orders ORDER BY id'), [
+      { id: 1, sku: 'SKU-A', qty: 5, status: 'PLACED' },
+      { id: 2, sku: 'SKU-1', qty: 1, status: 'CANCELLED' },
+      { id: 3, sku: 'SKU-1', qty: 1, status: 'PLACED' },
+    ]);
+    assert.deepEqual(await rows('SELECT aggregate_id, seq::int, event_type, payload, status FROM outbox ORDER BY id'), [
+      { aggregate_id: 'order:1', seq: 1, event_type: 'OrderPlaced', payload: '{"orderId":1,"sku":"SKU-A","qty":2}', status: 'PENDING' },
+      { aggregate_id: 'order:2', seq: 1, event_type: 'OrderPlaced', payload: '{"orderId":2,"sku":"SKU-1","qty":1}', status: 'PENDING' },
+      { aggregate_id: 'order:3', seq: 1, event_type: 'OrderPlaced', payload: '{"orderId":3,"sku":"SKU-1","qty":1}', status: 'PENDING' },
+      { aggregate_id: 'order:1', seq: 2, event_type: 'OrderQtyChanged', payload: '{"orderId":1,"sku":"SKU-A","qty":5,"previousQty":2}', status: 'PENDING' },
+      { aggregate_id: 'order:2', seq: 2, event_type: 'OrderCancelled', payload: '{"orderId":2,"sku":"SKU-1","qty":1}', status: 'PENDING' },
+    ]);
+    const status = (await ok('status')).stdout;
+    assert.match(status, /^store +[0-9a-f]{16}: Redis serves no store yet/m);
+    assert.match(status, /^outbox +pending 5,/m);
+
+    assert.match((await ok('relay')).stdout, /^relayed 5 events in 1 batch .*; LLEN outbox\.events = 5$/m);
+    assert.match((await ok('relay')).stdout, /^relayed 0 events in 0 batches/m);
+    assert.deepEqual(await rows("SELECT COUNT(*)::int AS n FROM outbox WHERE status = 'PUBLISHED' AND published_at IS NOT NULL"), [{ n: 5 }]);
+    assert.match((await ok('order-check')).stdout, /ORDER OK/);
+    await ok('consume');
+    assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-A': '5', 'SKU-1': '1' });
+    assert.equal((await ok('report')).stdout.split('\n').slice(0, 4).join('\n'), 'orders=3\noutbox=5\nenqueued=5\nprocessed_unique=5');
+    assert.equal(readFileSync(join(h.env.dir, 'report.txt'), 'utf8'), 'orders=3\noutbox=5\nenqueued=5\nprocessed_unique=5\n');
+    assert.match((await ok('verify')).stdout, /^orders with missing events +0 +0 +ok$[\s\S]*^SKUs whose reserved qty != live orders +0 +0 +ok$[\s\S]*^VERIFY OK$/m);
+    const after = (await ok('status', '--json')).stdout;
+    assert.deepEqual(JSON.parse(after).store.redis, 'serves');
+    assert.equal(JSON.parse(after).pending, 0);
+  });
+
+  it('relay-crash dies between push and commit; its batch stays PENDING and the next relay pushes it again: a duplicate dup-check finds and consume absorbs', async () => {
+    await ok('init');
+    await ok('place-order');
+    const crashed = await pgCli(['relay-crash']);
+    assert.equal(crashed.signal, 'SIGKILL', crashed.stdout + crashed.stderr);
+    assert.equal(await db.scalar("SELECT COUNT(*)::int FROM outbox WHERE status = 'PENDING'"), 1);
+    // Its session (and the row lock of its batch) ends once PostgreSQL sees the socket closed.
+    await waitFor(async () => Number(await db.scalar("SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'outbox-cli'")) === 0, { message: 'the killed relay\'s session stayed' });
+    assert.match((await ok('relay')).stdout, /^relayed 1 event in 1 batch/m);
+    const eventId = await db.scalar('SELECT event_id FROM outbox');
+    assert.match((await ok('dup-check')).stdout, new RegExp(`^DUPLICATE event_id=${eventId} count=2$`, 'm'));
+    assert.match((await ok('consume')).stdout, /applied 1, duplicates skipped 1/);
+  });
+
+  it('refuses an unknown order (exit 3) and a cancelled one (exit 4) with the SQLite store\'s messages, writing nothing', async () => {
+    await ok('init');
+    await ok('place-order');
+    await ok('cancel-order', '--id', '1');
+    refused(await pgCli(['change-qty', '--id', '7', '--qty', '2']), 3, /^outbox: no order 7: cannot change its quantity$/);
+    refused(await pgCli(['cancel-order', '--id', '1']), 4, /^outbox: order 1 is already cancelled: cannot cancel it$/);
+    refused(await pgCli(['change-qty', '--id', '1', '--qty', '2']), 4, /^outbox: order 1 is already cancelled: cannot change its quantity$/);
+    assert.deepEqual(await rows('SELECT aggregate_id, seq::int FROM outbox ORDER BY id'), [
+      { aggregate_id: 'order:1', seq: 1 },
+      { aggregate_id: 'order:1', seq: 2 },
+    ]);
+    assert.deepEqual(await rows('SELECT last_seq::int FROM outbox_aggregates'), [{ last_seq: 2 }]);
+  });
+
+  it('init refuses a database that has the outbox tables (exit 4, nothing changed); --force drops them and this project\'s Redis keys only', async () => {
+    await ok('init');
+    await ok('place-order', '--count', '2');
+    await ok('relay');
+    const storeId = await db.scalar("SELECT value FROM outbox_meta WHERE key = 'store_id'");
+    await h.client.set('someone-else:key', 'keep me');
+    refused(await pgCli(['init']), 4, new RegExp(`^outbox: PostgreSQL database ${db.name} already has the outbox tables: pass --force to drop them and start over`));
+    assert.equal(await db.scalar('SELECT COUNT(*)::int FROM outbox'), 2);
+
+    const dry = await ok('init', '--force', '--dry-run');
+    assert.match(dry.stdout, new RegExp(`^init --force would delete the outbox tables of PostgreSQL database ${db.name} with 2 order\\(s\\), 2 outbox row\\(s\\) and 0 pruned-aggregate record\\(s\\), delete \\d+ Redis key\\(s\\)`, 'm'));
+    assert.equal(await db.scalar('SELECT COUNT(*)::int FROM outbox'), 2);
+
+    await ok('init', '--force');
+    assert.equal(await db.scalar('SELECT COUNT(*)::int FROM orders'), 0);
+    assert.equal(await db.scalar('SELECT COUNT(*)::int FROM outbox'), 0);
+    assert.notEqual(await db.scalar("SELECT value FROM outbox_meta WHERE key = 'store_id'"), storeId, 'a new store');
+    assert.deepEqual(await h.client.keys('*'), ['someone-else:key']);
+    assert.equal(await db.scalar('SELECT COUNT(*)::int FROM ledger'), 0, 'the user\'s own table stays');
+    assert.match((await ok('place-order')).stdout, /^placed order 1 /m);
+  });
+});
+
+describe('outbox verify on PostgreSQL', () => {
+  it('names an event lost from the queue (exit 1) and its order, with the lab\'s checks; --repair republishes it, and rebuilds a Redis that lost its state; refuses --checks in one line (exit 2)', async () => {
+    await ok('init');
+    await ok('place-order', '--count', '2');
+    await ok('relay');
+    await ok('consume');
+    await ok('change-qty', '--id', '2', '--qty', '3');
+    await ok('relay');
+    const lost = JSON.parse((await h.client.lpop('outbox.events'))!).event_id as string;
+    const result = await pgCli(['verify', '--settle', '200ms']);
+    assert.equal(result.code, 1, result.stdout + result.stderr);
+    assert.match(result.stdout, new RegExp(`^events lost \\(never applied, not in Redis\\) +0 +1 +FAIL\n  e\\.g\\. ${lost}$`, 'm'));
+    assert.match(result.stdout, /^aggregates whose applied seq != last seq +0 +1 +FAIL\n  e\.g\. order:2$/m);
+    assert.match(result.stdout, /^SKUs whose reserved qty != live orders +0 +1 +FAIL\n  e\.g\. SKU-1: reserved 2, orders say 4$/m);
+    assert.match(result.stdout, /^VERIFY FAILED: 4 invariants broken$/m);
+    const dry = await pgCli(['verify', '--repair', '--dry-run', '--settle', '0s']);
+    assert.equal(dry.code, 1, dry.stdout + dry.stderr);
+    assert.match(dry.stdout, /^verify --repair would republish 1 lost event\(s\): set their rows back to PENDING and relay every PENDING row$/m);
+    assert.match(dry.stdout, /^dry run: nothing changed$/m);
+    assert.equal(await db.scalar("SELECT COUNT(*)::int FROM outbox WHERE status = 'PENDING'"), 0);
+    const repaired = await pgCli(['verify', '--repair', '--settle', '0s']);
+    assert.match(repaired.stdout, /^repair: republished 1 lost event\(s\) to outbox\.events/m);
+    await ok('consume');
+    assert.match((await ok('verify')).stdout, /^VERIFY OK$/m);
+    // Redis that lost its state: --repair rebuilds it from PostgreSQL.
+    await h.client.flushall();
+    const rebuilt = await pgCli(['verify', '--repair', '--settle', '0s']);
+    assert.match(rebuilt.stdout, /^repair: Redis lost its state: rebuilding it from PostgreSQL, 3 published event\(s\) set back to PENDING to be applied again$/m);
+    await ok('consume');
+    assert.match((await ok('verify')).stdout, /^VERIFY OK$/m);
+    assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-1': '4' });
+    refused(await pgCli(['verify', '--checks', 'dist/examples/payments/verify-checks.js']), 2, /^outbox: --checks is not available on PostgreSQL yet/);
+  });
+});
+
+describe('outbox on PostgreSQL: bad settings and unusable stores', () => {
+  it('a bad --database / OUTBOX_DATABASE_URL is refused in one line, exit 2, before any store is opened', async () => {
+    for (const [env, args, pattern] of [
+      [{ OUTBOX_DATABASE_URL: 'foo' }, ['status'], /^outbox: OUTBOX_DATABASE_URL must be a URL like postgres:\/\/user@127\.0\.0\.1:5432\/outbox \(or empty for app\.db in the data dir\), got "foo"$/],
+      [{}, ['--database', 'mysql://root:secret@db/x', 'relay'], /^outbox: --database must start with postgres:\/\/ or postgresql:\/\/ \(or be empty for app\.db in the data dir\), got "mysql:\/\/root:\*\*\*@db\/x"$/],
+      [{}, ['place-order', '--database', 'postgres:///x'], /^outbox: --database names no host: write it like postgres:\/\/user@127\.0\.0\.1:5432\/outbox, got "postgres:\/\/\/x"$/],
+    ] as const) {
+      const result = await pgCli([...args], env);
+      refused(result, 2, pattern);
+      assert.doesNotMatch(result.stderr, /secret/);
+    }
+    assert.deepEqual(await h.client.keys('*'), [], 'Redis untouched');
+  });
+
+  it('the commands not on PostgreSQL yet are refused in one line (exit 2) instead of running on app.db', async () => {
+    for (const [command, args] of [['replay', ['--from', '1']], ['prune', ['--older-than', '0s']], ['lab', []], ['chaos', ['--duration', '1s']], ['bench', ['--quick']]] as const) {
+      refused(await pgCli([command, ...args]), 2, new RegExp(`^outbox: ${command} does not run on the PostgreSQL store yet \\(--database / OUTBOX_DATABASE_URL is set\\): unset it to run it on app\\.db$`));
+    }
+    assert.deepEqual(await h.client.keys('*'), []);
+  });
+
+  it('an unreachable server is one line, exit 5, password hidden; a database without the outbox tables or without orders is exit 5 naming "outbox init"', async () => {
+    const unreachable = await pgCli(['relay'], { OUTBOX_DATABASE_URL: 'postgres://postgres:secret@127.0.0.1:1/none' });
+    refused(unreachable, 5, /^outbox: cannot connect to PostgreSQL at postgres:\/\/postgres:\*\*\*@127\.0\.0\.1:1\/none \(connect ECONNREFUSED 127\.0\.0\.1:1\): start it, or point --database \/ OUTBOX_DATABASE_URL at a running server$/);
+    for (const command of [['place-order'], ['relay'], ['report'], ['status']]) {
+      refused(await pgCli(command), 5, new RegExp(`^outbox: PostgreSQL database ${db.name} has no outbox tables: run "outbox init" with the same --database / OUTBOX_DATABASE_URL first$`));
+    }
+    // A service's database: the outbox tables, no orders.
+    const { createPgOutbox } = await import('../shared/outbox/index.js');
+    const { orderEvents } = await import('../shared/lab/orders/order-events.js');
+    await createPgOutbox(db.pool(1), { events: orderEvents });
+    refused(await pgCli(['place-order']), 5, new RegExp(`^outbox: PostgreSQL database ${db.name} has no orders table \\(the lab's\\): run "outbox init"`));
+    await ok('relay');
+  });
+
+  it('a Redis that serves another store is refused (exit 5) by relay and report, and the rows stay PENDING', async () => {
+    await ok('init');
+    await ok('place-order');
+    await h.client.hset('outbox:meta', 'store', 'ffffffffffffffff');
+    refused(await pgCli(['relay']), 5, /serves.*ffffffffffffffff|ffffffffffffffff/);
+    refused(await pgCli(['report']), 5, /ffffffffffffffff/);
+    assert.equal(await db.scalar("SELECT COUNT(*)::int FROM outbox WHERE status = 'PENDING'"), 1);
+    assert.equal(await h.client.llen('outbox.events'), 0);
+  });
+});
