@@ -36,10 +36,24 @@ if (files.length === 0) {
   process.exit(2);
 }
 
+/**
+ * A watchdog per group: a test file whose process cannot exit (a child it started still holding it,
+ * say) would otherwise hang the run for ever, and CI with it. OUTBOX_TEST_GROUP_MINUTES overrides it.
+ */
+const GROUP_MINUTES = Number(process.env.OUTBOX_TEST_GROUP_MINUTES ?? 20);
+
 function runFiles(names, concurrency) {
   if (names.length === 0) return 0;
   const paths = names.map((name) => join(testDir, name));
-  const result = spawnSync(process.execPath, ['--test', `--test-concurrency=${concurrency}`, '--test-reporter=spec', ...paths], { stdio: 'inherit' });
+  const result = spawnSync(process.execPath, ['--test', `--test-concurrency=${concurrency}`, '--test-reporter=spec', ...paths], {
+    stdio: 'inherit',
+    timeout: GROUP_MINUTES * 60_000,
+    killSignal: 'SIGKILL',
+  });
+  if (result.error?.code === 'ETIMEDOUT') {
+    console.error(`run-tests: the files ${names.join(', ')} did not finish within ${GROUP_MINUTES} minutes: stopped (a file that never exits? see the last file named above)`);
+    return 1;
+  }
   return result.status ?? 1;
 }
 

@@ -12,7 +12,7 @@ import { Pm2, REPO_ROOT } from '../shared/tooling/local/pm2.js';
 import { freePort, RedisServer, testClient } from '../shared/tooling/local/redis-server.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { startApp, stopApp, type App } from './helpers/apps.js';
-import { launchChromium } from './helpers/browser.js';
+import { closeChromium, launchChromium } from './helpers/browser.js';
 import { runCli } from './helpers/cli.js';
 import { runLoad } from './helpers/http-load.js';
 import { count, storeIdIn, tempDir } from './helpers/stores.js';
@@ -25,6 +25,8 @@ let redis: RedisServer;
 let client: Redis;
 let pm2: Pm2;
 let browser: Browser;
+/** The browser being launched: closed in `after` even when `before` failed before it was awaited. */
+let launching: Promise<Browser> | undefined;
 let page: Page;
 let dir: string;
 let storeId: string;
@@ -87,7 +89,7 @@ async function screenshot(name: string): Promise<void> {
 before(async () => {
   // First: without Chromium the file fails here, in one line, before anything starts. The browser
   // starts while pm2 starts the apps.
-  const launching = launchChromium();
+  launching = launchChromium();
   launching.catch(() => {});
   redis = await RedisServer.start();
   client = testClient(redis.url);
@@ -115,7 +117,7 @@ before(async () => {
   const started = await pm2.run('start', 'ecosystem.config.cjs');
   assert.equal(started.code, 0, started.stderr);
   await waitFor(async () => (await pm2.list()).filter((p) => APPS.includes(p.name) && p.pm2_env.status === 'online').length === APPS.length, {
-    timeoutMs: 20_000,
+    timeoutMs: 40_000,
     message: 'the four apps did not come online',
   });
   await waitFor(() => fetch(`${origin}/api/state`).then((r) => r.ok).catch(() => false), { message: 'the dashboard does not answer' });
@@ -125,7 +127,8 @@ before(async () => {
 });
 
 after(async () => {
-  await browser?.close();
+  // A Chromium left running would keep this file's process alive, and the whole run with it.
+  await closeChromium(browser ?? (await launching?.catch(() => undefined)));
   await pm2?.kill();
   client?.disconnect();
   await redis?.destroy();

@@ -15,3 +15,16 @@ export function launchChromium(): Promise<Browser> {
   // --no-sandbox: the tests run as root, where Chromium's sandbox refuses to start.
   return puppeteer.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-dev-shm-usage'], defaultViewport: { width: 1280, height: 1000 } });
 }
+
+/** Closes the browser, and kills its process if it has not gone within 5 s (a hung close must not hang the run). */
+export async function closeChromium(browser: Browser | undefined): Promise<void> {
+  if (!browser) return;
+  const child = browser.process();
+  let timer: NodeJS.Timeout | undefined;
+  const closed = await Promise.race([
+    browser.close().then(() => true, () => false),
+    new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), 5000))),
+  ]);
+  clearTimeout(timer);
+  if (!closed || (child && child.exitCode === null && child.signalCode === null)) child?.kill('SIGKILL');
+}
