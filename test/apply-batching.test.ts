@@ -7,6 +7,8 @@
 import assert from 'node:assert/strict';
 import { after, beforeEach, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
+import { z } from 'zod';
+import { createConsumer, defineEvents, defineRedisHandlers, effect } from '../shared/outbox/index.js';
 import { applyEvents, defineScripts, moveToProcessing, type EventToApply } from '../shared/outbox/redis/scripts.js';
 import { useHarness } from './helpers/harness.js';
 
@@ -166,6 +168,30 @@ describe('events of one call that depend on each other', () => {
     assert.equal(await h.client.llen(LIST), 0);
     assert.equal(await h.client.hget('outbox:stats', 'applied'), '4');
     assert.deepEqual((await h.client.smembers('outbox:effect-keys')).sort(), ['k1', 'k2', 'k3']);
+  });
+});
+
+describe('through the real consumer', () => {
+  it('one round where an event deletes a field of a missing hash and the next sets that key: both applied once, acked, counted, no problem', async () => {
+    const events = defineEvents({
+      Cleared: { aggregate: 'cart', payload: z.object({}) },
+      Noted: { aggregate: 'note', payload: z.object({}) },
+    });
+    const handlers = defineRedisHandlers(events, { Cleared: () => [effect.hdel('cart:1', 'item')], Noted: () => [effect.set('cart:1', 'now a note')] });
+    const message = (id: string, aggregate: string, type: string) =>
+      JSON.stringify({ event_id: id, aggregate_id: aggregate, seq: 1, event_type: type, payload: {}, store_id: h.storeId });
+    await h.client.rpush('outbox.events', message('c1', 'cart:1', 'Cleared'), message('n1', 'note:1', 'Noted'));
+    const problems: string[] = [];
+    const consumer = await createConsumer({ redis, handlers, consumerId: 'review', batchSize: 10, onProblem: (p) => problems.push(p) });
+    const stats = await consumer.drain();
+    await consumer.close();
+    assert.deepEqual(problems, []);
+    assert.equal(stats.applied, 2);
+    assert.equal(await h.client.get('cart:1'), 'now a note');
+    assert.deepEqual(await h.client.hgetall('outbox:stats'), { applied: '2' });
+    assert.deepEqual(await h.client.smembers('outbox:effect-keys'), ['cart:1']);
+    assert.deepEqual(await h.client.hgetall('outbox:apply-count'), { c1: '1', n1: '1' });
+    assert.equal(await h.client.llen('outbox.events:processing:review'), 0);
   });
 });
 
