@@ -127,6 +127,17 @@ local now = int(tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000
 local problems = {}
 local function problem(text) problems[#problems + 1] = text end
 
+-- The keys phase 2 may write without having read them first: a key of another type would fail
+-- there, after other writes. (processed, applied-seq and stats are read by HMGET below; apply-count
+-- is written through a fallback that reports instead.)
+for _, k in ipairs({ { KEYS[4], 'hash' }, { KEYS[6], 'list' }, { KEYS[8], 'list' }, { KEYS[10], 'hash' }, { KEYS[11], 'set' } }) do
+  local t = rcall('TYPE', k[1]).ok
+  if t ~= 'none' and t ~= k[2] then
+    -- (WRONGTYPE first, as Redis's own error would be: the callers explain that error by it.)
+    return redis.error_reply('WRONGTYPE apply-events: ' .. k[1] .. ' holds a ' .. t .. ', not a ' .. k[2] .. ': nothing applied')
+  end
+end
+
 -- Phase 1: read and check. No write happens before it ends.
 local served = rcall('HGET', KEYS[7], 'store')
 local STATS = { 'applied', 'duplicates', 'parked', 'unparked', 'dead' }
@@ -208,7 +219,8 @@ local function checkEffect(f)
     if result > MAX_EXACT or result < -MAX_EXACT then return 'field ' .. field .. ' would leave the exact integer range' end
     change(fields, field, int(result))
   elseif op == 'zincrby' then
-    local by = tonumber(value)
+    -- (Lua's tonumber takes surrounding whitespace, ZINCRBY does not.)
+    local by = not string.find(value, '^%s') and not string.find(value, '%s$') and tonumber(value)
     if not by or by ~= by or by == math.huge or by == -math.huge then return 'increment "' .. value .. '" is not a finite number' end
     local scores = tableOf(scoresOf, full)
     local current = scores[field]
@@ -221,6 +233,9 @@ local function checkEffect(f)
     if result ~= result then return 'member ' .. field .. ' would get a score that is not a number' end
     change(scores, field, result)
   elseif op == 'hset' or op == 'hdel' then
+    -- hdel on a key that does not exist changes nothing: not marked, so that phase 2 does not HDEL
+    -- a key that a later set, sadd or zincrby of this call makes another type.
+    if op == 'hdel' and t == 'none' then return nil end
     change(tableOf(fieldsOf, full), field, op == 'hset' and value or false)
   end
   if HASH_OP[op] then
@@ -514,7 +529,7 @@ else
   for _, raw in ipairs(acked) do rcall('LREM', KEYS[1], 1, raw) end
 end
 
-if statOk.applied then rcall('HSET', KEYS[5], 'applied', int(applied)) end
+if statOk.applied and #toApply > 0 then rcall('HSET', KEYS[5], 'applied', int(applied)) end
 for name, n in pairs(counts) do
   if n > 0 and statOk[name] then rcall('HINCRBY', KEYS[5], name, n) end
 end
