@@ -88,6 +88,7 @@ describe('ecosystem.config.cjs', () => {
       ['outbox-producer', null, port],
       ['outbox-relay', null, port],
       ['outbox-consumer', null, port],
+      ['outbox-dashboard', null, port],
     ]);
     assert.match(password(dir), /^[0-9a-f]{64}$/);
     assert.equal(mode(join(dir, 'redis', 'password')), '0600');
@@ -97,6 +98,7 @@ describe('ecosystem.config.cjs', () => {
       ['outbox-producer', 'redis://127.0.0.1:1234', null],
       ['outbox-relay', 'redis://127.0.0.1:1234', null],
       ['outbox-consumer', 'redis://127.0.0.1:1234', null],
+      ['outbox-dashboard', 'redis://127.0.0.1:1234', null],
     ]);
   });
 
@@ -113,7 +115,7 @@ describe('ecosystem.config.cjs', () => {
     const apps = JSON.parse(result.stdout) as [string, boolean | null, string][];
     assert.deepEqual(
       apps.map(([name, treekill, outFile]) => [name, treekill, outFile]),
-      ['outbox-redis', 'outbox-producer', 'outbox-relay', 'outbox-consumer'].map((name) => [name, name === 'outbox-redis' ? false : null, join(logDir, `${name}.log`)]),
+      ['outbox-redis', 'outbox-producer', 'outbox-relay', 'outbox-consumer', 'outbox-dashboard'].map((name) => [name, name === 'outbox-redis' ? false : null, join(logDir, `${name}.log`)]),
     );
   });
 
