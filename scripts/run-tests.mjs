@@ -2,8 +2,8 @@
 // file list is built here. Extra arguments (e.g. a file name fragment) narrow the run; `--quick`
 // runs the core chain only (init and orders, relay, consumer, the CLI with report and verify).
 //
-// The files run three at a time (OUTBOX_TEST_CONCURRENCY overrides it; they wait on processes and
-// timers more than they compute: three keep 2 cores busy without starving each other's timings): each starts its own
+// The files run four at a time (OUTBOX_TEST_CONCURRENCY overrides it; they wait on processes and
+// timers more than they compute: four keep 2 cores busy without starving each other's timings): each starts its own
 // redis-server on a free port and uses its own temp dirs, and nothing touches Redis on 6379. The
 // files that run the whole system under pm2 with timed faults and traffic (chaos, system, bench)
 // run first, one at a time with nothing beside them: on 2 cores a second file's load makes their
@@ -13,7 +13,7 @@ import { readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const CONCURRENCY = Number(process.env.OUTBOX_TEST_CONCURRENCY ?? 3);
+const CONCURRENCY = Number(process.env.OUTBOX_TEST_CONCURRENCY ?? 4);
 const QUICK = ['init-and-orders', 'relay', 'consumer', 'cli'];
 const ALONE = ['chaos', 'payments-chaos', 'system', 'bench'];
 /** The longest of the others, as measured on the 2-core test machine; the rest follow by name. */
