@@ -65,24 +65,10 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
     const consumerDb = argv.consumerDb === undefined ? undefined : await openConsumerDb(argv.consumerDb);
     try {
       const checkSet = userChecks ?? (await labChecksFor(db));
-      const ledger = await verifyStores(db, redis, {
-        settleMs,
-        checks: checkSet,
-        consumer: consumerDb,
-        onSettling: (inFlight, windowMs) =>
-          console.error(`verify: ${inFlight} event(s) in flight at the snapshot; waiting up to ${formatDuration(windowMs)} for them to be applied`),
-        onCheckError: (check, message) => console.error(`verify: check "${check}" of ${checkSet!.name} threw: ${message}`),
+      await judge(db, redis, argv, settleMs, checkSet, consumerDb, {
+        plan: (ledger) => repairPlan(db, ledger),
+        run: (ledger) => repair(db, redis, ledger),
       });
-      const { checks, lost, figures } = ledger;
-      if (consumerDb) checks.push(...(await inboxChecks(consumerDb, redis)));
-      console.log(formatChecks(checks).join('\n'));
-      if (argv.repair && (figures.redisStateLost || lost.length > 0)) {
-        if (await guard(argv, repairPlan(db, ledger))) return repair(db, redis, ledger);
-      } else if (argv.repair) {
-        console.log('repair: no event is lost, nothing to republish');
-      }
-      const failed = checks.filter((c) => c.status === 'FAIL').length;
-      if (failed > 0) throw new CheckFailedError(`${failed} invariant(s) failed`);
     } finally {
       consumerDb?.close();
     }
@@ -102,28 +88,53 @@ async function verifyOnPostgres(config: OutboxConfig, argv: ArgumentsCamelCase<A
     const consumerDb = argv.consumerDb === undefined ? undefined : await openConsumerDb(argv.consumerDb);
     try {
       const checkSet = (await isLabPgDatabase(pool)) ? (labVerifyChecks as VerifyCheckSet<any>) : undefined;
-      const ledger = await verifyStores(pgVerifyReads(pool, readOrdersOnPg), redis, {
-        settleMs,
-        checks: checkSet,
-        consumer: consumerDb,
-        onSettling: (inFlight, windowMs) =>
-          console.error(`verify: ${inFlight} event(s) in flight at the snapshot; waiting up to ${formatDuration(windowMs)} for them to be applied`),
-        onCheckError: (check, message) => console.error(`verify: check "${check}" of ${checkSet!.name} threw: ${message}`),
+      await judge(pgVerifyReads(pool, readOrdersOnPg), redis, argv, settleMs, checkSet, consumerDb, {
+        plan: (ledger) => pgRepairPlan(pool, ledger),
+        run: (ledger) => pgRepair(pool, redis, ledger),
       });
-      const { checks, lost, figures } = ledger;
-      if (consumerDb) checks.push(...(await inboxChecks(consumerDb, redis)));
-      console.log(formatChecks(checks).join('\n'));
-      if (argv.repair && (figures.redisStateLost || lost.length > 0)) {
-        if (await guard(argv, await pgRepairPlan(pool, ledger))) return pgRepair(pool, redis, ledger);
-      } else if (argv.repair) {
-        console.log('repair: no event is lost, nothing to republish');
-      }
-      const failed = checks.filter((c) => c.status === 'FAIL').length;
-      if (failed > 0) throw new CheckFailedError(`${failed} invariant(s) failed`);
     } finally {
       consumerDb?.close();
     }
   });
+}
+
+/** What `--repair` would change and how it is done, on either store. */
+interface Repairer {
+  plan(ledger: Ledger): Plan | Promise<Plan>;
+  run(ledger: Ledger): Promise<void>;
+}
+
+/**
+ * The part of verify both stores share: judge the snapshot with the check set, add the inbox checks
+ * of database mode, print the table, repair when asked (after the guard), and fail on a FAIL row.
+ */
+async function judge(
+  store: Parameters<typeof verifyStores>[0],
+  redis: Redis,
+  argv: ArgumentsCamelCase<Args>,
+  settleMs: number,
+  checkSet: VerifyCheckSet<any> | undefined,
+  consumerDb: Db | undefined,
+  repairer: Repairer,
+): Promise<void> {
+  const ledger = await verifyStores(store, redis, {
+    settleMs,
+    checks: checkSet,
+    consumer: consumerDb,
+    onSettling: (inFlight, windowMs) =>
+      console.error(`verify: ${inFlight} event(s) in flight at the snapshot; waiting up to ${formatDuration(windowMs)} for them to be applied`),
+    onCheckError: (check, message) => console.error(`verify: check "${check}" of ${checkSet!.name} threw: ${message}`),
+  });
+  const { checks, lost, figures } = ledger;
+  if (consumerDb) checks.push(...(await inboxChecks(consumerDb, redis)));
+  console.log(formatChecks(checks).join('\n'));
+  if (argv.repair && (figures.redisStateLost || lost.length > 0)) {
+    if (await guard(argv, await repairer.plan(ledger))) return repairer.run(ledger);
+  } else if (argv.repair) {
+    console.log('repair: no event is lost, nothing to republish');
+  }
+  const failed = checks.filter((c) => c.status === 'FAIL').length;
+  if (failed > 0) throw new CheckFailedError(`${failed} invariant(s) failed`);
 }
 
 /** `repairPlan` on PostgreSQL. */
