@@ -120,3 +120,19 @@ export function createLogger(app: string, write: (line: string) => void = (line)
     level,
   };
 }
+
+/** `log` with `fields` added to every line (e.g. the partition a consumer runs on). */
+export function withFields(log: Logger, fields: LogFields): Logger {
+  const method = (level: (typeof LOG_LEVELS)[number]): LogMethod => (msg, more) => log[level](msg, { ...fields, ...more });
+  return {
+    trace: method('trace'),
+    debug: method('debug'),
+    info: method('info'),
+    warn: method('warn'),
+    error: method('error'),
+    fatal: method('fatal'),
+    get level() {
+      return log.level;
+    },
+  };
+}

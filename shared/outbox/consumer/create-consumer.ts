@@ -3,7 +3,7 @@ import type { Piscina } from 'piscina';
 import { ConfigError } from '../errors/config-error.js';
 import type { Logger } from '../logger.js';
 import type { OutboxEvent } from '../store/events.js';
-import { createConsumerEngine, DEFAULT_DEDUPE_TTL_SECONDS, DEFAULT_MAX_ATTEMPTS, type ConsumeStats, type ConsumerOptions } from './consumer.js';
+import { createConsumerEngine, DEFAULT_DEDUPE_TTL_SECONDS, DEFAULT_MAX_ATTEMPTS, emptyStats, type ConsumeStats, type ConsumerOptions } from './consumer.js';
 import type { HandlerFault } from './handler-fault.js';
 import type { HandlerResult } from './handler-result.js';
 import type { HandlerTask } from './handler-worker.js';
@@ -13,10 +13,17 @@ import { loadHandlerSet, notAHandlerSet } from './load-handlers.js';
 import { runRedisHandlers } from './run-redis-handlers.js';
 import { startConsumer, type RunConsumerOptions } from './run-consumer.js';
 import { keys } from '../redis/keys.js';
+import { partitionsOf, type Partitions } from '../redis/partitions.js';
+import { DEFAULT_PARTITION_LEASE_MS } from './partition-leases.js';
+import { startPartitionedConsumer } from './partitioned-consumer.js';
 
 export interface CreateConsumerOptions {
-  /** A connection to the Redis the relay pushes to (its key prefix is the namespace). */
-  redis: Redis;
+  /**
+   * A connection to the Redis the relay pushes to (its key prefix is the namespace), or the
+   * partitions (`connectPartitions`): then `start()` consumes its share of them by lease, and
+   * `drain()` drains them all.
+   */
+  redis: Redis | Partitions;
   /**
    * The handler set (`defineRedisHandlers`), run in this thread; or the URL of a module whose
    * export `handlers` is one, run on a pool of `threads` worker threads (piscina).
@@ -54,11 +61,17 @@ export interface CreateConsumerOptions {
    * the slowest handler. 1-86400000, default 30000.
    */
   leaseMs?: number;
+  /**
+   * With partitions: how long a consumer's lease on a partition lasts without renewal, ms (renewed
+   * every fifth of it). A consumer that dies leaves its partitions to the others after about this
+   * long. 500-600000, default 5000.
+   */
+  partitionLeaseMs?: number;
 }
 
 const CONSUMER_ID = /^[A-Za-z0-9._-]{1,64}$/;
 
-function whole(options: CreateConsumerOptions, name: 'batchSize' | 'threads' | 'lanes' | 'maxAttempts' | 'dedupeTtlSeconds' | 'handlerTimeoutMs' | 'leaseMs', min: number, max: number): void {
+function whole(options: CreateConsumerOptions, name: 'batchSize' | 'threads' | 'lanes' | 'maxAttempts' | 'dedupeTtlSeconds' | 'handlerTimeoutMs' | 'leaseMs' | 'partitionLeaseMs', min: number, max: number): void {
   const value = options[name];
   if (value !== undefined && (!Number.isInteger(value) || value < min || value > max)) {
     throw new ConfigError(`createConsumer: ${name} must be an integer from ${min} to ${max}, got ${String(value)}`);
@@ -68,7 +81,8 @@ function whole(options: CreateConsumerOptions, name: 'batchSize' | 'threads' | '
 /** Checks the options, without touching Redis: a ConfigError (exit 2) saying what is wrong. */
 export function checkConsumerOptions(options: CreateConsumerOptions): void {
   if (typeof options !== 'object' || options === null) throw new ConfigError('createConsumer: pass the options object { redis, handlers, ... }');
-  if (typeof options.redis !== 'object' || options.redis === null || typeof options.redis.duplicate !== 'function') throw new ConfigError('createConsumer: redis must be an ioredis connection');
+  const clients = typeof options.redis === 'object' && options.redis !== null ? partitionsOf(options.redis).clients : [];
+  if (clients.length === 0 || clients.some((client) => typeof client?.duplicate !== 'function')) throw new ConfigError('createConsumer: redis must be an ioredis connection, or partitions (connectPartitions)');
   if (!(options.handlers instanceof URL)) {
     const wrong = notAHandlerSet(options.handlers);
     if (wrong) throw new ConfigError(`createConsumer: handlers ${wrong}`);
@@ -83,6 +97,7 @@ export function checkConsumerOptions(options: CreateConsumerOptions): void {
   whole(options, 'dedupeTtlSeconds', 0, 2 ** 31 - 1);
   whole(options, 'handlerTimeoutMs', 1, 2 ** 31 - 1);
   whole(options, 'leaseMs', 1, 86_400_000);
+  whole(options, 'partitionLeaseMs', 500, 600_000);
   const databaseMode = !(options.handlers instanceof URL) && options.handlers.mode === 'database';
   if (databaseMode && options.database === undefined) {
     throw new ConfigError("createConsumer: a database handler set needs database: the consumer's own SQLite file (a path) or a better-sqlite3 connection");
@@ -106,9 +121,30 @@ function taskError(error: Error, timeoutMs: number): Error {
 /** What the long-running consumer needs besides the options: see `startConsumer`. */
 export type StartOptions = Omit<RunConsumerOptions, keyof ConsumerOptions | 'consumerId'> & {
   log: Logger;
-  /** Opens the connection the consumer takes with (BLMOVE): one that fails fast instead of reconnecting. */
-  connectBlocking: () => Promise<Redis>;
+  /**
+   * Opens the connection the consumer takes with (BLMOVE): one that fails fast instead of
+   * reconnecting. With partitions, given the partition's key tag (`RedisConnectOptions.partition`).
+   */
+  connectBlocking: (partition: string) => Promise<Redis>;
 };
+
+/** Consumes partitions by lease (one `startConsumer` per partition held); one partition is consumed directly. */
+function startOnPartitions(partitions: Partitions, consumerId: string, leaseMs: number | undefined, { log, connectBlocking, ...run }: StartOptions, startOne: StartOne) {
+  if (partitions.count === 1) return startOne(partitions.clients[0], () => connectBlocking(''), log, run);
+  return startPartitionedConsumer(partitions, {
+    consumerId,
+    leaseMs: leaseMs ?? DEFAULT_PARTITION_LEASE_MS,
+    log,
+    startOne: (index, redis) => startOne(redis, () => connectBlocking(tagOf(redis)), log, { ...run, partition: index }),
+  });
+}
+
+/** The key tag of a partition's connection: its key prefix after the namespace's. */
+function tagOf(redis: Redis): string {
+  return /\{p\d+\}:$/.exec(String(redis.options.keyPrefix ?? ''))?.[0] ?? '';
+}
+
+type StartOne = (redis: Redis, connectBlocking: () => Promise<Redis>, log: Logger, run: Omit<StartOptions, 'log' | 'connectBlocking'> & { partition?: number }) => ReturnType<typeof startConsumer>;
 
 /**
  * The consumer of your events: takes from `outbox.events`, runs your handlers (one per event type),
@@ -121,7 +157,7 @@ export type StartOptions = Omit<RunConsumerOptions, keyof ConsumerOptions | 'con
  */
 export async function createConsumer(options: CreateConsumerOptions) {
   checkConsumerOptions(options);
-  const { redis } = options;
+  const partitions = partitionsOf(options.redis);
   const consumerId = options.consumerId ?? 'consumer';
   if (!(options.handlers instanceof URL) && options.handlers.mode === 'database') return databaseConsumer(options, options.handlers, consumerId);
   const onPool = options.handlers instanceof URL;
@@ -163,15 +199,18 @@ export async function createConsumer(options: CreateConsumerOptions) {
     dedupeTtlSeconds: options.dedupeTtlSeconds ?? DEFAULT_DEDUPE_TTL_SECONDS,
     onProblem: options.onProblem,
   };
-  const engine = createConsumerEngine(redis, engineOptions);
+  const engines = partitions.clients.map((redis) => createConsumerEngine(redis, engineOptions));
 
   return {
     consumerId,
-    processingList: engine.processingList,
-    /** Recovers this consumer's processing list, then consumes until the queue is empty and no event waits for a retry. */
-    drain: (onRound?: (stats: ConsumeStats) => void): Promise<ConsumeStats> => engine.drain(onRound),
+    processingList: engines[0].processingList,
+    /** Recovers this consumer's processing list, then consumes until the queue is empty and no event waits for a retry (every partition, at once). */
+    drain: (onRound?: (stats: ConsumeStats) => void): Promise<ConsumeStats> => drainAll(engines.map((engine) => (report) => engine.drain(report)), onRound),
     /** Runs until `stop()` on the result. */
-    start: ({ log, connectBlocking, ...run }: StartOptions) => startConsumer(redis, connectBlocking, log, { ...engineOptions, ...run }),
+    start: (start: StartOptions) =>
+      startOnPartitions(partitions, consumerId, options.partitionLeaseMs, start, (redis, connectBlocking, log, run) =>
+        startConsumer(redis, connectBlocking, log, { ...engineOptions, ...run }),
+      ),
     /** Stops the worker threads (after `drain` or the started consumer's `stop`). The connection is the caller's. */
     close: async (): Promise<void> => {
       await pool?.destroy();
@@ -184,13 +223,13 @@ export async function createConsumer(options: CreateConsumerOptions) {
  * in this thread. The same drain, start and close as Redis mode.
  */
 async function databaseConsumer(options: CreateConsumerOptions, set: DatabaseHandlerSet, consumerId: string) {
-  const { redis } = options;
+  const partitions = partitionsOf(options.redis);
   // Imported here: a Redis-mode consumer (and the CLI's --help) does not load better-sqlite3.
   const [{ createDatabaseConsumer }, { openConsumerDatabase }] = await Promise.all([import('./inbox/database-consumer.js'), import('./inbox/consumer-database.js')]);
   // Opened now, so that a bad path fails here, in one line (StoreUnavailableError), not at the first round.
   const owned = typeof options.database === 'string' ? openConsumerDatabase(options.database) : undefined;
   const db = owned ?? (options.database as Database);
-  const make = (onProblem?: (problem: string) => void) =>
+  const make = (redis: Redis, onProblem?: (problem: string) => void) =>
     createDatabaseConsumer(redis, {
       database: db,
       deliver: (event) => {
@@ -209,15 +248,18 @@ async function databaseConsumer(options: CreateConsumerOptions, set: DatabaseHan
     consumerId,
     processingList: keys.processing(consumerId),
     /** Recovers this consumer's processing list, then consumes until the queue is empty and no event waits (for a retry, or for a dead consumer's lease). */
-    drain: (onRound?: (stats: ConsumeStats) => void): Promise<ConsumeStats> => make(options.onProblem).drain(onRound),
+    drain: (onRound?: (stats: ConsumeStats) => void): Promise<ConsumeStats> =>
+      drainAll(partitions.clients.map((redis) => (report) => make(redis, options.onProblem).drain(report)), onRound),
     /** Runs until `stop()` on the result. */
-    start: ({ log, connectBlocking, ...run }: StartOptions) =>
-      startConsumer(redis, connectBlocking, log, {
-        consumerId,
-        batchSize: options.batchSize,
-        ...run,
-        engine: (onProblem) => make((problem) => (onProblem(problem), options.onProblem?.(problem))),
-      }),
+    start: (start: StartOptions) =>
+      startOnPartitions(partitions, consumerId, options.partitionLeaseMs, start, (redis, connectBlocking, log, run) =>
+        startConsumer(redis, connectBlocking, log, {
+          consumerId,
+          batchSize: options.batchSize,
+          ...run,
+          engine: (onProblem) => make(redis, (problem) => (onProblem(problem), options.onProblem?.(problem))),
+        }),
+      ),
     /** Closes the consumer's database when it opened it (given a path). The connection is the caller's. */
     close: async (): Promise<void> => {
       if (owned?.open) owned.close();
@@ -226,3 +268,27 @@ async function databaseConsumer(options: CreateConsumerOptions, set: DatabaseHan
 }
 
 export type OutboxConsumer = Awaited<ReturnType<typeof createConsumer>>;
+
+/**
+ * Drains every partition at once; resolves the counts summed. `onRound` is told the running sums
+ * after any partition's round.
+ */
+async function drainAll(drains: ((onRound: (stats: ConsumeStats) => void) => Promise<ConsumeStats>)[], onRound?: (stats: ConsumeStats) => void): Promise<ConsumeStats> {
+  if (drains.length === 1) return drains[0]((stats) => onRound?.(stats));
+  const each = drains.map(() => emptyStats());
+  const total = () => {
+    const sum = emptyStats();
+    for (const stats of each) for (const key of Object.keys(sum) as (keyof ConsumeStats)[]) sum[key] += stats[key];
+    return sum;
+  };
+  const results = await Promise.all(
+    drains.map((drain, index) =>
+      drain((stats) => {
+        each[index] = { ...stats };
+        onRound?.(total());
+      }),
+    ),
+  );
+  results.forEach((stats, index) => (each[index] = stats));
+  return total();
+}

@@ -7,12 +7,14 @@ import { processingLists } from '../redis/processing-lists.js';
  * Moves every message of a processing list whose consumer shows no heartbeat back to the head of
  * the queue, in order (a consumer SIGKILLed and never started again under its id). A consumer that
  * was only slow finds its messages gone when it applies them ('stale'): duplicates, never loss.
+ * `all`: every other consumer's list, heartbeat or not (a consumer that just took a partition's
+ * lease: whoever consumed it before lost the lease).
  */
-export async function reclaimOrphans(redis: Redis, ownId: string, log?: Logger): Promise<number> {
+export async function reclaimOrphans(redis: Redis, ownId: string, log?: Logger, { all = false } = {}): Promise<number> {
   let reclaimed = 0;
   for await (const list of processingLists(redis)) {
     const owner = list.slice(keys.processing('').length);
-    if (owner === ownId || (await redis.exists(keys.consumerAlive(owner))) === 1) continue;
+    if (owner === ownId || (!all && (await redis.exists(keys.consumerAlive(owner))) === 1)) continue;
     let moved = 0;
     while ((await redis.lmove(list, keys.events, 'RIGHT', 'LEFT')) !== null) moved += 1;
     if (moved > 0) log?.warn('reclaimed the processing list of a consumer that is gone', { processingList: list, count: moved });

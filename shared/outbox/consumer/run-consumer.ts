@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { explainError } from '../errors/explain-error.js';
 import { incidentLog } from '../incident-log.js';
-import type { Logger } from '../logger.js';
+import { withFields, type Logger } from '../logger.js';
 import { keys } from '../redis/keys.js';
 import { everyInterval } from '../stats-interval.js';
 import { createConsumerEngine, type ConsumerOptions } from './consumer.js';
@@ -28,6 +28,8 @@ interface RunOptions {
   reclaimEveryMs?: number;
   /** Where this consumer's counts, in-flight messages and commit → applied latency show (`createOutboxMetrics`). Default none. */
   metrics?: Pick<OutboxMetrics, 'consumerStarted' | 'roundAnswered'>;
+  /** The partition this consumer runs on, when there are several: named in its log lines and metrics. */
+  partition?: number;
 }
 
 /**
@@ -39,7 +41,10 @@ interface RunOptions {
  * `connectBlocking` opens the connection for taking, one that fails fast instead of reconnecting
  * (see drive-rounds.ts, the loop a drain runs too); `redis` runs the apply scripts.
  */
-export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis>, log: Logger, options: RunConsumerOptions) {
+export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis>, appLog: Logger, options: RunConsumerOptions) {
+  const log = options.partition === undefined ? appLog : withFields(appLog, { partition: options.partition });
+  // Metrics and heartbeats name the consumer on this partition (a consumer's counts are per partition).
+  const metricsId = options.partition === undefined ? options.consumerId : `${options.consumerId}@p${options.partition}`;
   const blockTimeout = options.blockTimeoutSeconds ?? 1;
   const consumerStats: ConsumerStats = createConsumerStats(options.batchSize ?? 1000);
   // Each distinct problem once a minute: a corrupt field meets every round until an operator fixes it.
@@ -59,11 +64,11 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
   const takeFailures = incidentLog(log);
 
   const { metrics } = options;
-  const metricsStopped = metrics?.consumerStarted(options.consumerId, stats, redis, processingList);
+  const metricsStopped = metrics?.consumerStarted(metricsId, stats, redis, processingList);
 
   function report(handled: RoundItem[]): void {
     applyFailures.clear();
-    metrics?.roundAnswered(options.consumerId, handled);
+    metrics?.roundAnswered(metricsId, handled);
     for (const { outcome, event, raw, reason, attempt, retryInMs } of handled) {
       const ids = { eventId: event?.eventId, aggregateId: event?.aggregateId, seq: event?.seq };
       if (outcome === 'duplicate') log.debug('duplicate skipped', ids);

@@ -1,12 +1,12 @@
 import type { Redis } from 'ioredis';
 import type { Pool, PoolClient, QueryResult } from 'pg';
 import { crashPoint } from '../crash-point.js';
-import { explainError } from '../errors/explain-error.js';
 import { OutboxError } from '../errors/outbox-error.js';
-import { pushEvents } from '../redis/scripts.js';
+import { partitionsOf, type Partitions } from '../redis/partitions.js';
+import { pushRows } from '../relay/push-rows.js';
 import { DEFAULT_RELAY_BATCH_SIZE, type RelayAllOptions, type RelayBatch, type RelayOptions } from '../relay/relay.js';
 import type { Pairing } from '../relay/store-pairing.js';
-import { toMessage, type OutboxRow } from '../store/events.js';
+import type { OutboxRow } from '../store/events.js';
 import { REPLAY_LOCK } from './locks.js';
 import { pgReason } from './pg-errors.js';
 import { ensurePgPaired } from './pg-pairing.js';
@@ -52,7 +52,8 @@ function whole(name: string, value: number, max: number): number {
  * (PostgreSQL rolls its transaction back when the session ends): they are pushed again, a duplicate
  * the consumer's dedupe absorbs, never a loss.
  */
-export function createPgRelay(pool: Pool, redis: Redis, options: PgRelayOptions = {}) {
+export function createPgRelay(pool: Pool, redis: Redis | Partitions, options: PgRelayOptions = {}) {
+  const partitions = partitionsOf(redis);
   const batchSize = whole('batch size', options.batchSize ?? DEFAULT_RELAY_BATCH_SIZE, 100_000);
   const claimTimeoutMs = whole('claim timeout', options.claimTimeoutMs ?? 60_000, 2 ** 31 - 1);
   // Simple-query protocol, one round trip: the integers are checked above, the lock key is a constant.
@@ -63,15 +64,9 @@ export function createPgRelay(pool: Pool, redis: Redis, options: PgRelayOptions 
   let paired = false;
 
   async function push(client: PoolClient, rows: OutboxRow[], store: string): Promise<number> {
-    let result;
-    try {
-      result = await pushEvents(redis, store, rows.map((row) => toMessage(row, store)));
-    } catch (error) {
-      const reason = explainError(error)?.message ?? (error instanceof Error ? error.message : String(error));
-      throw new OutboxError(`cannot relay outbox rows ${rows[0].id}-${rows[rows.length - 1].id}: ${reason}`, 5);
-    }
+    const result = await pushRows(partitions, store, rows);
     if (result.status === 'unclaimed') throw new StateLostError();
-    if (result.status === 'foreign') throw new StoreMismatchError(store, result.servedStore, { database: await pgStoreName(client), redis: describeRedis(redis) });
+    if (result.status === 'foreign') throw new StoreMismatchError(store, result.servedStore, { database: await pgStoreName(client), redis: describeRedis(result.redis) });
     crashPoint('relay.after-push', () => `crash point relay.after-push: pushed rows ${rows[0].id}-${rows[rows.length - 1].id}, dying before marking them PUBLISHED`);
     return result.pushedAt;
   }
@@ -118,7 +113,7 @@ export function createPgRelay(pool: Pool, redis: Redis, options: PgRelayOptions 
   async function pair(): Promise<Pairing> {
     const pairing = await (async () => {
       storeId ??= await pgStoreIdOf(pool);
-      return ensurePgPaired(pool, redis, storeId);
+      return ensurePgPaired(pool, partitions, storeId);
     })().catch((error) => {
       throw error instanceof OutboxError ? error : new OutboxError(`cannot pair the relay with Redis: ${pgReason(error)}`, 5);
     });

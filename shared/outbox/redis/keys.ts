@@ -47,6 +47,10 @@ export const keys = {
   attempts: 'outbox:attempts',
   /** Hash of counters: applied, duplicates, parked, unparked, dead, handlerFailures. */
   stats: 'outbox:stats',
+  /** String with a TTL, in each partition: the consumer (id and run token) that holds the partition's lease. */
+  partitionLease: 'outbox:partition-lease',
+  /** Sorted set, in partition 0: the consumers sharing the partitions, each until when it counts as alive. */
+  consumerMembers: 'outbox:consumer-members',
   /** Hash {at, jobId, events, batches, durationMs}: the relay app's last finished job. */
   relayLastRun: 'outbox:relay:last-run',
   /**

@@ -15,6 +15,8 @@ const SCRIPT_FILES = {
   moveToProcessing: 'move-to-processing-2.lua',
   claimEvents: 'claim-event-8.lua',
   completeEvents: 'complete-event-10.lua',
+  partitionLease: 'partition-lease-1.lua',
+  consumerMembers: 'consumer-members-1.lua',
 } as const;
 
 type ScriptName = keyof typeof SCRIPT_FILES;
@@ -121,13 +123,19 @@ export type PushResult =
   /** `pushedAt`: Redis's clock (ms since epoch) when the messages reached the queue. */
   | { status: 'ok'; pushed: number; pushedAt: number }
   | { status: 'unclaimed' }
-  | { status: 'foreign'; servedStore: string };
+  | { status: 'foreign'; servedStore: string }
+  /** The partition was claimed as another "i/P" than `layout`: the relay is configured for another number of partitions. */
+  | { status: 'layout'; servedLayout: string };
 
-/** See lua/push-events-3.lua: pushes `messages` of store `storeId` when this Redis serves that store. */
-export async function pushEvents(redis: Redis, storeId: string, messages: string[]): Promise<PushResult> {
-  const [status, detail, pushedAt] = (await client(redis).pushEvents(keys.events, keys.enqueued, keys.meta, storeId, ...messages)) as [string, string | number, string?];
+/**
+ * See lua/push-events-3.lua: pushes `messages` of store `storeId` when this Redis (partition
+ * `layout`, "i/P", see partitions.ts) serves that store.
+ */
+export async function pushEvents(redis: Redis, storeId: string, messages: string[], layout = '0/1'): Promise<PushResult> {
+  const [status, detail, pushedAt] = (await client(redis).pushEvents(keys.events, keys.enqueued, keys.meta, storeId, layout, ...messages)) as [string, string | number, string?];
   if (status === 'ok') return { status, pushed: Number(detail), pushedAt: Number(pushedAt) };
   if (status === 'foreign') return { status, servedStore: String(detail) };
+  if (status === 'layout') return { status, servedLayout: String(detail) };
   return { status: 'unclaimed' };
 }
 
@@ -139,8 +147,11 @@ export interface RebuildRecord {
   pruned: { aggregate_id: string; through_seq: number }[];
 }
 
-/** See lua/claim-store-8.lua. Resolves the store this Redis serves afterwards, and whether this call claimed it. */
-export async function claimStore(redis: Redis, storeId: string, rebuild?: RebuildRecord): Promise<{ claimed: boolean; servedStore: string }> {
+/**
+ * See lua/claim-store-8.lua. Resolves the store this Redis serves afterwards, and whether this call
+ * claimed it. `layout`: the partition these keys hold, "i/P" (see partitions.ts).
+ */
+export async function claimStore(redis: Redis, storeId: string, rebuild?: RebuildRecord, layout = '0/1'): Promise<{ claimed: boolean; servedStore: string }> {
   const [status, served] = (await client(redis).claimStore(
     keys.meta,
     keys.processed,
@@ -154,6 +165,7 @@ export async function claimStore(redis: Redis, storeId: string, rebuild?: Rebuil
     Date.now(),
     rebuild ? rebuild.republished : '',
     rebuild ? rebuild.unrecoverable : '',
+    layout,
     ...(rebuild?.pruned ?? []).flatMap((p) => [p.aggregate_id, p.through_seq]),
   )) as [string, string];
   return { claimed: status === 'claimed', servedStore: served };
@@ -264,4 +276,15 @@ export async function completeEvents(
     ...args,
   )) as [CompleteOutcome[], string[]];
   return { outcomes, problems };
+}
+
+/** See lua/partition-lease-1.lua: resolves whether `owner` holds the partition's lease after the call. */
+export async function partitionLease(redis: Redis, op: 'acquire' | 'renew' | 'release', owner: string, ttlMs: number): Promise<boolean> {
+  return (await client(redis).partitionLease(keys.partitionLease, op, owner, ttlMs)) === 1;
+}
+
+/** See lua/consumer-members-1.lua: says `owner` is alive (or left); resolves the owners alive, sorted. */
+export async function consumerMembers(redis: Redis, op: 'join' | 'leave', owner: string, ttlMs: number): Promise<string[]> {
+  const members = (await client(redis).consumerMembers(keys.consumerMembers, op, ttlMs, owner)) as string[];
+  return members.sort();
 }

@@ -2,11 +2,11 @@ import type { Redis } from 'ioredis';
 import { crashPoint } from '../crash-point.js';
 import type { Db } from '../store/open-database.js';
 import { replayGenerationReader, storeIdOf } from '../store/store-meta.js';
-import { explainError } from '../errors/explain-error.js';
 import { OutboxError } from '../errors/outbox-error.js';
-import { toMessage, type OutboxRow } from '../store/events.js';
-import { pushEvents } from '../redis/scripts.js';
+import type { OutboxRow } from '../store/events.js';
+import { partitionsOf, type Partitions } from '../redis/partitions.js';
 import { ensurePaired, mismatch, type Pairing } from './store-pairing.js';
+import { pushRows } from './push-rows.js';
 import type { OutboxMetrics } from '../metrics/outbox-metrics.js';
 
 export interface RelayOptions {
@@ -54,12 +54,14 @@ interface UnmarkedBatch {
 }
 
 /**
- * Moves PENDING outbox rows onto `outbox.events`, oldest id first, and marks them PUBLISHED only
- * after Redis acknowledged the push. A crash between push and mark re-pushes the batch on the next
- * pass: duplicates, never loss. Per-aggregate order holds even with overlapping relays, because a
- * batch is always the lowest PENDING ids and rows are marked only after they were pushed.
+ * Moves PENDING outbox rows onto `outbox.events` (with partitions, each row onto its aggregate's
+ * partition's queue), oldest id first, and marks them PUBLISHED only after Redis acknowledged the
+ * push. A crash between push and mark re-pushes the batch on the next pass: duplicates, never loss.
+ * Per-aggregate order holds even with overlapping relays, because a batch is always the lowest
+ * PENDING ids and rows are marked only after they were pushed.
  */
-export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
+export function createRelay(db: Db, redis: Redis | Partitions, options: RelayOptions = {}) {
+  const partitions = partitionsOf(redis);
   const batchSize = options.batchSize ?? DEFAULT_RELAY_BATCH_SIZE;
   if (!Number.isInteger(batchSize) || batchSize < 1) {
     throw new OutboxError(`relay batch size must be a positive integer, got ${batchSize}`, 2);
@@ -92,19 +94,9 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
 
   /** Pushes `rows`; resolves Redis's clock when they reached the queue (their published_at). */
   async function push(rows: OutboxRow[]): Promise<number> {
-    let result;
-    try {
-      result = await pushEvents(
-        redis,
-        storeId,
-        rows.map((row) => toMessage(row, storeId)),
-      );
-    } catch (error) {
-      const reason = explainError(error)?.message ?? (error instanceof Error ? error.message : String(error));
-      throw new OutboxError(`cannot relay outbox rows ${rows[0].id}-${rows[rows.length - 1].id}: ${reason}`, 5);
-    }
+    const result = await pushRows(partitions, storeId, rows);
     if (result.status === 'unclaimed') throw new StateLostError();
-    if (result.status === 'foreign') throw mismatch(db, redis, storeId, result.servedStore);
+    if (result.status === 'foreign') throw mismatch(db, result.redis, storeId, result.servedStore);
     crashPoint('relay.after-push', () => `crash point relay.after-push: pushed rows ${rows[0].id}-${rows[rows.length - 1].id}, dying before marking them PUBLISHED`);
     return result.pushedAt;
   }
@@ -120,7 +112,7 @@ export function createRelay(db: Db, redis: Redis, options: RelayOptions = {}) {
    * state); the relay calls it before its first push and again whenever a push finds no store.
    */
   async function pair(): Promise<Pairing> {
-    const pairing = await ensurePaired(db, redis, options.assertLive);
+    const pairing = await ensurePaired(db, partitions, options.assertLive);
     paired = true;
     if (pairing.kind === 'rebuilt') options.metrics?.stateLost();
     if (pairing.kind !== 'paired') options.onPairing?.(pairing);

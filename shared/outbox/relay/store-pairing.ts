@@ -1,9 +1,11 @@
 import type { Redis } from 'ioredis';
 import type { Db } from '../store/open-database.js';
 import { bumpReplayGeneration, hasPublished, storeIdOf } from '../store/store-meta.js';
+import { OutboxError } from '../errors/outbox-error.js';
 import { StoreMismatchError } from '../errors/store-mismatch-error.js';
 import { describeRedis } from '../redis/describe.js';
 import { keys } from '../redis/keys.js';
+import { partitionLayout, partitionOf, partitionsOf, type Partitions } from '../redis/partitions.js';
 import { scanKeys, unlinkAll } from '../redis/scan-keys.js';
 import { claimStore } from '../redis/scripts.js';
 
@@ -15,9 +17,10 @@ export type Pairing =
   /**
    * Redis lost its state (its meta hash is gone while the store has published events): every
    * published row was set back to PENDING, so the relay publishes everything again and the
-   * consumer rebuilds every effect. `unrecoverable` events were pruned before the loss.
+   * consumer rebuilds every effect. `unrecoverable` events were pruned before the loss. With
+   * partitions, only the partitions that lost their state are rebuilt (`partitions` names them).
    */
-  | { kind: 'rebuilt'; republished: number; unrecoverable: number; unrecoverableAggregates: number };
+  | { kind: 'rebuilt'; republished: number; unrecoverable: number; unrecoverableAggregates: number; partitions?: number[] };
 
 /** Rows set back to PENDING per transaction, so a producer never waits long for the write lock. */
 const RESET_CHUNK = 10_000;
@@ -27,32 +30,111 @@ export function mismatch(db: Db, redis: Redis, storeId: string, servedStore: str
   return new StoreMismatchError(storeId, servedStore, { database: db.name, redis: describeRedis(redis) });
 }
 
+/** The one-line refusal of a partition claimed for another number of partitions (exit 2: a setting). */
+export function layoutMismatch(redis: Redis, expected: string, served: string): OutboxError {
+  const [, count] = served.split('/');
+  return new OutboxError(
+    `${describeRedis(redis)} holds partition ${served} (of ${count}), not ${expected}: set --partitions / OUTBOX_PARTITIONS to ${count} on every relay and consumer of this store`,
+    2,
+  );
+}
+
 /** The store id this Redis serves, or null when its meta hash is gone. */
 export async function servedStore(redis: Redis): Promise<string | null> {
   return redis.hget(keys.meta, 'store');
 }
 
-/** Throws when Redis serves a store other than app.db's; resolves the store it serves (null: none). */
-export async function assertSameStore(db: Db, redis: Redis): Promise<string | null> {
-  const served = await servedStore(redis);
+/**
+ * Per partition, the store it serves (null: it lost its state, or was never used); throws when one
+ * serves another store, or was claimed as part of another number of partitions.
+ */
+export async function servedStores(partitions: Partitions, storeId: string, refuse: (redis: Redis, served: string) => Error): Promise<(string | null)[]> {
+  return Promise.all(
+    partitions.clients.map(async (redis, index) => {
+      const [served, layout] = await redis.hmget(keys.meta, 'store', 'partition');
+      if (served !== null && served !== storeId) throw refuse(redis, served);
+      const expected = partitionLayout(index, partitions.count);
+      if (served !== null && (layout ?? '0/1') !== expected) throw layoutMismatch(redis, expected, layout ?? '0/1');
+      return served;
+    }),
+  );
+}
+
+/** Throws when Redis serves a store other than app.db's; resolves the store it serves (null: none, in any partition). */
+export async function assertSameStore(db: Db, redis: Redis | Partitions): Promise<string | null> {
   const storeId = storeIdOf(db);
-  if (served !== null && served !== storeId) throw mismatch(db, redis, storeId, served);
-  return served;
+  const served = await servedStores(partitionsOf(redis), storeId, (r, s) => mismatch(db, r, storeId, s));
+  return served.includes(null) ? null : storeId;
+}
+
+/** What pairing needs of a store (app.db or PostgreSQL), besides Redis. */
+export interface PairingStore {
+  storeId: string;
+  /** Whether any event was ever published (then an empty Redis lost its state). */
+  hasPublished(): Promise<boolean>;
+  /**
+   * Sets the PUBLISHED rows of the aggregates `inLost` accepts back to PENDING (all of them when
+   * `inLost` is undefined) and bumps the replay generation, committed before the claims; resolves how many.
+   */
+  resetPublished(inLost?: (aggregate: string) => boolean): Promise<number>;
+  /** Every pruned aggregate: the seq it was pruned through and how many events. */
+  pruned(): Promise<{ aggregate_id: string; through_seq: number; events: number }[]>;
+  /** Counts the rebuild in the store's meta. */
+  recordRebuild(): Promise<void>;
+  /** The refusal when a partition serves another store. */
+  refuse(redis: Redis, served: string): Error;
 }
 
 /**
- * Deletes every dedupe marker before a claim: the claim deletes the rest of the consumer state, and
- * a marker left without its effect would have the rebuilt event skipped as a duplicate. No consumer
- * applies (so sets a marker) while this Redis serves no store.
+ * Makes every partition serve the store. A partition that serves none: on first use (the store
+ * never published) it is claimed; otherwise it lost its state and is rebuilt: the published rows of
+ * its aggregates go back to PENDING (committed first, so a crash half-way only repeats the rebuild),
+ * its dedupe markers are deleted, and the claim deletes whatever consumer state a partial loss left
+ * (it would double effects or skip events) and gives its pruned aggregates their applied seq (their
+ * later events can be applied; the pruned ones' effects are gone and recorded as unrecoverable).
+ * Partitions that kept their state are left alone.
  */
-async function deleteDedupeMarkers(redis: Redis): Promise<void> {
-  await unlinkAll(redis, scanKeys(redis, keys.seen('*')));
+export async function pairPartitions(store: PairingStore, partitions: Partitions): Promise<Pairing> {
+  const { storeId } = store;
+  const served = await servedStores(partitions, storeId, store.refuse);
+  const lost = served.flatMap((s, index) => (s === null ? [index] : []));
+  if (lost.length === 0) return { kind: 'paired' };
+  // No consumer applies while a partition serves no store: a marker left without its effect would skip the event.
+  for (const index of lost) {
+    const redis = partitions.clients[index];
+    await unlinkAll(redis, scanKeys(redis, keys.seen('*')));
+  }
+  const claim = async (index: number, rebuild?: Parameters<typeof claimStore>[2]) => {
+    const redis = partitions.clients[index];
+    const { servedStore: now } = await claimStore(redis, storeId, rebuild, partitionLayout(index, partitions.count));
+    if (now !== storeId) throw store.refuse(redis, now);
+  };
+  if (!(await store.hasPublished())) {
+    for (const index of lost) await claim(index);
+    return { kind: 'claimed' };
+  }
+  const lostSet = new Set(lost);
+  const inLost = lost.length === partitions.count ? undefined : (aggregate: string) => lostSet.has(partitionOf(aggregate, partitions.count));
+  const republished = await store.resetPublished(inLost);
+  const pruned = (await store.pruned()).filter((p) => inLost === undefined || inLost(p.aggregate_id));
+  const unrecoverable = pruned.reduce((n, p) => n + p.events, 0);
+  for (const index of lost) {
+    const mine = pruned.filter((p) => partitionOf(p.aggregate_id, partitions.count) === index);
+    // Each partition records what was republished and lost for the whole rebuild, once.
+    await claim(index, { republished, unrecoverable: mine.reduce((n, p) => n + p.events, 0), pruned: mine });
+  }
+  await store.recordRebuild();
+  return { kind: 'rebuilt', republished, unrecoverable, unrecoverableAggregates: pruned.length, ...(partitions.count > 1 ? { partitions: lost } : {}) };
 }
 
-/** Sets every PUBLISHED row back to PENDING, in chunks by id; resolves how many. */
-function resetPublished(db: Db): number {
+/** Sets the matching PUBLISHED rows back to PENDING, in chunks by id; resolves how many. */
+function resetPublished(db: Db, inLost?: (aggregate: string) => boolean): number {
   const maxId = (db.prepare('SELECT MAX(id) FROM outbox').pluck().get() as number | null) ?? 0;
-  const reset = db.prepare<[number, number]>("UPDATE outbox SET status = 'PENDING', published_at = NULL WHERE id > ? AND id <= ? AND status = 'PUBLISHED'");
+  if (inLost) db.function('outbox_in_lost_partition', { deterministic: true }, (aggregate) => (inLost(String(aggregate)) ? 1 : 0));
+  const reset = db.prepare<[number, number]>(
+    "UPDATE outbox SET status = 'PENDING', published_at = NULL WHERE id > ? AND id <= ? AND status = 'PUBLISHED'" +
+      (inLost ? ' AND outbox_in_lost_partition(aggregate_id) = 1' : ''),
+  );
   const chunk = db.transaction((from: number) => {
     bumpReplayGeneration(db);
     return reset.run(from, from + RESET_CHUNK).changes;
@@ -62,45 +144,44 @@ function resetPublished(db: Db): number {
   return total;
 }
 
-/**
- * Makes sure Redis serves app.db's store before the relay pushes. When Redis serves no store:
- * on first use it claims it; when the store has published before, Redis lost its state, and the
- * relay rebuilds it: every published row goes back to PENDING (committed first, so a crash
- * half-way only repeats the rebuild), then the store is claimed, which deletes whatever consumer
- * state a partial loss left (it would double effects or skip events) and gives pruned aggregates
- * their applied seq (their later events can be applied; the pruned ones' effects are gone and
- * recorded as unrecoverable). `assertLive` is called first: a relay whose app.db was replaced must not claim.
- */
-export async function ensurePaired(db: Db, redis: Redis, assertLive: () => void = () => {}): Promise<Pairing> {
-  const served = await assertSameStore(db, redis);
-  if (served !== null) return { kind: 'paired' };
-  assertLive();
+/** app.db as pairing sees it. */
+function sqlitePairingStore(db: Db): PairingStore {
   const storeId = storeIdOf(db);
-  await deleteDedupeMarkers(redis);
-  if (!hasPublished(db)) {
-    const { servedStore: now } = await claimStore(redis, storeId);
-    if (now !== storeId) throw mismatch(db, redis, storeId, now);
-    return { kind: 'claimed' };
-  }
-  const republished = resetPublished(db);
-  const pruned = db.prepare<[], { aggregate_id: string; through_seq: number; events: number }>('SELECT aggregate_id, through_seq, events FROM outbox_pruned').all();
-  const unrecoverable = pruned.reduce((n, p) => n + p.events, 0);
-  const { servedStore: now } = await claimStore(redis, storeId, { republished, unrecoverable, pruned });
-  if (now !== storeId) throw mismatch(db, redis, storeId, now);
-  db.transaction(() => {
-    db.prepare("INSERT INTO outbox_meta (key, value) VALUES ('redis_rebuilds', '1') ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1").run();
-    db.prepare("INSERT INTO outbox_meta (key, value) VALUES ('redis_rebuilt_at', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value").run(String(Date.now()));
-  }).immediate();
-  return { kind: 'rebuilt', republished, unrecoverable, unrecoverableAggregates: pruned.length };
+  return {
+    storeId,
+    hasPublished: async () => hasPublished(db),
+    resetPublished: async (inLost) => resetPublished(db, inLost),
+    pruned: async () => db.prepare<[], { aggregate_id: string; through_seq: number; events: number }>('SELECT aggregate_id, through_seq, events FROM outbox_pruned').all(),
+    recordRebuild: async () => {
+      db.transaction(() => {
+        db.prepare("INSERT INTO outbox_meta (key, value) VALUES ('redis_rebuilds', '1') ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1").run();
+        db.prepare("INSERT INTO outbox_meta (key, value) VALUES ('redis_rebuilt_at', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value").run(String(Date.now()));
+      }).immediate();
+    },
+    refuse: (redis, served) => mismatch(db, redis, storeId, served),
+  };
 }
 
-/** One line for logs and the CLI. */
-/** `source`: the store the rebuild reads, as named in the line. */
+/**
+ * Makes sure Redis (every partition of it) serves app.db's store before the relay pushes: see
+ * `pairPartitions`. `assertLive` is called first: a relay whose app.db was replaced must not claim.
+ */
+export async function ensurePaired(db: Db, redis: Redis | Partitions, assertLive: () => void = () => {}): Promise<Pairing> {
+  const partitions = partitionsOf(redis);
+  const store = sqlitePairingStore(db);
+  const served = await servedStores(partitions, store.storeId, store.refuse);
+  if (!served.includes(null)) return { kind: 'paired' };
+  assertLive();
+  return pairPartitions(store, partitions);
+}
+
+/** One line for logs and the CLI. `source`: the store the rebuild reads, as named in the line. */
 export function describePairing(pairing: Exclude<Pairing, { kind: 'paired' }>, source = 'SQLite'): string {
   if (pairing.kind === 'claimed') return 'this Redis now serves the store';
   const lost =
     pairing.unrecoverable > 0
       ? `; ${pairing.unrecoverable} event(s) of ${pairing.unrecoverableAggregates} aggregate(s) were pruned before the loss: their effects cannot be rebuilt (verify names them)`
       : '';
-  return `Redis lost its state: rebuilding it from ${source}, ${pairing.republished} published event(s) set back to PENDING to be applied again${lost}`;
+  const which = pairing.partitions ? ` (partition${pairing.partitions.length > 1 ? 's' : ''} ${pairing.partitions.join(', ')})` : '';
+  return `Redis lost its state${which}: rebuilding it from ${source}, ${pairing.republished} published event(s) set back to PENDING to be applied again${lost}`;
 }

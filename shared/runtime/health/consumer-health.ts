@@ -13,7 +13,7 @@ export const TAKE_STALE_MS = 30_000;
  * (else other consumers reclaim its processing list); its take loop comes round. The lag (see
  * `createConsumerStats`) and the queue length are reported, not judged: a backlog is not a fault.
  */
-export async function consumerHealth(identity: AppIdentity & { consumerId: string }, redis: Redis, stats: ConsumerStats): Promise<HealthReport> {
+export async function consumerHealth(identity: AppIdentity & { consumerId: string }, redis: Redis, stats: Pick<ConsumerStats, 'snapshot'>): Promise<HealthReport> {
   const redisCheck = await checkRedis(redis);
   // Measured after the await: the take loop and the heartbeat go on meanwhile, and their times taken
   // after one read before would give ages below 0.

@@ -26,7 +26,9 @@
     ARGV[2] now, ms since epoch
     ARGV[3] events set back to PENDING by the rebuild ('' on first use)
     ARGV[4] events that cannot be rebuilt (pruned from SQLite before the loss; '' on first use)
-    ARGV[5..] pairs: aggregate id, seq it was pruned through
+    ARGV[5] the partition these keys hold, "i/P" (see partitions.ts; "0/1" on one Redis without
+            partitions), recorded as the meta hash's field 'partition'
+    ARGV[6..] pairs: aggregate id, seq it was pruned through
 
   Output: { status, store }
     { 'claimed', id }  this Redis now serves store id
@@ -42,10 +44,10 @@ for first = 1, #effectKeys, 1000 do
 end
 redis.call('UNLINK', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
 -- HSET takes the pairs in slices: Lua's stack limits how many unpack can pass at once.
-for first = 5, #ARGV, 1000 do
+for first = 6, #ARGV, 1000 do
   redis.call('HSET', KEYS[3], unpack(ARGV, first, math.min(first + 999, #ARGV)))
 end
-redis.call('HSET', KEYS[1], 'store', ARGV[1], 'claimedAt', ARGV[2])
+redis.call('HSET', KEYS[1], 'store', ARGV[1], 'claimedAt', ARGV[2], 'partition', ARGV[5])
 if ARGV[3] ~= '' then
   redis.call('HSET', KEYS[1], 'rebuiltAt', ARGV[2], 'rebuiltEvents', ARGV[3], 'unrecoverable', ARGV[4])
 end

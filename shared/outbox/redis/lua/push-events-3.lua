@@ -9,7 +9,9 @@
     KEYS[3] meta hash; its field 'store' names the store this Redis serves
 
     ARGV[1] store id of the messages
-    ARGV[2..] the messages, in order
+    ARGV[2] the partition the queue belongs to, "i/P" (see partitions.ts; "0/1" on one Redis without
+            partitions): the meta hash's field 'partition' must say the same (absent means "0/1")
+    ARGV[3..] the messages, in order
 
   Output: { status, detail[, pushedAt] }
     { 'ok', n, t }       pushed n messages and raised the counter by n, at t: Redis's clock (TIME, ms
@@ -17,11 +19,16 @@
                          the rows' published_at
     { 'unclaimed', '' }  the meta hash names no store (Redis lost its state, or was never used): nothing done
     { 'foreign', id }    this Redis serves store id: nothing done
+    { 'layout', i/P }    this partition was claimed as partition i of P, not as ARGV[2] (the relay is
+                         configured for another number of partitions): nothing done
 ]]
-local served = redis.call('HGET', KEYS[3], 'store')
+local meta = redis.call('HMGET', KEYS[3], 'store', 'partition')
+local served = meta[1]
 if not served then return { 'unclaimed', '' } end
 if served ~= ARGV[1] then return { 'foreign', served } end
-local n = #ARGV - 1
+local layout = meta[2] or '0/1'
+if layout ~= ARGV[2] then return { 'layout', layout } end
+local n = #ARGV - 2
 if n < 1 then return redis.error_reply('push-events: no message given') end
 -- Checked before the first write: Redis does not roll a script back.
 local enqueued = redis.call('GET', KEYS[2])
@@ -29,7 +36,7 @@ if enqueued and not tonumber(enqueued) then
   return redis.error_reply('push-events: ' .. KEYS[2] .. ' holds a non-number')
 end
 -- RPUSH takes the messages in slices: Lua's stack limits how many unpack can pass at once.
-for first = 2, #ARGV, 1000 do
+for first = 3, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[1], unpack(ARGV, first, math.min(first + 999, #ARGV)))
 end
 redis.call('INCRBY', KEYS[2], n)

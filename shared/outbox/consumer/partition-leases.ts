@@ -1,0 +1,126 @@
+import { randomBytes } from 'node:crypto';
+import type { Logger } from '../logger.js';
+import type { Partitions } from '../redis/partitions.js';
+import { consumerMembers, partitionLease } from '../redis/scripts.js';
+import { reclaimOrphans } from './orphans.js';
+
+export const DEFAULT_PARTITION_LEASE_MS = 5000;
+
+/** A consumer running on one partition (run-consumer.ts's `startConsumer`). */
+export interface PartitionRun {
+  stop(): Promise<void>;
+}
+
+export interface PartitionLeaseOptions {
+  consumerId: string;
+  /** How long a lease (and a membership) lasts without renewal, ms; renewed every fifth of it. Default 5000. */
+  leaseMs?: number;
+  log: Logger;
+  /** Starts consuming partition `index` (its lease was just taken). */
+  start(index: number): PartitionRun | Promise<PartitionRun>;
+  /** Told whenever the set of partitions held changes. */
+  onChange?: (held: number[]) => void;
+}
+
+/** Partition `index`'s consumer among `members` (sorted): spread round-robin, so P/N each (one more for some). */
+export function assignedOwner(members: readonly string[], index: number): string | undefined {
+  return members.length === 0 ? undefined : members[index % members.length];
+}
+
+/**
+ * Shares the partitions among the consumers that run: each consumer says it is alive (a sorted
+ * set in partition 0, Redis's clock) and takes the leases of the partitions assigned to it
+ * (round-robin over the members sorted by name), renewing them; it lets go of the ones assigned to
+ * another member (a consumer that joined: rebalancing). When a consumer dies, its membership and its
+ * leases expire within `leaseMs`; the others then take its partitions, and the one that takes a
+ * partition moves the in-flight messages of every other consumer of it back to the head of its queue
+ * at once (a consumer that was only slow finds them gone when it applies them: 'stale', nothing
+ * done; duplicates, never loss). While partition 0 cannot be read, the members known last are kept.
+ */
+export function startPartitionLeases(partitions: Partitions, options: PartitionLeaseOptions) {
+  const leaseMs = options.leaseMs ?? DEFAULT_PARTITION_LEASE_MS;
+  const owner = `${options.consumerId}#${randomBytes(4).toString('hex')}`;
+  const { log } = options;
+  const held = new Map<number, PartitionRun>();
+  let members: string[] = [owner];
+  let lastTickAt = Date.now();
+  let stopped = false;
+  let ticking: Promise<void> = Promise.resolve();
+
+  const changed = () => options.onChange?.([...held.keys()].sort((a, b) => a - b));
+
+  async function letGo(index: number, why: string): Promise<void> {
+    const run = held.get(index);
+    if (!run) return;
+    held.delete(index);
+    await run.stop().catch((error: Error) => log.warn('cannot stop consuming a partition cleanly', { partition: index, error: error.message }));
+    await partitionLease(partitions.clients[index], 'release', owner, leaseMs).catch(() => {});
+    log.info('partition released', { partition: index, why });
+  }
+
+  async function take(index: number): Promise<void> {
+    const redis = partitions.clients[index];
+    if (!(await partitionLease(redis, 'acquire', owner, leaseMs))) return;
+    const reclaimed = await reclaimOrphans(redis, options.consumerId, log, { all: true });
+    held.set(index, await options.start(index));
+    log.info('partition taken', { partition: index, reclaimed });
+  }
+
+  async function tick(): Promise<void> {
+    members = await consumerMembers(partitions.clients[0], 'join', owner, leaseMs).catch(() => members);
+    if (!members.includes(owner)) members = [...members, owner].sort();
+    lastTickAt = Date.now();
+    let change = false;
+    for (let index = 0; index < partitions.count && !stopped; index += 1) {
+      const mine = assignedOwner(members, index) === owner;
+      const redis = partitions.clients[index];
+      try {
+        if (held.has(index)) {
+          if (!mine) {
+            await letGo(index, 'assigned to another consumer');
+            change = true;
+          } else if (!(await partitionLease(redis, 'renew', owner, leaseMs))) {
+            // Expired while this process was stalled, and another consumer may hold it now.
+            await letGo(index, 'lease lost');
+            change = true;
+          }
+        } else if (mine) {
+          await take(index);
+          change ||= held.has(index);
+        }
+      } catch (error) {
+        log.warn('cannot renew or take a partition lease, will retry', { partition: index, error: (error as Error).message });
+      }
+    }
+    if (change) changed();
+  }
+
+  const every = Math.max(50, Math.floor(leaseMs / 5));
+  const loop = async () => {
+    while (!stopped) {
+      ticking = tick().catch((error: Error) => log.warn('partition leases: a round failed', { error: error.message }));
+      await ticking;
+      if (!stopped) await new Promise((resolve) => setTimeout(resolve, every).unref?.());
+    }
+  };
+  const running = loop();
+
+  return {
+    owner,
+    /** The partitions this consumer holds now. */
+    held: (): number[] => [...held.keys()].sort((a, b) => a - b),
+    /** Ms since the last round of renewals (the consumer's own liveness). */
+    sinceTickMs: (): number => Date.now() - lastTickAt,
+    /** Stops consuming every partition (each hands its in-flight messages back), releases the leases, leaves the members. */
+    async stop(): Promise<void> {
+      stopped = true;
+      await ticking;
+      await running;
+      for (const index of [...held.keys()]) await letGo(index, 'consumer stopping');
+      await consumerMembers(partitions.clients[0], 'leave', owner, leaseMs).catch(() => {});
+      changed();
+    },
+  };
+}
+
+export type PartitionLeases = ReturnType<typeof startPartitionLeases>;
