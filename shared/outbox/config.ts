@@ -99,3 +99,53 @@ export function redactUrl(raw: string): string {
     return raw.replace(/\/\/([^:@/]*):[^@/]*@/, '//$1:***@');
   }
 }
+
+/** One node of a Redis Cluster as `OUTBOX_REDIS_CLUSTER` names it. */
+export interface ClusterNode {
+  host: string;
+  port: number;
+  username?: string;
+  password?: string;
+}
+
+const CLUSTER_EXAMPLE = '127.0.0.1:7000,127.0.0.1:7001';
+
+/** The entries of `OUTBOX_REDIS_CLUSTER=host:port,redis://[:password@]host:port,…` (use `clusterNodesProblem` first). */
+export function parseClusterNodes(raw: string): string[] {
+  return raw
+    .split(',')
+    .map((entry) => entry.trim())
+    .filter((entry) => entry !== '');
+}
+
+/** The node an entry names (`host:port`, `[ipv6]:port` or `redis://[user:password@]host:port`), or a problem. */
+export function clusterNodeOf(entry: string): ClusterNode | string {
+  let url: URL;
+  try {
+    url = new URL(/^[a-z]+:\/\//i.test(entry) ? entry : `redis://${entry}`);
+  } catch {
+    return `"${redactUrl(entry)}" is not host:port`;
+  }
+  if (url.protocol !== 'redis:') return `"${redactUrl(entry)}" must be host:port or redis://host:port (rediss:// is not supported for a cluster)`;
+  if (url.hostname === '' || url.port === '') return `"${redactUrl(entry)}" must name a host and a port, like 127.0.0.1:7000`;
+  if (url.pathname !== '' && url.pathname !== '/') return `"${redactUrl(entry)}" names a database: a cluster has only database 0`;
+  const node: ClusterNode = { host: url.hostname.replace(/^\[|\]$/g, ''), port: Number(url.port) };
+  if (url.username) node.username = decodeURIComponent(url.username);
+  if (url.password) node.password = decodeURIComponent(url.password);
+  return node;
+}
+
+/** Why `raw` is not a list of cluster nodes outbox can use, or undefined. */
+export function clusterNodesProblem(raw: string): string | undefined {
+  const entries = parseClusterNodes(raw);
+  if (entries.length === 0) return `must list the cluster's nodes like ${CLUSTER_EXAMPLE}, got ${JSON.stringify(raw)}`;
+  const nodes: ClusterNode[] = [];
+  for (const entry of entries) {
+    const node = clusterNodeOf(entry);
+    if (typeof node === 'string') return `${node}: list the cluster's nodes like ${CLUSTER_EXAMPLE}`;
+    nodes.push(node);
+  }
+  const credentials = new Set(nodes.filter((n) => n.password !== undefined || n.username !== undefined).map((n) => `${n.username ?? ''}\n${n.password ?? ''}`));
+  if (credentials.size > 1) return 'names different users or passwords for different nodes: one user and password apply to every node of the cluster';
+  return undefined;
+}

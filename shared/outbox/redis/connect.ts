@@ -38,10 +38,25 @@ export interface RedisConnectOptions {
    */
   namespace?: string;
   /**
+   * A partition's key prefix, added after the namespace's (`<namespace:>{p3}:`): the hash tag that
+   * puts every key of the partition in one Redis Cluster slot. Default '': no partition.
+   */
+  partition?: string;
+  /**
    * Refuse a Redis whose maxmemory-policy may evict keys (`checkRedisSettings`). For whatever
    * writes relay or consumer state. Default false: read-only commands and status still work.
    */
   requireNoEviction?: boolean;
+}
+
+/** A partition prefix: one hash tag and ':', e.g. '{p3}:' ('' is none). */
+const PARTITION = /^\{[^{}]+\}:$/;
+
+/** The keyPrefix of a connection with these options: `<namespace>:` then the partition's. */
+export function connectionKeyPrefix(options: Pick<RedisConnectOptions, 'namespace' | 'partition'>): string {
+  const partition = options.partition ?? '';
+  if (partition !== '' && !PARTITION.test(partition)) throw new TypeError(`partition must be a hash tag and ":" like "{p3}:", got ${JSON.stringify(partition)}`);
+  return keyPrefixOf(options.namespace ?? '') + partition;
 }
 
 /** ioredis's parser meeting a reply that is not RESP (an HTTP or other TCP server answered). */
@@ -55,7 +70,8 @@ function hint(reason: string): string {
   return 'start redis-server or point --redis / REDIS_URL at a running one';
 }
 
-function describe(error: unknown): string {
+/** A connection error as a short reason: its code, else its message. */
+export function describeError(error: unknown): string {
   if (!error) return 'connection closed';
   const { code, message } = error as { code?: string; message?: string };
   return code ?? message ?? String(error);
@@ -89,7 +105,7 @@ export async function connectRedis(url: string, options: RedisConnectOptions = {
   const redis = new Redis(url, {
     lazyConnect: true,
     connectionName: options.name ?? 'outbox',
-    keyPrefix: keyPrefixOf(options.namespace ?? ''),
+    keyPrefix: connectionKeyPrefix(options),
     connectTimeout: options.connectTimeoutMs ?? 5000,
     // ioredis waits this long for a 'close' that a refused socket already emitted before exiting.
     disconnectTimeout: 100,
@@ -104,7 +120,6 @@ export async function connectRedis(url: string, options: RedisConnectOptions = {
   let sawNonResp = false;
   redis.on('error', (error) => {
     lastError = error;
-    lastErrors.set(redis, error);
     if (NOT_RESP.test(String((error as Error)?.message))) sawNonResp = true;
   });
   const timeoutMs = options.connectTimeoutMs ?? 5000;
@@ -121,7 +136,7 @@ export async function connectRedis(url: string, options: RedisConnectOptions = {
   } catch (error) {
     redis.disconnect();
     if (error instanceof StoreUnavailableError) throw error;
-    const reason = describe(lastError ?? error);
+    const reason = describeError(lastError ?? error);
     // A server that hung up on our first command (an HTTP server does) may not have let ioredis
     // read its answer: ask it once more, with an inline PING.
     const hungUp = /^(EPIPE|ECONNRESET)$/.test(reason) && !url.startsWith('rediss:') && (await answersResp(url)) === false;
@@ -165,24 +180,21 @@ function answersResp(url: string): Promise<boolean | undefined> {
   });
 }
 
-function reportReconnects(redis: Redis, url: string, log: Logger): void {
+/** Logs a lost connection (with its last error) and the reconnect; `url` as it may be logged. */
+export function reportReconnects(redis: Redis, url: string, log: Logger): void {
   let lost = false;
+  let lastError: unknown;
+  redis.on('error', (error) => (lastError = error));
   redis.on('close', () => {
     if (lost || redis.status === 'end') return;
     lost = true;
-    log.warn('redis connection lost, reconnecting', { url, error: lastErrorOf(redis) });
+    log.warn('redis connection lost, reconnecting', { url, error: lastError ? describeError(lastError) : undefined });
   });
   redis.on('ready', () => {
     if (!lost) return;
     lost = false;
     log.info('redis reconnected', { url });
   });
-}
-
-const lastErrors = new WeakMap<Redis, unknown>();
-function lastErrorOf(redis: Redis): string | undefined {
-  const error = lastErrors.get(redis);
-  return error ? describe(error) : undefined;
 }
 
 /**
