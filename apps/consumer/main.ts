@@ -1,7 +1,7 @@
 import { consumerSettings } from '../../shared/runtime/config/consumer-config.js';
 import { handlerFaultSource } from '../../shared/outbox/consumer/handler-fault.js';
 import { createConsumer } from '../../shared/outbox/index.js';
-import { closeRedis, connectUntilReady } from '../../shared/outbox/redis/connect.js';
+import { closePartitions, connectTargetPartitions, connectTargetUntilReady } from '../../shared/outbox/redis/connect-partitions.js';
 import { runApp } from '../../shared/runtime/run-app.js';
 import { consumerHealth } from '../../shared/runtime/health/consumer-health.js';
 import { healthEndpointOf, HEALTH_PORT_SETTINGS } from '../../shared/runtime/health/health-settings.js';
@@ -13,12 +13,15 @@ const LAB_HANDLERS = new URL('../../shared/lab/orders/order-handlers.js', import
 
 runApp('outbox-consumer', consumerSettings, async (config, log, signal) => {
   const { handlerTimeoutMs, cpuCostMs, threads } = config;
-  const redis = await connectUntilReady(config.redisUrl, { name: 'outbox-consumer', log, signal, namespace: config.namespace, requireNoEviction: true });
-  const connectBlocking = () => connectUntilReady(config.redisUrl, { name: 'outbox-consumer-take', log, signal, reconnect: false, namespace: config.namespace });
+  // One connection per partition (one in all without partitions), each also used for the blocking takes' own.
+  const partitions = await connectTargetPartitions(config, (options) => connectTargetUntilReady(config, { name: 'outbox-consumer', log, signal, requireNoEviction: true, ...options }));
+  const redis = partitions.clients[0];
+  const connectBlocking = (partition: string) => connectTargetUntilReady(config, { name: 'outbox-consumer-take', log, signal, reconnect: false, partition });
   let health: Awaited<ReturnType<typeof startHealthServer>> | undefined;
   const { consumerId } = config;
   const outboxConsumer = await createConsumer({
-    redis,
+    redis: partitions,
+    partitionLeaseMs: config.partitionLeaseMs,
     handlers: LAB_HANDLERS,
     consumerId,
     threads,
@@ -37,7 +40,8 @@ runApp('outbox-consumer', consumerSettings, async (config, log, signal) => {
   const identity = { app: 'outbox-consumer', dir: config.dir, namespace: config.namespace, consumerId };
   health = await startHealthServer(healthEndpoint, HEALTH_PORT_SETTINGS.consumer.env, () => consumerHealth(identity, redis, consumer.consumerStats), log, metrics);
   log.info('consumer started', {
-    redis: config.redisUrl,
+    redis: config.redisCluster || config.redisUrl,
+    partitions: config.partitions,
     consumerId: config.consumerId,
     threads,
     cpuCostMs,
@@ -51,6 +55,6 @@ runApp('outbox-consumer', consumerSettings, async (config, log, signal) => {
     await health?.close();
     await consumer.stop();
     await outboxConsumer.close();
-    await closeRedis(redis);
+    await closePartitions(partitions);
   };
 });

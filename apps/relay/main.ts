@@ -9,7 +9,7 @@ import { sleep } from '../../shared/outbox/sleep.js';
 import { checkPgStore } from '../../shared/runtime/health/checks.js';
 import { watchDatabase } from '../../shared/outbox/store/live-database.js';
 import { attachApp } from '../../shared/runtime/attached-apps.js';
-import { closeRedis, connectUntilReady } from '../../shared/outbox/redis/connect.js';
+import { closePartitions, connectTargetPartitions, connectTargetUntilReady } from '../../shared/outbox/redis/connect-partitions.js';
 import { startPruneWorker } from '../../shared/operations/prune/prune-worker.js';
 import { startRelayWorker } from '../../shared/outbox/relay/relay-worker.js';
 import { runApp } from '../../shared/runtime/run-app.js';
@@ -20,17 +20,19 @@ import { appMetrics } from '../../shared/runtime/metrics/app-metrics.js';
 
 runApp('outbox-relay', relaySettings, async (config, log, signal) => {
   if (config.databaseUrl !== '') return startOnPostgres(config, log, signal);
+  if (config.redisCluster) throw new ConfigError('the relay app on app.db runs on one Redis (its BullMQ job): unset OUTBOX_REDIS_CLUSTER, or use the PostgreSQL store (OUTBOX_DATABASE_URL) on a cluster');
   const detach = attachApp(config.dir, 'outbox-relay');
   // Without a valid app.db it waits (relay passes do nothing) until `outbox init` (or a service's
   // createOutbox) made one. Any service's database with the library's tables: it carries any events.
   const database = watchDatabase(config.dir, { log, app: 'relay', stopped: 'not relaying', outboxOnly: true });
-  const redis = await connectUntilReady(config.redisUrl, { name: 'outbox-relay', log, signal, namespace: config.namespace, requireNoEviction: true });
+  const partitions = await connectTargetPartitions(config, (options) => connectTargetUntilReady(config, { name: 'outbox-relay', log, signal, requireNoEviction: true, ...options }));
+  const redis = partitions.clients[0];
   const healthEndpoint = healthEndpointOf('relay', config.healthPort, config.healthHost);
   // /metrics is served next to /healthz, on the same listener: none when that is off.
   const metrics = healthEndpoint === null ? undefined : await appMetrics('outbox-relay');
   metrics?.watchStore(() => (database.check() ? database.current().db : null));
   metrics?.watchQueue(redis);
-  const worker = await startRelayWorker(database, redis, config.redisUrl, log, {
+  const worker = await startRelayWorker(database, partitions, config.redisUrl, log, {
     everyMs: config.everyMs,
     sliceMs: config.sliceMs,
     pollMs: config.pollMs,
@@ -57,7 +59,7 @@ runApp('outbox-relay', relaySettings, async (config, log, signal) => {
     await health.close();
     await pruner?.close();
     await worker.close();
-    await closeRedis(redis);
+    await closePartitions(partitions);
     database.close();
     detach();
   };
@@ -88,19 +90,20 @@ async function startOnPostgres(config: RelayConfig, log: Logger, signal: AbortSi
       if (signal.aborted) throw error;
     }
   }
-  const redis = await connectUntilReady(config.redisUrl, { name: 'outbox-relay', log, signal, namespace: config.namespace, requireNoEviction: true });
+  const partitions = await connectTargetPartitions(config, (options) => connectTargetUntilReady(config, { name: 'outbox-relay', log, signal, requireNoEviction: true, ...options }));
+  const redis = partitions.clients[0];
   const healthEndpoint = healthEndpointOf('relay', config.healthPort, config.healthHost);
   const metrics = healthEndpoint === null ? undefined : await appMetrics('outbox-relay');
   metrics?.watchQueue(redis);
-  const loop = startPgRelayLoop(pool, redis, log, { sliceMs: config.sliceMs, pollMs: config.pollMs, batchSize: config.batchSize, statsEveryMs: config.statsEveryMs });
+  const loop = startPgRelayLoop(pool, partitions, log, { sliceMs: config.sliceMs, pollMs: config.pollMs, batchSize: config.batchSize, statsEveryMs: config.statsEveryMs });
   const identity = { app: 'outbox-relay', dir: config.dir, namespace: config.namespace };
   const store = pool;
   const health = await startHealthServer(healthEndpoint, HEALTH_PORT_SETTINGS.relay.env, () => relayHealth(identity, () => checkPgStore(store), redis, loop.stats), log, metrics);
-  log.info('relay started', { redis: config.redisUrl, database: redactUrl(config.databaseUrl), sliceMs: config.sliceMs, pollMs: config.pollMs, batchSize: config.batchSize });
+  log.info('relay started', { redis: config.redisCluster || config.redisUrl, partitions: config.partitions, database: redactUrl(config.databaseUrl), sliceMs: config.sliceMs, pollMs: config.pollMs, batchSize: config.batchSize });
   return async () => {
     await health.close();
     await loop.close();
-    await closeRedis(redis);
+    await closePartitions(partitions);
     await store.end();
   };
 }

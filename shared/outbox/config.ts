@@ -21,6 +21,16 @@ export interface OutboxConfig {
    * PostgreSQL store. Default: env `OUTBOX_DATABASE_URL`, else ''.
    */
   databaseUrl?: string;
+  /**
+   * A Redis Cluster instead of `redisUrl`: some of its nodes, `host:port,…` (see `parseClusterNodes`).
+   * Default: env `OUTBOX_REDIS_CLUSTER`, else '' (none).
+   */
+  redisCluster?: string;
+  /**
+   * Events are partitioned by aggregate into this many queues (shared/outbox/redis/partitions.ts);
+   * the same on every relay and consumer of a store. Default: env `OUTBOX_PARTITIONS`, else 1.
+   */
+  partitions?: number;
 }
 
 export const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379';

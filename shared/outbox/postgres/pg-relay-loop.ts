@@ -5,6 +5,7 @@ import { StoreMismatchError } from '../errors/store-mismatch-error.js';
 import { incidentLog } from '../incident-log.js';
 import type { Logger } from '../logger.js';
 import { keys } from '../redis/keys.js';
+import { partitionsOf, type Partitions } from '../redis/partitions.js';
 import { createRelayStats, type PassOutcome } from '../relay/relay-stats.js';
 import { describePairing } from '../relay/store-pairing.js';
 import { sleep } from '../sleep.js';
@@ -34,12 +35,13 @@ const BACKOFF_MAX_MS = 2000;
  * LOCKED). A pass that fails (PostgreSQL or Redis unreachable, Redis serving another store) is
  * logged once per incident and retried after a backoff; its batch stayed PENDING.
  */
-export function startPgRelayLoop(pool: Pool, redis: Redis, log: Logger, options: PgRelayLoopOptions = {}) {
+export function startPgRelayLoop(pool: Pool, queues: Redis | Partitions, log: Logger, options: PgRelayLoopOptions = {}) {
+  const redis = partitionsOf(queues).clients[0];
   const sliceMs = options.sliceMs ?? 1500;
   const pollMs = options.pollMs ?? 5;
   const stats = createRelayStats();
   const newRelay = () =>
-    createPgRelay(pool, redis, {
+    createPgRelay(pool, queues, {
       batchSize: options.batchSize,
       onPairing: (pairing) =>
         pairing.kind === 'rebuilt'

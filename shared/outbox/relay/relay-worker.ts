@@ -5,6 +5,7 @@ import type { Logger } from '../logger.js';
 import { explainError } from '../errors/explain-error.js';
 import { incidentLog } from '../incident-log.js';
 import { keys } from '../redis/keys.js';
+import { partitionsOf, type Partitions } from '../redis/partitions.js';
 import { sleep } from '../sleep.js';
 import { startScheduledWorker } from './scheduled-worker.js';
 import { holdJobLock, LockLostError, type JobLock } from './job-lock.js';
@@ -90,17 +91,19 @@ function withDefaults(options: RelayWorkerOptions): Required<Omit<RelayWorkerOpt
  * refuses a write (locked by another writer, disk full) the job keeps its lock and backs off until
  * the mark of what it pushed succeeds, so no other relay re-pushes those rows meanwhile. The
  * scheduler is re-created when Redis loses it (`keepJobScheduler`).
- * `redis` carries the pushes; BullMQ gets its own connections to `url`. Each pass relays from the
+ * `queues` carries the pushes (a connection, or the partitions); BullMQ gets its own connections
+ * to `url` (its job lives beside partition 0's keys). Each pass relays from the
  * file that is app.db at its start: none while there is no live one (deleted or replaced).
  */
-export async function startRelayWorker(database: DatabaseWatch, redis: Redis, url: string, log: Logger, options: RelayWorkerOptions = {}) {
+export async function startRelayWorker(database: DatabaseWatch, queues: Redis | Partitions, url: string, log: Logger, options: RelayWorkerOptions = {}) {
   const config = withDefaults(options);
+  const redis = partitionsOf(queues).clients[0];
   let current: { live: LiveDatabase; relay: Relay } | undefined;
   const relayOn = (live: LiveDatabase): Relay => {
     if (current?.live !== live) {
       // The process's connection (prune shares it): its waits block the event loop, lock renewal included.
       live.db.pragma(`busy_timeout = ${config.busyTimeoutMs}`);
-      const relay = createRelay(live.db, redis, {
+      const relay = createRelay(live.db, queues, {
         batchSize: config.batchSize,
         metrics: options.metrics,
         onPairing: (pairing) =>

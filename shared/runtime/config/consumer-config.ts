@@ -35,6 +35,17 @@ export const consumerSettings = {
   dir: storeSettings.dir,
   redisUrl: storeSettings.redisUrl,
   namespace: storeSettings.namespace,
+  redisCluster: storeSettings.redisCluster,
+  partitions: storeSettings.partitions,
+  /** With partitions: how long a consumer's lease on one lasts without renewal. Default 5s. */
+  partitionLeaseMs: duration({
+    flag: 'partition-lease',
+    env: 'OUTBOX_PARTITION_LEASE',
+    default: '5s',
+    min: 500,
+    max: 600_000,
+    describe: 'with partitions: how long a lease on one lasts unrenewed; a consumer that dies leaves its partitions to the others after about this long',
+  }),
   /** Default `consumer-<pm2 instance>`. */
   consumerId,
   /** Handler worker threads (piscina), one lane each. Default 2. */

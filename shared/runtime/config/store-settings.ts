@@ -1,8 +1,9 @@
 import { resolve } from 'node:path';
 import { InvalidInputError } from '../../outbox/errors/invalid-input-error.js';
-import { databaseUrlProblem, defaultDir, namespaceProblem, redisUrlProblem, type OutboxConfig } from '../../outbox/config.js';
+import { clusterNodesProblem, databaseUrlProblem, defaultDir, namespaceProblem, redisUrlProblem, type OutboxConfig } from '../../outbox/config.js';
+import { MAX_PARTITIONS } from '../../outbox/redis/partitions.js';
 import { managedRedisUrl } from '../../tooling/local/managed-redis.js';
-import { custom, readSettings, type Argv, type Setting } from './settings.js';
+import { count, custom, readSettings, type Argv, type Setting } from './settings.js';
 
 function checked(problemOf: (raw: string) => string | undefined) {
   return (raw: string, name: string) => {
@@ -46,6 +47,22 @@ export const storeSettings = {
     defaultText: 'none: app.db in the data dir (SQLite)',
     describe: 'the outbox store on PostgreSQL, postgres://user[:password]@host[:port]/database',
     parse: checked(databaseUrlProblem),
+  }),
+  redisCluster: custom({
+    flag: 'redis-cluster',
+    env: 'OUTBOX_REDIS_CLUSTER',
+    default: '',
+    defaultText: 'none: the Redis of --redis / REDIS_URL',
+    describe: 'a Redis Cluster instead, by some of its nodes: host:port,host:port (or redis://:password@host:port,…)',
+    parse: checked((raw) => (raw === '' ? undefined : clusterNodesProblem(raw))),
+  }),
+  partitions: count({
+    flag: 'partitions',
+    env: 'OUTBOX_PARTITIONS',
+    default: '1',
+    min: 1,
+    max: MAX_PARTITIONS,
+    describe: 'events are partitioned by aggregate into this many queues, consumed by lease; the same on every relay and consumer (1: the seed\'s key names)',
   }),
 };
 
