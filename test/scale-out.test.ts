@@ -1,0 +1,183 @@
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, describe, it } from 'node:test';
+import type { Redis } from 'ioredis';
+import { createPgLabSchema, createPgOrderService } from '../shared/lab/orders/pg-order-service.js';
+import { keys } from '../shared/outbox/redis/keys.js';
+import { closePartitions, connectTarget, connectTargetPartitions } from '../shared/outbox/redis/connect-partitions.js';
+import { partitionOf, type Partitions } from '../shared/outbox/redis/partitions.js';
+import { waitFor } from '../shared/tooling/local/wait-for.js';
+import { startApp, stopApp, type App } from './helpers/apps.js';
+import { useHarness } from './helpers/harness.js';
+import { usePostgres } from './helpers/postgres.js';
+import { startRedisCluster, type RedisCluster } from './helpers/redis-cluster.js';
+
+// The scale-out path end to end: the PostgreSQL store, several relay apps, a 3-master Redis Cluster
+// with the events partitioned by aggregate, and consumer apps that share the partitions by lease.
+const db = usePostgres();
+const h = useHarness({ init: false });
+const RELAY = 'dist/apps/relay/main.js';
+const CONSUMER = 'dist/apps/consumer/main.js';
+const PARTITIONS = 4;
+
+let cluster: RedisCluster;
+let parts: Partitions;
+
+before(async () => {
+  cluster = await startRedisCluster();
+  parts = await connectTargetPartitions({ redisUrl: '', redisCluster: cluster.nodes.join(','), partitions: PARTITIONS }, (options) =>
+    connectTarget({ redisUrl: '', redisCluster: cluster.nodes.join(',') }, { ...options, reconnect: true }),
+  );
+});
+after(async () => {
+  await closePartitions(parts);
+  await cluster.stop();
+});
+beforeEach(async () => {
+  await db.reset();
+  await db.scalar('DROP TABLE IF EXISTS orders');
+  await createPgLabSchema(db.pool(1));
+  // Every partition's keys, and the members of partition 0: a fresh Redis for each test.
+  await Promise.all(parts.clients.map((redis) => flushPartition(redis)));
+});
+
+async function flushPartition(redis: Redis): Promise<void> {
+  const { scanKeys, unlinkAll } = await import('../shared/outbox/redis/scan-keys.js');
+  await unlinkAll(redis, scanKeys(redis, '*'));
+}
+
+const env = (extra: Record<string, string> = {}) => ({
+  OUTBOX_DATABASE_URL: db.url,
+  OUTBOX_REDIS_CLUSTER: cluster.nodes.join(','),
+  OUTBOX_PARTITIONS: String(PARTITIONS),
+  ...extra,
+});
+
+const relayApp = () => startApp(h.env, RELAY, [], env({ OUTBOX_RELAY_BATCH_SIZE: '50', OUTBOX_RELAY_POLL: '5ms' }));
+const consumerApp = (id: string) => startApp(h.env, CONSUMER, [], env({ OUTBOX_CONSUMER_ID: id, OUTBOX_PARTITION_LEASE: '1s', OUTBOX_HANDLER_THREADS: '1' }));
+
+/**
+ * Orders written on `writers` connections at once: each places `ordersEach` orders, then changes
+ * their qty round-robin until `until` is aborted (at least `changesEach` times): aggregates with
+ * many events each, interleaved across aggregates.
+ */
+async function traffic(writers: number, ordersEach: number, changesEach: number, until?: AbortSignal): Promise<void> {
+  const service = await createPgOrderService(db.pool(writers));
+  await Promise.all(
+    Array.from({ length: writers }, async (_, w) => {
+      const ids: number[] = [];
+      for (let i = 0; i < ordersEach; i += 1) ids.push((await service.placeOrder({ sku: `SKU-${(w + i) % 3}`, qty: 1 })).order.id);
+      for (let i = 0; i < changesEach || (until !== undefined && !until.aborted); i += 1) {
+        const id = ids[i % ids.length];
+        const order = (await service.getOrder(id))!;
+        await service.changeQty(id, order.qty + 1);
+      }
+    }),
+  );
+}
+
+/** Applied events summed over the partitions. */
+async function appliedCount(): Promise<number> {
+  return (await Promise.all(parts.clients.map((redis) => redis.hlen(keys.processed)))).reduce((a, b) => a + b, 0);
+}
+
+/**
+ * The ledger of the run: every outbox row applied exactly once, in its aggregate's partition, and
+ * the events of each aggregate applied in seq order (applyOrder, the partition's own counter,
+ * rises with seq); nothing applied that is not a row.
+ */
+async function assertLedger(): Promise<{ events: number; aggregates: number }> {
+  const rows = (await db.pool(1).query<{ event_id: string; aggregate_id: string; seq: string }>('SELECT event_id, aggregate_id, seq FROM outbox ORDER BY aggregate_id, seq')).rows;
+  const perPartition = await Promise.all(
+    parts.clients.map(async (redis) => ({ processed: await redis.hgetall(keys.processed), counts: await redis.hgetall(keys.applyCount) })),
+  );
+  const lost: string[] = [];
+  const twice: string[] = [];
+  const outOfOrder: string[] = [];
+  const lastOrder = new Map<string, number>();
+  for (const row of rows) {
+    const { processed, counts } = perPartition[partitionOf(row.aggregate_id, PARTITIONS)];
+    const value = processed[row.event_id];
+    if (value === undefined) {
+      lost.push(`${row.aggregate_id}#${row.seq}`);
+      continue;
+    }
+    if (counts[row.event_id] !== '1') twice.push(`${row.aggregate_id}#${row.seq} applied ${counts[row.event_id]} times`);
+    const order = (JSON.parse(value) as { applyOrder: number }).applyOrder;
+    if (order <= (lastOrder.get(row.aggregate_id) ?? 0)) outOfOrder.push(`${row.aggregate_id}#${row.seq}`);
+    lastOrder.set(row.aggregate_id, order);
+  }
+  const extra = perPartition.reduce((n, p) => n + Object.keys(p.processed).length, 0) - (rows.length - lost.length);
+  assert.deepEqual({ lost, twice, outOfOrder, extra }, { lost: [], twice: [], outOfOrder: [], extra: 0 });
+  return { events: rows.length, aggregates: lastOrder.size };
+}
+
+/** Who holds each partition's lease now (the consumer id, without the run's token), '' for none. */
+async function leaseHolders(): Promise<string[]> {
+  return Promise.all(parts.clients.map(async (redis) => (await redis.get(keys.partitionLease))?.split('#')[0] ?? ''));
+}
+
+const started = (app: App, what: 'relay' | 'consumer') => waitFor(() => new RegExp(`"msg":"${what} started"`).test(app.output()), { timeoutMs: 20_000, message: app.output() });
+
+describe('scale-out: PostgreSQL, 4 relays, a Redis Cluster with 4 partitions, 3 consumers', () => {
+  it('under traffic from 4 connections every event is applied once, in seq order per aggregate, by consumers that each hold a share of the partitions', async () => {
+    const relays = [1, 2, 3, 4].map(() => relayApp());
+    const consumers = ['c1', 'c2', 'c3'].map((id) => consumerApp(id));
+    const apps = [...relays, ...consumers];
+    try {
+      for (const app of relays) await started(app, 'relay');
+      for (const app of consumers) await started(app, 'consumer');
+      // Three consumers, four partitions: each holds one or two, every partition is held.
+      await waitFor(async () => {
+        const holders = await leaseHolders();
+        return holders.every((holder) => holder !== '') && new Set(holders).size === 3;
+      }, { timeoutMs: 15_000, message: 'the partitions were not shared among the 3 consumers' });
+      await traffic(4, 6, 120);
+      const total = Number(await db.scalar('SELECT COUNT(*) FROM outbox'));
+      await waitFor(async () => (await appliedCount()) >= total, { timeoutMs: 60_000, message: 'not every event applied' });
+      const { events, aggregates } = await assertLedger();
+      assert.ok(events / aggregates >= 10, `aggregates get many events (${events} over ${aggregates})`);
+      assert.ok(new Set((await db.pool(1).query<{ aggregate_id: string }>('SELECT DISTINCT aggregate_id FROM outbox')).rows.map((r) => partitionOf(r.aggregate_id, PARTITIONS))).size === PARTITIONS, 'the aggregates spread over every partition');
+      const queued = await Promise.all(parts.clients.map((redis) => redis.llen(keys.events)));
+      assert.deepEqual(queued, [0, 0, 0, 0]);
+      const relayed = await Promise.all(relays.map(async (app) => app.output()));
+      assert.ok(relayed.every((output) => !/"level":"(error|fatal)"/.test(output)), relayed.join('\n'));
+    } finally {
+      for (const app of apps) assert.equal((await stopApp(app)).code, 0, app.output());
+    }
+  });
+
+  it('a consumer killed under traffic: the others take its partitions within a few seconds, a consumer that joins gets a share, and nothing is lost or applied twice', async () => {
+    const relays = [1, 2].map(() => relayApp());
+    const a = consumerApp('a');
+    const b = consumerApp('b');
+    let c: App | undefined;
+    try {
+      for (const app of relays) await started(app, 'relay');
+      for (const app of [a, b]) await started(app, 'consumer');
+      await waitFor(async () => (await leaseHolders()).filter((x) => x === 'a').length === 2 && (await leaseHolders()).filter((x) => x === 'b').length === 2, {
+        timeoutMs: 15_000,
+        message: 'a and b did not hold two partitions each',
+      });
+      const stop = new AbortController();
+      const writing = traffic(3, 5, 40, stop.signal);
+      await waitFor(async () => (await appliedCount()) > 100, { timeoutMs: 20_000 });
+      a.child.kill('SIGKILL');
+      const killedAt = Date.now();
+      await waitFor(async () => (await leaseHolders()).every((x) => x === 'b'), { timeoutMs: 15_000, message: 'b did not take over the partitions of a' });
+      const takeoverMs = Date.now() - killedAt;
+      assert.ok(takeoverMs < 5000, `taken over in ${takeoverMs} ms`);
+      c = consumerApp('c');
+      await started(c, 'consumer');
+      await waitFor(async () => (await leaseHolders()).filter((x) => x === 'c').length === 2, { timeoutMs: 15_000, message: 'c got no share of the partitions' });
+      stop.abort();
+      await writing;
+      const total = Number(await db.scalar('SELECT COUNT(*) FROM outbox'));
+      await waitFor(async () => (await appliedCount()) >= total, { timeoutMs: 60_000, message: 'not every event applied after the takeover' });
+      await assertLedger();
+      assert.match(b.output(), /"msg":"partition taken".*"reclaimed"/);
+    } finally {
+      for (const app of [...relays, b, ...(c ? [c] : [])]) assert.equal((await stopApp(app)).code, 0, app.output());
+      await stopApp(a);
+    }
+  });
+});
