@@ -107,7 +107,9 @@ async function assertLedger(): Promise<{ events: number; aggregates: number }> {
     lastOrder.set(row.aggregate_id, order);
   }
   const extra = perPartition.reduce((n, p) => n + Object.keys(p.processed).length, 0) - (rows.length - lost.length);
-  assert.deepEqual({ lost, twice, outOfOrder, extra }, { lost: [], twice: [], outOfOrder: [], extra: 0 });
+  const dead = (await Promise.all(parts.clients.map((redis) => redis.lrange(keys.deadLetter, 0, -1)))).flat();
+  const parked = (await Promise.all(parts.clients.map((redis) => redis.hkeys(keys.parked)))).flat();
+  assert.deepEqual({ lost, twice, outOfOrder, extra, dead, parked }, { lost: [], twice: [], outOfOrder: [], extra: 0, dead: [], parked: [] });
   return { events: rows.length, aggregates: lastOrder.size };
 }
 
@@ -180,4 +182,48 @@ describe('scale-out: PostgreSQL, 4 relays, a Redis Cluster with 4 partitions, 3 
       await stopApp(a);
     }
   });
+
+  it('a cluster node restarted under traffic, once with its data and once having lost it: the partitions it holds are rebuilt from PostgreSQL, and every event is applied once, in order', async () => {
+    const relays = [1, 2].map(() => relayApp());
+    const consumers = ['x', 'y'].map((id) => consumerApp(id));
+    const apps = [...relays, ...consumers];
+    // The master that holds partition 0's slot: restarting it hits at least that partition.
+    const node = await masterOf(parts.clients[0]);
+    try {
+      for (const app of relays) await started(app, 'relay');
+      for (const app of consumers) await started(app, 'consumer');
+      const stop = new AbortController();
+      const writing = traffic(3, 5, 30, stop.signal);
+      await waitFor(async () => (await appliedCount()) > 100, { timeoutMs: 20_000 });
+      await cluster.restart(node);
+      const afterRestart = await appliedCount();
+      await waitFor(async () => (await appliedCount()) > afterRestart + 100, { timeoutMs: 30_000, message: 'nothing applied after the node came back' });
+      const rebuildsBefore = Number((await db.scalar("SELECT value FROM outbox_meta WHERE key = 'redis_rebuilds'")) ?? 0);
+      await cluster.restart(node, { wipe: true });
+      await waitFor(async () => Number((await db.scalar("SELECT value FROM outbox_meta WHERE key = 'redis_rebuilds'")) ?? 0) > rebuildsBefore, {
+        timeoutMs: 30_000,
+        message: 'no relay rebuilt the partitions of the node that lost its data',
+      });
+      stop.abort();
+      await writing;
+      const total = Number(await db.scalar('SELECT COUNT(*) FROM outbox'));
+      await waitFor(async () => (await appliedCount()) >= total && (await Promise.all(parts.clients.map((r) => r.llen(keys.events)))).every((n) => n === 0), {
+        timeoutMs: 60_000,
+        message: 'not every event applied after the node lost its data',
+      });
+      await assertLedger();
+      assert.match(relays.map((app) => app.output()).join(''), /Redis lost its state \(partition/);
+    } finally {
+      for (const app of apps) assert.equal((await stopApp(app)).code, 0, app.output());
+    }
+  });
 });
+
+/** Which of the cluster's masters (index into `cluster.nodes`) holds the slot of a partition's keys. */
+async function masterOf(partition: Redis): Promise<number> {
+  const { slotOf } = await import('../shared/outbox/redis/cluster-client.js');
+  const slot = slotOf(`${String(partition.options.keyPrefix)}${keys.events}`);
+  const ranges = (await partition.call('CLUSTER', 'SLOTS')) as [number, number, [string, number]][];
+  const [, , [host, port]] = ranges.find(([from, to]) => slot >= from && slot <= to)!;
+  return cluster.nodes.indexOf(`${host}:${port}`);
+}
