@@ -34,7 +34,8 @@ try {
 // managed Redis's password from <OUTBOX_DIR>/redis/password (shared/tooling/local/managed-redis.ts), which
 // is made here, before any app starts, so that none of them can look for it too early. The password
 // is never in pm2's environment of the apps (`pm2 env`, `pm2 show`) nor on a command line.
-const managedRedis = !process.env.REDIS_URL;
+// A Redis Cluster (OUTBOX_REDIS_CLUSTER) is the apps' Redis then: no managed one.
+const managedRedis = !process.env.REDIS_URL && !process.env.OUTBOX_REDIS_CLUSTER;
 const managedPort = Number(process.env.OUTBOX_REDIS_PORT || 6379);
 if (managedRedis) {
   if (!Number.isInteger(managedPort) || managedPort < 1 || managedPort > 65535) {
@@ -68,7 +69,7 @@ if (managedRedis) {
 const env = {
   ...Object.fromEntries(Object.entries(process.env).filter(([key]) => key.startsWith('OUTBOX_'))),
   OUTBOX_DIR: dataDir,
-  ...(managedRedis ? { OUTBOX_REDIS_PORT: String(managedPort) } : { REDIS_URL: process.env.REDIS_URL }),
+  ...(managedRedis ? { OUTBOX_REDIS_PORT: String(managedPort) } : process.env.REDIS_URL ? { REDIS_URL: process.env.REDIS_URL } : {}),
   NODE_ENV: 'production',
 };
 
@@ -106,7 +107,9 @@ module.exports = {
     }),
     // OUTBOX_RELAY_INSTANCES (default 1): more relays take over each other's BullMQ job (outbox chaos runs 2).
     app('outbox-relay', 'dist/apps/relay/main.js', { options: { instances: Number(process.env.OUTBOX_RELAY_INSTANCES || 1) } }),
-    app('outbox-consumer', 'dist/apps/consumer/main.js'),
+    // OUTBOX_CONSUMER_INSTANCES (default 1): more consumers, each named consumer-<instance>; with
+    // OUTBOX_PARTITIONS > 1 they share the partitions by lease.
+    app('outbox-consumer', 'dist/apps/consumer/main.js', { options: { instances: Number(process.env.OUTBOX_CONSUMER_INSTANCES || 1) } }),
     // The dashboard page (OUTBOX_DASHBOARD_PORT, default 3300; `off`: not run). PORT / HOST are the
     // producer's, for the dashboard to find its health endpoint.
     ...(dashboardOff

@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url';
 
 const CONCURRENCY = Number(process.env.OUTBOX_TEST_CONCURRENCY ?? 4);
 const QUICK = ['init-and-orders', 'relay', 'consumer', 'cli'];
-const ALONE = ['chaos', 'payments-chaos', 'system', 'bench'];
+const ALONE = ['chaos', 'payments-chaos', 'scale-out-chaos', 'system', 'bench'];
 /** The longest of the others, as measured on the 2-core test machine; the rest follow by name. */
 const SLOWEST = ['data-faults', 'guards', 'recovery', 'prune', 'health', 'consumer', 'cli', 'handler-failures', 'config', 'relay-lock'];
 

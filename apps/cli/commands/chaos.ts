@@ -1,20 +1,22 @@
 import { writeFileSync } from 'node:fs';
 import { configOf } from '../options.js';
-import { refuseOnPostgres } from '../stores.js';
 import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { parseDuration } from '../../../shared/outbox/duration.js';
 import { formatChaos } from '../../../shared/tooling/chaos/format-chaos.js';
-import { CHAOS_TARGETS, DEFAULT_CHAOS_TARGETS, type ChaosTarget } from '../../../shared/tooling/chaos/targets.js';
+import { CHAOS_TARGETS, DEFAULT_CHAOS_TARGETS, DEFAULT_SCALE_OUT_TARGETS, SCALE_OUT_TARGETS, type ChaosTarget, type ScaleOutTarget } from '../../../shared/tooling/chaos/targets.js';
 import { CheckFailedError } from '../../../shared/outbox/errors/check-failed-error.js';
 import { InvalidInputError } from '../../../shared/outbox/errors/invalid-input-error.js';
 import { parseCount } from '../../../shared/lab/orders/validate.js';
 import type { GlobalArgs } from '../options.js';
 
 interface Args extends GlobalArgs {
+  relays?: string;
+  consumers?: string;
+  partitions?: string;
   duration: string;
   rate: string;
   killEvery: string;
-  targets: string;
+  targets?: string;
   seed: string;
   json?: string;
   keep: boolean;
@@ -30,18 +32,22 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
     .option('kill-every', { type: 'string', default: '2s', describe: 'mean time between faults' })
     .option('targets', {
       type: 'string',
-      default: DEFAULT_CHAOS_TARGETS.join(','),
-      describe: `what to hit, from ${CHAOS_TARGETS.join(',')} (redis-wipe: Redis restarts without its data; prune: prune --older-than 1s; pause: SIGSTOP a relay or the consumer; ` +
+      defaultDescription: DEFAULT_CHAOS_TARGETS.join(','),
+      describe: `what to hit, from ${CHAOS_TARGETS.join(',')}; with --database (PostgreSQL, a private Redis Cluster): from ${SCALE_OUT_TARGETS.join(',')}, default ${DEFAULT_SCALE_OUT_TARGETS.join(',')} (redis-wipe: Redis restarts without its data; prune: prune --older-than 1s; pause: SIGSTOP a relay or the consumer; ` +
         `sqlite-lock: app.db's write lock held; handler-fail: every handler attempt fails for a while)`,
     })
     .option('seed', { type: 'string', default: '1', describe: 'seed of the fault schedule and the traffic (same seed, same schedule)' })
+    .option('relays', { type: 'string', describe: 'on PostgreSQL (--database): relay apps [default 4]' })
+    .option('consumers', { type: 'string', describe: 'on PostgreSQL (--database): consumer apps [default 3]' })
     .option('json', { type: 'string', describe: 'also write the figures as JSON to this file' })
     .option('keep', { type: 'boolean', default: false, describe: 'keep the workspace (data, logs, Redis files) for a look afterwards' });
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
-  // Its own workspace on app.db; the apps it starts would read OUTBOX_DATABASE_URL.
-  refuseOnPostgres(configOf(argv), 'chaos');
-  const targets = argv.targets.split(',').map((t) => t.trim()) as ChaosTarget[];
+  const config = configOf(argv);
+  if (config.databaseUrl) return scaleOut(argv, config.databaseUrl, config.partitions ?? 1);
+  if (argv.relays !== undefined || argv.consumers !== undefined) throw new InvalidInputError('--relays and --consumers are for chaos on PostgreSQL (--database): the run on app.db has 2 relays and 1 consumer');
+  if (config.redisCluster || (config.partitions ?? 1) > 1) throw new InvalidInputError('chaos on app.db runs on one private Redis without partitions: for a Redis Cluster and partitions, give --database postgres://… (the run makes its own cluster)');
+  const targets = (argv.targets ?? DEFAULT_CHAOS_TARGETS.join(',')).split(',').map((t) => t.trim()) as ChaosTarget[];
   const unknown = targets.filter((t) => !CHAOS_TARGETS.includes(t));
   if (unknown.length > 0 || targets.length === 0) {
     throw new InvalidInputError(`--targets takes a comma-separated list of ${CHAOS_TARGETS.join(', ')}, got ${JSON.stringify(argv.targets)}`);
@@ -57,22 +63,59 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   if (options.killEveryMs < 100) throw new InvalidInputError('--kill-every must be at least 100ms');
   const { runChaos } = await import('../../../shared/tooling/chaos/run-chaos.js');
   const tty = process.stderr.isTTY;
-  let lastLine = 0;
-  const result = await runChaos({
-    ...options,
-    progress: (line) => {
-      if (tty) process.stderr.write(`\r${line.padEnd(110)}`);
-      else if (Date.now() - lastLine >= 5000 || line.startsWith('chaos:')) {
-        lastLine = Date.now();
-        process.stderr.write(`${line}\n`);
-      }
-    },
-  });
+  const result = await runChaos({ ...options, progress: progressLine() });
   if (tty) process.stderr.write('\n');
   console.log(formatChaos(result).join('\n'));
   if (argv.keep) console.log(`workspace kept: ${result.workspace}`);
   if (argv.json) {
     const { ledger: _ledger, workspace: _workspace, ...figures } = result;
+    writeFileSync(argv.json, `${JSON.stringify(figures, null, 2)}\n`);
+  }
+  if (!result.ok) throw new CheckFailedError('an invariant did not hold (see the table above)');
+}
+
+function progressLine(): (line: string) => void {
+  const tty = process.stderr.isTTY;
+  let lastLine = 0;
+  return (line) => {
+    if (tty) process.stderr.write(`\r${line.padEnd(110)}`);
+    else if (Date.now() - lastLine >= 5000 || line.startsWith('chaos:')) {
+      lastLine = Date.now();
+      process.stderr.write(`${line}\n`);
+    }
+  };
+}
+
+/** Chaos on the scale-out path: a database of its own on the PostgreSQL server `serverUrl` names, a private Redis Cluster. */
+async function scaleOut(argv: ArgumentsCamelCase<Args>, serverUrl: string, partitions: number): Promise<void> {
+  const targets = (argv.targets ?? DEFAULT_SCALE_OUT_TARGETS.join(',')).split(',').map((t) => t.trim()) as ScaleOutTarget[];
+  const unknown = targets.filter((t) => !SCALE_OUT_TARGETS.includes(t));
+  if (unknown.length > 0 || targets.length === 0) {
+    throw new InvalidInputError(`--targets on PostgreSQL takes a comma-separated list of ${SCALE_OUT_TARGETS.join(', ')}, got ${JSON.stringify(argv.targets)}`);
+  }
+  if (argv.partitions === undefined && !process.env.OUTBOX_PARTITIONS) partitions = 4;
+  const options = {
+    durationMs: parseDuration(argv.duration, '--duration'),
+    rate: parseCount(argv.rate, '--rate', 100_000),
+    killEveryMs: parseDuration(argv.killEvery, '--kill-every'),
+    targets,
+    seed: parseCount(argv.seed, '--seed', 2 ** 31),
+    relays: argv.relays === undefined ? 4 : parseCount(argv.relays, '--relays', 16),
+    consumers: argv.consumers === undefined ? 3 : parseCount(argv.consumers, '--consumers', 16),
+    partitions,
+    serverUrl,
+    keep: argv.keep,
+  };
+  if (options.killEveryMs < 100) throw new InvalidInputError('--kill-every must be at least 100ms');
+  const { runScaleOutChaos } = await import('../../../shared/tooling/chaos/scale-out-chaos.js');
+  const { formatScaleOutChaos } = await import('../../../shared/tooling/chaos/format-chaos.js');
+  const tty = process.stderr.isTTY;
+  const result = await runScaleOutChaos({ ...options, progress: progressLine() });
+  if (tty) process.stderr.write('\n');
+  console.log(formatScaleOutChaos(result).join('\n'));
+  if (argv.keep) console.log(`workspace kept: ${result.workspace}`);
+  if (argv.json) {
+    const { workspace: _workspace, ...figures } = result;
     writeFileSync(argv.json, `${JSON.stringify(figures, null, 2)}\n`);
   }
   if (!result.ok) throw new CheckFailedError('an invariant did not hold (see the table above)');

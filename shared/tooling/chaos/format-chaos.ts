@@ -1,5 +1,6 @@
 import { INCIDENT_SETTLE_MS } from './incidents.js';
 import type { ChaosResult } from './run-chaos.js';
+import type { ScaleOutChaosResult } from './scale-out-chaos.js';
 
 function seconds(ms: number | null): string {
   return ms === null ? 'did not drain' : `${(ms / 1000).toFixed(1)} s`;
@@ -67,5 +68,42 @@ export function formatChaos(r: ChaosResult): string[] {
     r.ok
       ? 'CHAOS OK: nothing lost, nothing applied twice, nothing applied out of order'
       : `CHAOS FAILED: ${r.ledger.filter((c) => c.status === 'FAIL').map((c) => `${c.name} ${c.actual}`).join('; ') || 'applied twice'}`,
+  ];
+}
+
+/** The table `outbox chaos --database …` prints (the scale-out run). */
+export function formatScaleOutChaos(r: ScaleOutChaosResult): string[] {
+  const l = r.ledger;
+  const rows: Row[] = [
+    ['orders', r.orders, ''],
+    ['outbox rows', l.events, '> 0'],
+    ['aggregates', l.aggregates, ''],
+    ['enqueued', r.enqueued, ''],
+    ['duplicates absorbed', r.duplicatesAbsorbed, ''],
+    ['lost', l.lost.length, '0'],
+    ['applied twice', l.appliedTwice.length, '0'],
+    ['applied out of order', l.outOfOrder.length, '0'],
+    ['applied, not in the store', l.extra, '0'],
+    ['parked', l.parked, '0'],
+    ['dead-lettered', l.deadLettered, '0'],
+    ['still queued', l.queued, '0'],
+    ['time to drain', seconds(r.drainMs), ''],
+  ];
+  const faults = Object.entries(r.faults).sort(([a], [b]) => a.localeCompare(b));
+  const named = [...l.lost.map((e) => `lost ${e}`), ...l.appliedTwice.map((e) => `applied twice ${e}`), ...l.outOfOrder.map((e) => `out of order ${e}`)].slice(0, 10);
+  return [
+    `outbox chaos on PostgreSQL + a 3-master Redis Cluster: seed ${r.seed}, ${r.durationMs / 1000} s of traffic at ${r.rate} operations/s,`,
+    `${r.relays} relays, ${r.consumers} consumers, ${r.partitions} partitions`,
+    '',
+    'faults injected',
+    ...(faults.length === 0 ? ['  none'] : faults.map(([kind, n]) => `  ${kind.padEnd(30)} ${String(n).padStart(5)}`)),
+    '',
+    `${'figure'.padEnd(26)} ${'value'.padStart(10)}  must be`,
+    ...rows.map(([name, value, must]) => `${name.padEnd(26)} ${String(value).padStart(10)}  ${must}`),
+    ...(named.length > 0 ? ['', ...named.map((line) => `  ${line}`)] : []),
+    '',
+    r.ok
+      ? 'CHAOS OK: nothing lost, nothing applied twice, nothing applied out of order'
+      : `CHAOS FAILED: ${r.drainMs === null ? 'the ledger did not hold within the drain timeout' : 'no event was written'}`,
   ];
 }
