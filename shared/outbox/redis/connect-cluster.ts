@@ -1,4 +1,5 @@
 import { createRequire } from 'node:module';
+import { createConnection } from 'node:net';
 import type { Cluster as ClusterClient, Redis } from 'ioredis';
 import { clusterNodeOf, type ClusterNode } from '../config.js';
 import { InvalidInputError } from '../errors/invalid-input-error.js';
@@ -94,8 +95,9 @@ export async function connectRedisCluster(nodes: string[], options: RedisConnect
   } catch (error) {
     cluster.disconnect();
     if (error instanceof StoreUnavailableError) throw error;
-    // "None of startup nodes is available" says less than the nodes' own last error.
-    const reason = describeError(lastError && /None of startup nodes/.test(String((error as Error)?.message)) ? causeOf(lastError) : error);
+    let reason = describeError(lastError ? causeOf(lastError) : error);
+    // ioredis reports a node it could not reach as "Connection is closed.": ask the sockets why.
+    if (/Connection is closed|None of startup nodes/.test(reason)) reason = (await socketErrorOf(parsed)) ?? reason;
     throw new StoreUnavailableError(`cannot connect to the Redis Cluster at ${described} (${reason}): ${hint(reason)}`);
   } finally {
     clearTimeout(timer);
@@ -105,6 +107,28 @@ export async function connectRedisCluster(nodes: string[], options: RedisConnect
   defineScripts(redis);
   if (options.log) reportReconnects(redis, `cluster ${described}`, options.log);
   return redis;
+}
+
+/** The first connect error (e.g. ECONNREFUSED) of a plain socket to each node, or undefined when one connects. */
+async function socketErrorOf(nodes: readonly ClusterNode[]): Promise<string | undefined> {
+  const codes = await Promise.all(
+    nodes.map(
+      ({ host, port }) =>
+        new Promise<string | undefined>((resolve) => {
+          const socket = createConnection({ host, port });
+          socket.setTimeout(500, () => {
+            socket.destroy();
+            resolve('no answer within 500 ms');
+          });
+          socket.once('connect', () => {
+            socket.destroy();
+            resolve(undefined);
+          });
+          socket.once('error', (error: NodeJS.ErrnoException) => resolve(error.code ?? error.message));
+        }),
+    ),
+  );
+  return codes.every((code) => code !== undefined) ? codes[0] : undefined;
 }
 
 /** ClusterAllFailedError carries the last node's error as `lastNodeError`. */
