@@ -249,6 +249,31 @@ describe('a master restarting', () => {
     assert.equal(await direct[master].hget(`{p4}:${keys.meta}`, 'after'), 'restart');
   });
 
+  it('a command sent while the master is down (reconnect) waits, and completes once it is back', async () => {
+    const redis = await connect({ partition: '{p6}:', reconnect: true });
+    await redis.set('before', '1');
+    const master = await masterOf(slotOf('{p6}:'));
+    await cluster.kill(master);
+    const pending = redis.incr('counter');
+    let settled = false;
+    void pending.finally(() => (settled = true)).catch(() => {});
+    await cluster.restart(master);
+    assert.equal(await pending, 1, `settled while down: ${settled}`);
+    assert.equal(await redis.get('before'), '1');
+  });
+
+  it('a command sent while the master is down (no reconnect, the CLI) fails rather than waits', async () => {
+    const redis = await connect({ partition: '{p7}:' });
+    await redis.set('before', '1');
+    const master = await masterOf(slotOf('{p7}:'));
+    await cluster.kill(master);
+    try {
+      await assert.rejects(redis.get('before'));
+    } finally {
+      await cluster.restart(master);
+    }
+  });
+
   it('wiped (its AOF and RDB gone, its slots kept): the partition serves again, empty', async () => {
     const redis = await connect({ partition: '{p5}:', reconnect: true });
     await redis.hset(keys.meta, 'store', STORE);
