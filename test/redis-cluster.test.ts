@@ -5,11 +5,14 @@
  * 3-master cluster (test/helpers/redis-cluster.ts).
  */
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
 import { clusterNodesProblem, parseClusterNodes } from '../shared/outbox/config.js';
 import { RedisSettingsError } from '../shared/outbox/errors/redis-settings-error.js';
 import { StoreUnavailableError } from '../shared/outbox/errors/store-unavailable-error.js';
+import { takingConnection } from '../shared/outbox/consumer/drive-rounds.js';
 import { closeRedis } from '../shared/outbox/redis/connect.js';
 import { connectRedisCluster } from '../shared/outbox/redis/connect-cluster.js';
 import { mastersOf, slotOf } from '../shared/outbox/redis/cluster-client.js';
@@ -211,6 +214,18 @@ describe('a partition connection', () => {
     assert.deepEqual(await writer.lrange(list, 0, -1), ['m1']);
     assert.deepEqual(await writer.lrange(keys.events, 0, -1), []);
   });
+
+  it("the consumer's taking connection (a duplicate) blocks in BLMOVE and runs the take script on the cluster", async () => {
+    const redis = await connect({ partition: '{p3}:' });
+    const taker = await takingConnection(redis);
+    opened.push(taker);
+    const list = keys.processing('c3');
+    const taken = taker.blmove(keys.events, list, 'LEFT', 'RIGHT', 5);
+    await redis.rpush(keys.events, 'm2', 'm3');
+    assert.equal(await taken, 'm2');
+    assert.deepEqual((await moveToProcessing(taker, list, 10)).map(String), ['m3']);
+    assert.deepEqual(await redis.lrange(list, 0, -1), ['m2', 'm3']);
+  });
 });
 
 describe('SCAN and UNLINK across masters', () => {
@@ -247,6 +262,12 @@ describe('a master restarting', () => {
     assert.equal(await redis.hget(keys.meta, 'store'), STORE);
     await redis.hset(keys.meta, 'after', 'restart');
     assert.equal(await direct[master].hget(`{p4}:${keys.meta}`, 'after'), 'restart');
+    // The restarted master has lost its script cache: EVALSHA's NOSCRIPT falls back to EVAL.
+    const sha = createHash('sha1').update(readFileSync(new URL('../shared/outbox/redis/lua/push-events-3.lua', import.meta.url))).digest('hex');
+    assert.deepEqual(await direct[master].call('SCRIPT', 'EXISTS', sha), [0]);
+    const pushed = await pushEvents(redis, STORE, ['m']);
+    assert.equal(pushed.status === 'ok' && pushed.pushed, 1);
+    assert.deepEqual(await direct[master].call('SCRIPT', 'EXISTS', sha), [1]);
   });
 
   it('a command sent while the master is down (reconnect) waits, and completes once it is back', async () => {

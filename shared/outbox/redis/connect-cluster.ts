@@ -62,6 +62,9 @@ export async function connectRedisCluster(nodes: string[], options: RedisConnect
       clusterRetryStrategy: reconnect ? backoff : () => null,
       // A node that restarts keeps its slots: reconnect to it rather than wait for a MOVED that never comes.
       clusterNodeRetryStrategy: reconnect ? backoff : null,
+      // A restarted master answers CLUSTERDOWN for 2 s (Redis's CLUSTER_WRITABLE_DELAY); ioredis retries
+      // CLUSTERDOWN maxRedirections (16) times this far apart: 100 ms (its default) gave up after 1.6 s.
+      retryDelayOnClusterDown: reconnect ? 500 : 100,
       slotsRefreshTimeout: Math.min(timeoutMs, 2000),
       redisOptions: {
         connectionName: options.name ?? 'outbox',
