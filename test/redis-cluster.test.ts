@@ -14,7 +14,8 @@ import { RedisSettingsError } from '../shared/outbox/errors/redis-settings-error
 import { StoreUnavailableError } from '../shared/outbox/errors/store-unavailable-error.js';
 import { takingConnection } from '../shared/outbox/consumer/drive-rounds.js';
 import { closeRedis } from '../shared/outbox/redis/connect.js';
-import { connectRedisCluster } from '../shared/outbox/redis/connect-cluster.js';
+import { connectClusterUntilReady, connectRedisCluster } from '../shared/outbox/redis/connect-cluster.js';
+import { createLogger } from '../shared/outbox/logger.js';
 import { mastersOf, slotOf } from '../shared/outbox/redis/cluster-client.js';
 import { describeRedis } from '../shared/outbox/redis/describe.js';
 import { keys } from '../shared/outbox/redis/keys.js';
@@ -293,6 +294,29 @@ describe('a master restarting', () => {
     } finally {
       await cluster.restart(master);
     }
+  });
+
+  it('connectClusterUntilReady waits for a cluster it cannot reach yet, logging each retry; the loss and return of a master are logged', async () => {
+    const master = 0;
+    await cluster.kill(master);
+    const lines: string[] = [];
+    const log = createLogger('test', (line) => lines.push(line));
+    let connected: Redis | undefined;
+    const connecting = connectClusterUntilReady([cluster.nodes[master]], { log, partition: '{p8}:', connectTimeoutMs: 1000 }).then((redis) => (connected = redis));
+    await waitFor(() => lines.some((line) => line.includes('"msg":"redis unavailable, retrying"') && line.includes(`cluster ${cluster.nodes[master]}`)));
+    assert.equal(connected, undefined);
+    await cluster.restart(master);
+    const redis = await connecting;
+    opened.push(redis);
+    assert.equal(await redis.set('k', 'v'), 'OK');
+
+    const own = await masterOf(slotOf('{p8}:'));
+    await cluster.kill(own);
+    const node = `"node":"${cluster.nodes[own]}"`;
+    await waitFor(() => lines.some((line) => line.includes('"msg":"redis connection lost, reconnecting"') && line.includes(node)), { message: lines.join('') });
+    await cluster.restart(own);
+    await waitFor(() => lines.some((line) => line.includes('"msg":"redis reconnected"') && line.includes(node)), { message: lines.join('') });
+    assert.equal(await redis.get('k'), 'v');
   });
 
   it('wiped (its AOF and RDB gone, its slots kept): the partition serves again, empty', async () => {

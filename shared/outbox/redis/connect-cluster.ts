@@ -5,7 +5,8 @@ import { clusterNodeOf, type ClusterNode } from '../config.js';
 import { InvalidInputError } from '../errors/invalid-input-error.js';
 import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
 import { addLogSecret } from '../log-secrets.js';
-import { checkRedisVersion, connectionKeyPrefix, describeError, reportReconnects, type RedisConnectOptions } from './connect.js';
+import { checkRedisVersion, connectionKeyPrefix, describeError, retryUntilReady, type RedisConnectOptions } from './connect.js';
+import type { Logger } from '../logger.js';
 import { defineScripts } from './scripts.js';
 import { checkRedisSettings } from './settings.js';
 
@@ -108,8 +109,48 @@ export async function connectRedisCluster(nodes: string[], options: RedisConnect
   // The one documented cast: see above.
   const redis = cluster as unknown as Redis;
   defineScripts(redis);
-  if (options.log) reportReconnects(redis, `cluster ${described}`, options.log);
+  if (options.log) reportNodeReconnects(cluster, `cluster ${described}`, options.log);
   return redis;
+}
+
+/**
+ * Logs each master connection lost and back, as `reportReconnects` does for one Redis (same
+ * messages, with `node`): the cluster client itself closes only when every node is gone, and a
+ * node that restarts keeps its slots, so its connection's own events are what tell.
+ */
+function reportNodeReconnects(cluster: ClusterClient, url: string, log: Logger): void {
+  const watched = new WeakSet<Redis>();
+  const watch = (node: Redis) => {
+    if (watched.has(node)) return;
+    watched.add(node);
+    const at = `${node.options.host}:${node.options.port}`;
+    let lost = false;
+    let lastError: unknown;
+    node.on('error', (error) => (lastError = error));
+    node.on('close', () => {
+      if (lost || cluster.status === 'end' || cluster.status === 'disconnecting' || node.status === 'end') return;
+      lost = true;
+      log.warn('redis connection lost, reconnecting', { url, node: at, error: lastError ? describeError(lastError) : undefined });
+    });
+    node.on('ready', () => {
+      if (!lost) return;
+      lost = false;
+      log.info('redis reconnected', { url, node: at });
+    });
+  };
+  cluster.nodes('master').forEach(watch);
+  cluster.on('+node', watch);
+}
+
+/**
+ * For long-running apps: `connectRedisCluster` (with reconnects unless `reconnect` is false) until
+ * it works or `signal` aborts, as `connectUntilReady` does for one Redis.
+ */
+export async function connectClusterUntilReady(
+  nodes: string[],
+  options: RedisConnectOptions & { log: Logger; signal?: AbortSignal },
+): Promise<Redis> {
+  return retryUntilReady(() => connectRedisCluster(nodes, { ...options, reconnect: options.reconnect ?? true }), `cluster ${describeClusterNodes(parseNodes(nodes))}`, options);
 }
 
 /** The first connect error (e.g. ECONNREFUSED) of a plain socket to each node, or undefined when one connects. */
