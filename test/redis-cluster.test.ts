@@ -121,6 +121,25 @@ describe('connecting', () => {
     assert.ok(Date.now() - started < 3000, 'fails fast, not at the deadline');
   });
 
+  it('a password in the node entries applies to every node; a wrong one is a one-line error without it', async () => {
+    await Promise.all(direct.map((client) => client.config('SET', 'requirepass', 'cluster-pw')));
+    try {
+      const withPassword = cluster.nodes.map((node, i) => (i === 0 ? `redis://:cluster-pw@${node}` : node));
+      const redis = await connectRedisCluster(withPassword, { partition: '{p9}:', requireNoEviction: true });
+      opened.push(redis);
+      // Every master answers (the check ran on each), and a key of any slot is written.
+      for (const tag of ['{a}', '{b}', '{c}']) await redis.set(`${tag}k`, '1');
+      await assert.rejects(connectRedisCluster(cluster.nodes.map((node) => `redis://:wrong-pw@${node}`)), (error: Error) => {
+        assert.ok(error instanceof StoreUnavailableError, String(error));
+        assert.match(error.message, /^cannot connect to the Redis Cluster at [\d.:,]+ \(WRONGPASS[^)]*\): check the user and password in OUTBOX_REDIS_CLUSTER$/);
+        assert.doesNotMatch(error.message, /wrong-pw/);
+        return true;
+      });
+    } finally {
+      await Promise.all(direct.map((client) => client.config('SET', 'requirepass', '')));
+    }
+  });
+
   it('a Redis that is not a cluster is a one-line StoreUnavailableError saying so', async () => {
     const single = await RedisServer.start();
     try {
