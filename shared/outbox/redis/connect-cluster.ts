@@ -1,10 +1,12 @@
 import { createRequire } from 'node:module';
+import { createConnection } from 'node:net';
 import type { Cluster as ClusterClient, Redis } from 'ioredis';
 import { clusterNodeOf, type ClusterNode } from '../config.js';
 import { InvalidInputError } from '../errors/invalid-input-error.js';
 import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
 import { addLogSecret } from '../log-secrets.js';
-import { checkRedisVersion, connectionKeyPrefix, describeError, reportReconnects, type RedisConnectOptions } from './connect.js';
+import { checkRedisVersion, connectionKeyPrefix, describeError, retryUntilReady, type RedisConnectOptions } from './connect.js';
+import type { Logger } from '../logger.js';
 import { defineScripts } from './scripts.js';
 import { checkRedisSettings } from './settings.js';
 
@@ -61,6 +63,9 @@ export async function connectRedisCluster(nodes: string[], options: RedisConnect
       clusterRetryStrategy: reconnect ? backoff : () => null,
       // A node that restarts keeps its slots: reconnect to it rather than wait for a MOVED that never comes.
       clusterNodeRetryStrategy: reconnect ? backoff : null,
+      // A restarted master answers CLUSTERDOWN for 2 s (Redis's CLUSTER_WRITABLE_DELAY); ioredis retries
+      // CLUSTERDOWN maxRedirections (16) times this far apart: 100 ms (its default) gave up after 1.6 s.
+      retryDelayOnClusterDown: reconnect ? 500 : 100,
       slotsRefreshTimeout: Math.min(timeoutMs, 2000),
       redisOptions: {
         connectionName: options.name ?? 'outbox',
@@ -94,8 +99,9 @@ export async function connectRedisCluster(nodes: string[], options: RedisConnect
   } catch (error) {
     cluster.disconnect();
     if (error instanceof StoreUnavailableError) throw error;
-    // "None of startup nodes is available" says less than the nodes' own last error.
-    const reason = describeError(lastError && /None of startup nodes/.test(String((error as Error)?.message)) ? causeOf(lastError) : error);
+    let reason = describeError(lastError ? causeOf(lastError) : error);
+    // ioredis reports a node it could not reach as "Connection is closed.": ask the sockets why.
+    if (/Connection is closed|None of startup nodes/.test(reason)) reason = (await socketErrorOf(parsed)) ?? reason;
     throw new StoreUnavailableError(`cannot connect to the Redis Cluster at ${described} (${reason}): ${hint(reason)}`);
   } finally {
     clearTimeout(timer);
@@ -103,8 +109,70 @@ export async function connectRedisCluster(nodes: string[], options: RedisConnect
   // The one documented cast: see above.
   const redis = cluster as unknown as Redis;
   defineScripts(redis);
-  if (options.log) reportReconnects(redis, `cluster ${described}`, options.log);
+  if (options.log) reportNodeReconnects(cluster, `cluster ${described}`, options.log);
   return redis;
+}
+
+/**
+ * Logs each master connection lost and back, as `reportReconnects` does for one Redis (same
+ * messages, with `node`): the cluster client itself closes only when every node is gone, and a
+ * node that restarts keeps its slots, so its connection's own events are what tell.
+ */
+function reportNodeReconnects(cluster: ClusterClient, url: string, log: Logger): void {
+  const watched = new WeakSet<Redis>();
+  const watch = (node: Redis) => {
+    if (watched.has(node)) return;
+    watched.add(node);
+    const at = `${node.options.host}:${node.options.port}`;
+    let lost = false;
+    let lastError: unknown;
+    node.on('error', (error) => (lastError = error));
+    node.on('close', () => {
+      if (lost || cluster.status === 'end' || cluster.status === 'disconnecting' || node.status === 'end') return;
+      lost = true;
+      log.warn('redis connection lost, reconnecting', { url, node: at, error: lastError ? describeError(lastError) : undefined });
+    });
+    node.on('ready', () => {
+      if (!lost) return;
+      lost = false;
+      log.info('redis reconnected', { url, node: at });
+    });
+  };
+  cluster.nodes('master').forEach(watch);
+  cluster.on('+node', watch);
+}
+
+/**
+ * For long-running apps: `connectRedisCluster` (with reconnects unless `reconnect` is false) until
+ * it works or `signal` aborts, as `connectUntilReady` does for one Redis.
+ */
+export async function connectClusterUntilReady(
+  nodes: string[],
+  options: RedisConnectOptions & { log: Logger; signal?: AbortSignal },
+): Promise<Redis> {
+  return retryUntilReady(() => connectRedisCluster(nodes, { ...options, reconnect: options.reconnect ?? true }), `cluster ${describeClusterNodes(parseNodes(nodes))}`, options);
+}
+
+/** The first connect error (e.g. ECONNREFUSED) of a plain socket to each node, or undefined when one connects. */
+async function socketErrorOf(nodes: readonly ClusterNode[]): Promise<string | undefined> {
+  const codes = await Promise.all(
+    nodes.map(
+      ({ host, port }) =>
+        new Promise<string | undefined>((resolve) => {
+          const socket = createConnection({ host, port });
+          socket.setTimeout(500, () => {
+            socket.destroy();
+            resolve('no answer within 500 ms');
+          });
+          socket.once('connect', () => {
+            socket.destroy();
+            resolve(undefined);
+          });
+          socket.once('error', (error: NodeJS.ErrnoException) => resolve(error.code ?? error.message));
+        }),
+    ),
+  );
+  return codes.every((code) => code !== undefined) ? codes[0] : undefined;
 }
 
 /** ClusterAllFailedError carries the last node's error as `lastNodeError`. */

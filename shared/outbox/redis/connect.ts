@@ -181,7 +181,7 @@ function answersResp(url: string): Promise<boolean | undefined> {
 }
 
 /** Logs a lost connection (with its last error) and the reconnect; `url` as it may be logged. */
-export function reportReconnects(redis: Redis, url: string, log: Logger): void {
+function reportReconnects(redis: Redis, url: string, log: Logger): void {
   let lost = false;
   let lastError: unknown;
   redis.on('error', (error) => (lastError = error));
@@ -207,14 +207,22 @@ export async function connectUntilReady(
   url: string,
   options: RedisConnectOptions & { log: Logger; signal?: AbortSignal },
 ): Promise<Redis> {
+  return retryUntilReady(() => connectRedis(url, { ...options, reconnect: options.reconnect ?? true }), url, options);
+}
+
+/**
+ * Calls `connect` until it resolves, with a capped backoff, logging each failure with `target`;
+ * what waiting does not change (too old, may evict) or an abort by `signal` is thrown at once.
+ */
+export async function retryUntilReady(connect: () => Promise<Redis>, target: string, options: { log: Logger; signal?: AbortSignal }): Promise<Redis> {
   for (let attempt = 1; ; attempt += 1) {
     try {
-      return await connectRedis(url, { ...options, reconnect: options.reconnect ?? true });
+      return await connect();
     } catch (error) {
       if (error instanceof RedisSettingsError || (error instanceof StoreUnavailableError && /version/.test(error.message))) throw error;
       if (options.signal?.aborted) throw error;
       const delayMs = Math.min(2000, 100 * 2 ** attempt);
-      options.log.warn('redis unavailable, retrying', { url, attempt, delayMs, error: (error as Error).message });
+      options.log.warn('redis unavailable, retrying', { url: target, attempt, delayMs, error: (error as Error).message });
       await sleep(delayMs, options.signal);
     }
   }
