@@ -10,6 +10,7 @@ import { checkPgStore } from '../../shared/runtime/health/checks.js';
 import { watchDatabase } from '../../shared/outbox/store/live-database.js';
 import { attachApp } from '../../shared/runtime/attached-apps.js';
 import { closePartitions, connectTargetPartitions, connectTargetUntilReady } from '../../shared/outbox/redis/connect-partitions.js';
+import { checkPartitionLayout } from '../../shared/outbox/redis/partition-layout.js';
 import { startPruneWorker } from '../../shared/operations/prune/prune-worker.js';
 import { startRelayWorker } from '../../shared/outbox/relay/relay-worker.js';
 import { runApp } from '../../shared/runtime/run-app.js';
@@ -26,6 +27,8 @@ runApp('outbox-relay', relaySettings, async (config, log, signal) => {
   // createOutbox) made one. Any service's database with the library's tables: it carries any events.
   const database = watchDatabase(config.dir, { log, app: 'relay', stopped: 'not relaying', outboxOnly: true });
   const partitions = await connectTargetPartitions(config, (options) => connectTargetUntilReady(config, { name: 'outbox-relay', log, signal, requireNoEviction: true, ...options }));
+  // Configured for another number of partitions than Redis holds: refused at start, not relayed.
+  await checkPartitionLayout(partitions);
   const redis = partitions.clients[0];
   const healthEndpoint = healthEndpointOf('relay', config.healthPort, config.healthHost);
   // /metrics is served next to /healthz, on the same listener: none when that is off.
@@ -91,6 +94,7 @@ async function startOnPostgres(config: RelayConfig, log: Logger, signal: AbortSi
     }
   }
   const partitions = await connectTargetPartitions(config, (options) => connectTargetUntilReady(config, { name: 'outbox-relay', log, signal, requireNoEviction: true, ...options }));
+  await checkPartitionLayout(partitions);
   const redis = partitions.clients[0];
   const healthEndpoint = healthEndpointOf('relay', config.healthPort, config.healthHost);
   const metrics = healthEndpoint === null ? undefined : await appMetrics('outbox-relay');

@@ -14,6 +14,7 @@ import { runRedisHandlers } from './run-redis-handlers.js';
 import { startConsumer, type RunConsumerOptions } from './run-consumer.js';
 import { keys } from '../redis/keys.js';
 import { partitionsOf, type Partitions } from '../redis/partitions.js';
+import { checkPartitionLayout } from '../redis/partition-layout.js';
 import { DEFAULT_PARTITION_LEASE_MS } from './partition-leases.js';
 import { startPartitionedConsumer } from './partitioned-consumer.js';
 
@@ -158,6 +159,8 @@ type StartOne = (redis: Redis, connectBlocking: () => Promise<Redis>, log: Logge
 export async function createConsumer(options: CreateConsumerOptions) {
   checkConsumerOptions(options);
   const partitions = partitionsOf(options.redis);
+  // A consumer of the wrong number of partitions would leave queues unconsumed: refused before it takes anything.
+  await checkPartitionLayout(partitions);
   const consumerId = options.consumerId ?? 'consumer';
   if (!(options.handlers instanceof URL) && options.handlers.mode === 'database') return databaseConsumer(options, options.handlers, consumerId);
   const onPool = options.handlers instanceof URL;

@@ -4,7 +4,7 @@ import { OutboxError } from '../errors/outbox-error.js';
 import { byPartition, partitionLayout, type Partitions } from '../redis/partitions.js';
 import { pushEvents } from '../redis/scripts.js';
 import { toMessage, type OutboxRow } from '../store/events.js';
-import { layoutMismatch } from './store-pairing.js';
+import { layoutMismatch } from '../redis/partition-layout.js';
 
 export type PushOutcome =
   /** Every partition took its rows; `pushedAt`: Redis's clock when the last of them reached its queue. */

@@ -1,13 +1,13 @@
 import type { Redis } from 'ioredis';
 import type { Db } from '../store/open-database.js';
 import { bumpReplayGeneration, hasPublished, storeIdOf } from '../store/store-meta.js';
-import { OutboxError } from '../errors/outbox-error.js';
 import { StoreMismatchError } from '../errors/store-mismatch-error.js';
 import { describeRedis } from '../redis/describe.js';
 import { keys } from '../redis/keys.js';
 import { partitionLayout, partitionOf, partitionsOf, type Partitions } from '../redis/partitions.js';
 import { scanKeys, unlinkAll } from '../redis/scan-keys.js';
 import { claimStore } from '../redis/scripts.js';
+import { checkPartitionLayout, layoutMismatch } from '../redis/partition-layout.js';
 
 /** What `ensurePaired` found or did. */
 export type Pairing =
@@ -28,15 +28,6 @@ const RESET_CHUNK = 10_000;
 /** The one-line refusal of a pair that does not belong together, naming both stores and where they are. */
 export function mismatch(db: Db, redis: Redis, storeId: string, servedStore: string): StoreMismatchError {
   return new StoreMismatchError(storeId, servedStore, { database: db.name, redis: describeRedis(redis) });
-}
-
-/** The one-line refusal of a partition claimed for another number of partitions (exit 2: a setting). */
-export function layoutMismatch(redis: Redis, expected: string, served: string): OutboxError {
-  const [, count] = served.split('/');
-  return new OutboxError(
-    `${describeRedis(redis)} holds partition ${served} (of ${count}), not ${expected}: set --partitions / OUTBOX_PARTITIONS to ${count} on every relay and consumer of this store`,
-    2,
-  );
 }
 
 /** The store id this Redis serves, or null when its meta hash is gone. */
@@ -96,6 +87,7 @@ export interface PairingStore {
  */
 export async function pairPartitions(store: PairingStore, partitions: Partitions): Promise<Pairing> {
   const { storeId } = store;
+  await checkPartitionLayout(partitions);
   const served = await servedStores(partitions, storeId, store.refuse);
   const lost = served.flatMap((s, index) => (s === null ? [index] : []));
   if (lost.length === 0) return { kind: 'paired' };
