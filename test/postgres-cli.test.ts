@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeEach, describe, it } from 'node:test';
 import { runCli, type CliResult } from './helpers/cli.js';
@@ -124,7 +124,7 @@ describe('outbox on PostgreSQL: the seed\'s steps', () => {
 });
 
 describe('outbox verify on PostgreSQL', () => {
-  it('names an event lost from the queue (exit 1) and its order, with the lab\'s checks; --repair republishes it, and rebuilds a Redis that lost its state; refuses --checks in one line (exit 2)', async () => {
+  it('names an event lost from the queue (exit 1) and its order, with the lab\'s checks; --repair republishes it, and rebuilds a Redis that lost its state', async () => {
     await ok('init');
     await ok('place-order', '--count', '2');
     await ok('relay');
@@ -154,7 +154,47 @@ describe('outbox verify on PostgreSQL', () => {
     await ok('consume');
     assert.match((await ok('verify')).stdout, /^VERIFY OK$/m);
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-1': '4' });
-    refused(await pgCli(['verify', '--checks', 'dist/examples/payments/verify-checks.js']), 2, /^outbox: --checks is not available on PostgreSQL yet/);
+  });
+
+  it('--checks runs a check set on PostgreSQL: its snapshot.postgres reads in verify\'s REPEATABLE READ snapshot, its checks get store "postgres" and the pool; a FAIL row is exit 1; a set that reads only app.db is refused (exit 2)', async () => {
+    await ok('init');
+    await ok('place-order', '--count', '3');
+    await ok('relay');
+    await ok('consume');
+    const checks = join(h.env.dir, 'pg-checks.mjs');
+    writeFileSync(
+      checks,
+      `export default { name: 'mine',
+        snapshot: { postgres: async (client) => (await client.query("SELECT COUNT(*)::int AS n, current_setting('transaction_isolation') AS iso FROM orders")).rows[0] },
+        checks: {
+          'orders in the snapshot': ({ snapshot }) => ({ name: 'orders in the snapshot', expected: '3', actual: String(snapshot.n), status: snapshot.n === 3 ? 'ok' : 'FAIL' }),
+          'store': async ({ store, producer, snapshot }) => ({ name: 'store / isolation / orders by its pool', expected: '-', status: 'info',
+            actual: store + ' / ' + snapshot.iso + ' / ' + (await producer.query('SELECT COUNT(*)::int AS n FROM orders')).rows[0].n }),
+          'more orders': ({ snapshot }) => ({ name: 'orders > 3', expected: 'yes', actual: snapshot.n > 3 ? 'yes' : 'no', status: snapshot.n > 3 ? 'ok' : 'FAIL' }),
+        } };`,
+    );
+    const result = await pgCli(['verify', '--checks', checks, '--settle', '0s']);
+    assert.equal(result.code, 1, result.stdout + result.stderr);
+    assert.match(result.stdout, /^orders in the snapshot +3 +3 +ok$/m);
+    assert.match(result.stdout, /^store \/ isolation \/ orders by its pool +- +postgres \/ repeatable read \/ 3 +info$/m);
+    assert.match(result.stdout, /^orders > 3 +yes +no +FAIL$/m);
+    assert.match(result.stdout, /^events lost \(never applied, not in Redis\) +0 +0 +ok$/m);
+    assert.doesNotMatch(result.stdout, /SKUs whose reserved qty/, '--checks replaces the lab\'s set');
+    assert.match(result.stdout, /^VERIFY FAILED: 1 invariant broken$/m);
+
+    const sqliteOnly = join(h.env.dir, 'sqlite-checks.mjs');
+    writeFileSync(sqliteOnly, "export default { name: 'mine', snapshot: { producer: (db) => db.prepare('SELECT 1').get() }, checks: { 'x': () => [] } };");
+    refused(
+      await pgCli(['verify', '--checks', sqliteOnly]),
+      2,
+      /^outbox: --checks .*sqlite-checks\.mjs: mine reads app\.db in its snapshot \(snapshot\.producer\) and has no snapshot\.postgres for PostgreSQL: add one to verify this store$/,
+    );
+    // A snapshot.postgres that throws fails its one row, named after it.
+    const badRead = join(h.env.dir, 'bad-checks.mjs');
+    writeFileSync(badRead, "export default { name: 'mine', snapshot: { postgres: (client) => client.query('SELECT * FROM nowhere') }, checks: { 'uses it': () => [] } };");
+    const bad = await pgCli(['verify', '--checks', badRead, '--settle', '0s']);
+    assert.equal(bad.code, 1, bad.stdout + bad.stderr);
+    assert.match(bad.stderr, /^verify: check "mine: snapshot\.postgres" of mine threw: relation "nowhere" does not exist$/m);
   });
 });
 

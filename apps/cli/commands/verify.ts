@@ -14,7 +14,7 @@ import { describePairing } from '../../../shared/outbox/relay/store-pairing.js';
 import { guard, guardOptions, idRange, SHOWN, rowLine, withMore, type GuardArgs, type Plan } from '../confirm.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { loadCheckSet } from '../../../shared/operations/verify/load-check-set.js';
-import type { VerifyCheckSet } from '../../../shared/outbox/verify/verify-checks.js';
+import { checkSetStoreProblem, type VerifyCheckSet } from '../../../shared/outbox/verify/verify-checks.js';
 import { onPostgres, withPgStores, withStores } from '../stores.js';
 import { InvalidInputError } from '../../../shared/outbox/errors/invalid-input-error.js';
 import type { OutboxConfig } from '../../../shared/outbox/config.js';
@@ -59,7 +59,11 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   // A bad module is refused before any store is opened.
   const userChecks = argv.checks === undefined ? undefined : await loadCheckSet(argv.checks);
   const config = configOf(argv);
-  if (onPostgres(config)) return verifyOnPostgres(config, argv, settleMs);
+  if (userChecks !== undefined) {
+    const problem = checkSetStoreProblem(userChecks, onPostgres(config) ? 'postgres' : 'sqlite');
+    if (problem !== undefined) throw new InvalidInputError(`--checks ${argv.checks}: ${problem}: add one to verify this store`);
+  }
+  if (onPostgres(config)) return verifyOnPostgres(config, argv, settleMs, userChecks);
   // The library's tables are what verify needs: a service's database (no lab `orders`) verifies too.
   await withStores(config, async (db, redis) => {
     const consumerDb = argv.consumerDb === undefined ? undefined : await openConsumerDb(argv.consumerDb);
@@ -77,18 +81,16 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
 
 /**
  * verify on the PostgreSQL store: the same checks, S1 read in one REPEATABLE READ transaction
- * (pg-verify-reads.ts), the lab's checks when the database has the lab's orders table.
+ * (pg-verify-reads.ts), then `--checks`' set, or the lab's when the database has its orders table.
  */
-async function verifyOnPostgres(config: OutboxConfig, argv: ArgumentsCamelCase<Args>, settleMs: number): Promise<void> {
-  if (argv.checks !== undefined) throw new InvalidInputError('--checks is not available on PostgreSQL yet (check sets read a better-sqlite3 database): leave it out to run the outbox\'s checks (and the lab\'s)');
+async function verifyOnPostgres(config: OutboxConfig, argv: ArgumentsCamelCase<Args>, settleMs: number, userChecks: VerifyCheckSet<unknown> | undefined): Promise<void> {
   const { pgVerifyReads } = await import('../../../shared/operations/verify/pg-verify-reads.js');
-  const { isLabPgDatabase, readOrdersOnPg } = await import('../../../shared/lab/checks/pg-verify-checks.js');
-  const { labVerifyChecks } = await import('../../../shared/lab/checks/verify-checks.js');
+  const { isLabPgDatabase, labVerifyChecks } = await import('../../../shared/lab/checks/verify-checks.js');
   await withPgStores(config, async (pool, redis) => {
     const consumerDb = argv.consumerDb === undefined ? undefined : await openConsumerDb(argv.consumerDb);
     try {
-      const checkSet = (await isLabPgDatabase(pool)) ? (labVerifyChecks as VerifyCheckSet<any>) : undefined;
-      await judge(pgVerifyReads(pool, readOrdersOnPg), redis, argv, settleMs, checkSet, consumerDb, {
+      const checkSet = userChecks ?? ((await isLabPgDatabase(pool)) ? (labVerifyChecks as VerifyCheckSet<any>) : undefined);
+      await judge(pgVerifyReads(pool), redis, argv, settleMs, checkSet, consumerDb, {
         plan: (ledger) => pgRepairPlan(pool, ledger),
         run: (ledger) => pgRepair(pool, redis, ledger),
       });

@@ -237,7 +237,7 @@ async function judge(db: VerifyReads, redis: Redis, o: Observation, settle: Sett
       ...(await runCheckSet(
         options.checks,
         {
-          producer: db.producer as Db,
+          ...db.producer,
           consumer: options.consumer,
           redis,
           counters: o.counters,
