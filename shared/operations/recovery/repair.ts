@@ -67,7 +67,8 @@ export interface ReplayPlan {
 
 const COLUMNS = 'id, event_id, aggregate_id, seq, event_type, created_at';
 
-function rangeColumn(range: ReplayRange): string {
+/** The column a range bounds: the row id, or created_at for times. */
+export function rangeColumn(range: ReplayRange): string {
   return range.kind === 'id' ? 'id' : 'created_at';
 }
 
