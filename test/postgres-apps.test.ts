@@ -165,10 +165,32 @@ describe('the producer app on PostgreSQL', () => {
     assert.match((await cli('verify')).stdout, /^VERIFY OK$/m);
   });
 
-  it('refuses OUTBOX_RATE on PostgreSQL (exit 78, one line): the built-in traffic is not ported yet', async () => {
-    const app = startApp(h.env, PRODUCER, [], { ...pgEnv(), PORT: String(await freePort()), OUTBOX_RATE: '10' });
-    assert.equal((await app.exited).code, 78, app.output());
-    assert.match(app.output(), /"msg":"OUTBOX_RATE \(the built-in traffic\) does not run on the PostgreSQL store yet/);
-    assert.equal(app.output().trim().split('\n').length, 1, app.output());
+  it('runs its built-in traffic (OUTBOX_RATE) on PostgreSQL, each operation a pg transaction, and serves /metrics with the PENDING rows read from PostgreSQL; the orders and events verify', async () => {
+    await cli('init');
+    const port = await freePort();
+    const producer = startApp(h.env, PRODUCER, [], { ...pgEnv(), PORT: String(port), OUTBOX_RATE: '200', OUTBOX_DURATION: '1s' });
+    const gauge = async (name: string) => {
+      const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+      const line = text.split('\n').find((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `));
+      return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(' ') + 1));
+    };
+    try {
+      const stopped = await waitFor(() => producer.output().split('\n').find((line) => line.includes('"msg":"traffic stopped"')), { timeoutMs: 20_000, message: producer.output() });
+      const stats = JSON.parse(stopped!) as { placed: number; changed: number; cancelled: number; failed: number };
+      assert.equal(stats.failed, 0, stopped);
+      assert.ok(stats.placed > 50, stopped);
+      const events = await db.scalar<number>('SELECT COUNT(*)::int FROM outbox');
+      assert.equal(events, stats.placed + stats.changed + stats.cancelled, 'one event per operation');
+      assert.equal(await db.scalar<number>('SELECT COUNT(*)::int FROM orders'), stats.placed);
+      assert.equal(await gauge('outbox_pending_events'), events);
+      assert.ok((await gauge('outbox_oldest_pending_age_seconds'))! > 0);
+      await cli('relay');
+      assert.equal(await gauge('outbox_pending_events'), 0);
+      assert.equal(await gauge('outbox_oldest_pending_age_seconds'), 0);
+    } finally {
+      assert.equal((await stopApp(producer)).code, 0, producer.output());
+    }
+    await cli('consume');
+    assert.match((await cli('verify')).stdout, /^orders with missing events +0 +0 +ok$[\s\S]*^SKUs whose reserved qty != live orders +0 +0 +ok$[\s\S]*^VERIFY OK$/m);
   });
 });

@@ -91,6 +91,7 @@ async function startOnPostgres(config: RelayConfig, log: Logger, signal: AbortSi
   const redis = await connectUntilReady(config.redisUrl, { name: 'outbox-relay', log, signal, namespace: config.namespace, requireNoEviction: true });
   const healthEndpoint = healthEndpointOf('relay', config.healthPort, config.healthHost);
   const metrics = healthEndpoint === null ? undefined : await appMetrics('outbox-relay');
+  metrics?.watchStore(pool);
   metrics?.watchQueue(redis);
   const loop = startPgRelayLoop(pool, redis, log, { sliceMs: config.sliceMs, pollMs: config.pollMs, batchSize: config.batchSize, statsEveryMs: config.statsEveryMs });
   const identity = { app: 'outbox-relay', dir: config.dir, namespace: config.namespace };
