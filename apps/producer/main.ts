@@ -74,8 +74,10 @@ async function startOnPostgres(config: ProducerConfig, server: Server, log: Logg
   const { openPg, assertPgOutbox } = await import('../../shared/runtime/postgres.js');
   const { createPgOrderService } = await import('../../shared/lab/orders/pg-order-service.js');
   const { pgUnavailable } = await import('../../shared/outbox/postgres/pg-errors.js');
+  const { attachPgApp } = await import('../../shared/runtime/pg-attached-apps.js');
   const pool = await openPg(config.databaseUrl, { max: 8, name: 'outbox-producer' });
   await assertPgOutbox(pool);
+  const detach = await attachPgApp(config.databaseUrl, 'outbox-producer', log);
   const pg = await createPgOrderService(pool);
   const guarded =
     <A extends unknown[], R>(fn: (...args: A) => Promise<R>) =>
@@ -96,5 +98,6 @@ async function startOnPostgres(config: ProducerConfig, server: Server, log: Logg
     await new Promise<void>((resolve) => server.close(() => resolve()));
     server.closeAllConnections();
     await pool.end();
+    await detach();
   };
 }

@@ -88,6 +88,8 @@ async function startOnPostgres(config: RelayConfig, log: Logger, signal: AbortSi
       if (signal.aborted) throw error;
     }
   }
+  const { attachPgApp } = await import('../../shared/runtime/pg-attached-apps.js');
+  const detach = await attachPgApp(config.databaseUrl, 'outbox-relay', log);
   const redis = await connectUntilReady(config.redisUrl, { name: 'outbox-relay', log, signal, namespace: config.namespace, requireNoEviction: true });
   const healthEndpoint = healthEndpointOf('relay', config.healthPort, config.healthHost);
   const metrics = healthEndpoint === null ? undefined : await appMetrics('outbox-relay');
@@ -103,5 +105,6 @@ async function startOnPostgres(config: RelayConfig, log: Logger, signal: AbortSi
     await loop.close();
     await closeRedis(redis);
     await store.end();
+    await detach();
   };
 }
