@@ -162,7 +162,7 @@ describe('outbox replay on PostgreSQL', () => {
 });
 
 describe('outbox verify on PostgreSQL', () => {
-  it('names an event lost from the queue (exit 1) and its order, with the lab\'s checks; --repair republishes it, and rebuilds a Redis that lost its state', async () => {
+  it('names an event lost from the queue (exit 1) and its order, with the lab\'s checks; --repair republishes it, and rebuilds a Redis that lost its state, which status and verify say is rebuilt from PostgreSQL', async () => {
     await ok('init');
     await ok('place-order', '--count', '2');
     await ok('relay');
@@ -187,9 +187,15 @@ describe('outbox verify on PostgreSQL', () => {
     assert.match((await ok('verify')).stdout, /^VERIFY OK$/m);
     // Redis that lost its state: --repair rebuilds it from PostgreSQL.
     await h.client.flushall();
+    assert.match((await ok('status')).stdout, /^store +[0-9a-f]{16}: WARN Redis lost its state \(no outbox:meta\): the relay rebuilds it from PostgreSQL on its next pass$/m);
+    const lostState = await pgCli(['verify', '--settle', '0s']);
+    assert.equal(lostState.code, 1, lostState.stdout + lostState.stderr);
+    assert.match(lostState.stdout, /^Redis serves this store +yes +no: Redis lost its state +FAIL\n  e\.g\. the relay rebuilds it from PostgreSQL on its next pass; by hand: outbox verify --repair$/m);
+    assert.doesNotMatch(lostState.stdout + (await ok('status')).stdout, /SQLite/);
     const rebuilt = await pgCli(['verify', '--repair', '--settle', '0s']);
     assert.match(rebuilt.stdout, /^repair: Redis lost its state: rebuilding it from PostgreSQL, 3 published event\(s\) set back to PENDING to be applied again$/m);
     await ok('consume');
+    assert.match((await ok('status')).stdout, /^store +[0-9a-f]{16}: Redis serves it; rebuilt from PostgreSQL 1 time\(s\), last /m);
     assert.match((await ok('verify')).stdout, /^VERIFY OK$/m);
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-1': '4' });
   });

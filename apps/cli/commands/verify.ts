@@ -27,7 +27,7 @@ interface Args extends GlobalArgs, GuardArgs {
 }
 
 export const command = 'verify';
-export const describe = 'reconcile SQLite with what the consumer applied; exit 1 if an invariant fails';
+export const describe = 'reconcile the outbox store (app.db or PostgreSQL) with what the consumer applied; exit 1 if an invariant fails';
 
 export const builder = (yargs: Argv<GlobalArgs>) =>
   yargs
