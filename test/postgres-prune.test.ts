@@ -3,7 +3,9 @@ import { after, beforeEach, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
 import { createConsumer, createPgOutbox, createPgRelay } from '../shared/outbox/index.js';
 import { connectRedis } from '../shared/outbox/redis/connect.js';
+import { startApp, stopApp } from './helpers/apps.js';
 import { runCli, type CliResult } from './helpers/cli.js';
+import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { useHarness } from './helpers/harness.js';
 import { usePostgres } from './helpers/postgres.js';
 import { handlers as accountHandlers } from './fixtures/account-handlers.js';
@@ -137,5 +139,22 @@ describe('outbox prune on PostgreSQL', () => {
     await drain();
     assert.match((await ok('prune', '--older-than', '0s')).stdout, /^pruned 1 PUBLISHED row/m);
     assert.match((await ok('verify', '--settle', '0s')).stdout, /^processed_unique = outbox rows \+ pruned +7 +7 +ok$[\s\S]*^VERIFY OK$/m);
+  });
+
+  it('the relay app on PostgreSQL prunes on its schedule (OUTBOX_PRUNE_OLDER_THAN) what the consumer applied, and keeps what it has not', async () => {
+    await ok('init');
+    await ok('place-order', '--count', '20');
+    const relay = startApp(h.env, 'dist/apps/relay/main.js', [], { OUTBOX_DATABASE_URL: db.url, OUTBOX_RELAY_POLL: '20ms', OUTBOX_PRUNE_OLDER_THAN: '0s', OUTBOX_PRUNE_EVERY: '500ms' });
+    try {
+      // Relayed, then a scheduled prune found the 20 rows and kept them: nothing is applied yet.
+      await waitFor(() => /"msg":"outbox pruned","deleted":0,"keptNotApplied":20/.test(relay.output()), { timeoutMs: 15_000, message: relay.output() });
+      assert.equal(await db.scalar("SELECT COUNT(*)::int FROM outbox WHERE status = 'PUBLISHED'"), 20);
+      await ok('consume');
+      await waitFor(async () => (await db.scalar<number>('SELECT COUNT(*)::int FROM outbox')) === 0, { timeoutMs: 15_000, message: relay.output() });
+    } finally {
+      assert.equal((await stopApp(relay)).code, 0, relay.output());
+    }
+    assert.equal(await db.scalar('SELECT SUM(events)::int FROM outbox_pruned'), 20);
+    assert.match((await ok('verify', '--settle', '0s')).stdout, /^VERIFY OK$/m);
   });
 });

@@ -1,7 +1,6 @@
 import type { Pool } from 'pg';
 import { relaySettings, type RelayConfig } from '../../shared/runtime/config/relay-config.js';
 import { redactUrl } from '../../shared/outbox/config.js';
-import { ConfigError } from '../../shared/outbox/errors/config-error.js';
 import { OutboxError } from '../../shared/outbox/errors/outbox-error.js';
 import { incidentLog } from '../../shared/outbox/incident-log.js';
 import type { Logger } from '../../shared/outbox/logger.js';
@@ -66,13 +65,12 @@ runApp('outbox-relay', relaySettings, async (config, log, signal) => {
 /**
  * The relay on the PostgreSQL store (OUTBOX_DATABASE_URL / --database): a loop of passes without the
  * BullMQ job (FOR UPDATE SKIP LOCKED lets any number of relays run at once), with the same batch
- * size, poll and slice, health endpoint and metrics; --every and --lock-duration do not apply, nor
- * pruning (not on PostgreSQL yet). Waits, logging once, until PostgreSQL answers with the outbox tables.
+ * size, poll and slice, health endpoint, metrics and prune schedule; --every and --lock-duration do
+ * not apply. Waits, logging once, until PostgreSQL answers with the outbox tables.
  */
 async function startOnPostgres(config: RelayConfig, log: Logger, signal: AbortSignal): Promise<() => Promise<void>> {
   const { assertPgOutbox, openPg } = await import('../../shared/runtime/postgres.js');
   const { startPgRelayLoop } = await import('../../shared/outbox/postgres/pg-relay-loop.js');
-  if (config.pruneOlderThanMs !== undefined) throw new ConfigError('OUTBOX_PRUNE_OLDER_THAN is not supported on PostgreSQL yet: unset it (or use app.db)');
   const waiting = incidentLog(log);
   let pool: Pool | undefined;
   while (pool === undefined) {
@@ -99,9 +97,19 @@ async function startOnPostgres(config: RelayConfig, log: Logger, signal: AbortSi
   const identity = { app: 'outbox-relay', dir: config.dir, namespace: config.namespace };
   const store = pool;
   const health = await startHealthServer(healthEndpoint, HEALTH_PORT_SETTINGS.relay.env, () => relayHealth(identity, () => checkPgStore(store), redis, loop.stats), log, metrics);
-  log.info('relay started', { redis: config.redisUrl, database: redactUrl(config.databaseUrl), sliceMs: config.sliceMs, pollMs: config.pollMs, batchSize: config.batchSize });
+  const pruneOlderThanMs = config.pruneOlderThanMs;
+  const pruner = pruneOlderThanMs === undefined ? undefined : await startPruneWorker(store, redis, config.redisUrl, log, { olderThanMs: pruneOlderThanMs, everyMs: config.pruneEveryMs });
+  log.info('relay started', {
+    redis: config.redisUrl,
+    database: redactUrl(config.databaseUrl),
+    sliceMs: config.sliceMs,
+    pollMs: config.pollMs,
+    batchSize: config.batchSize,
+    pruneOlderThanMs: pruneOlderThanMs ?? 'off',
+  });
   return async () => {
     await health.close();
+    await pruner?.close();
     await loop.close();
     await closeRedis(redis);
     await store.end();

@@ -1,5 +1,5 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { parseReplayRange, planReplay, replay, type ReplayPlan } from '../../../shared/operations/recovery/repair.js';
+import { parseReplayRange, sqliteRecovery, type RecoveryStore, type ReplayPlan } from '../../../shared/operations/recovery/repair.js';
 import { guard, guardOptions, idRange, rowLine, SHOWN, withMore, type GuardArgs } from '../confirm.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { onPostgres, withDb, withPg } from '../stores.js';
@@ -20,18 +20,15 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const range = parseReplayRange(argv.from, argv.to);
+  const run = async (recovery: RecoveryStore) => {
+    const plan = await recovery.planReplay(range, SHOWN);
+    // Confirmed: no row beyond the last one shown (on app.db, none published after the plan was made).
+    return (await confirmed(argv, plan)) ? recovery.replay(range, plan.lastId ?? 0) : null;
+  };
   const config = configOf(argv);
   const count = onPostgres(config)
-    ? await withPg(config, async (pool) => {
-        const { pgPlanReplay, pgReplay } = await import('../../../shared/operations/recovery/pg-repair.js');
-        const plan = await pgPlanReplay(pool, range, SHOWN);
-        return (await confirmed(argv, plan)) ? pgReplay(pool, range, plan.lastId ?? 0) : null;
-      })
-    : await withDb(config, async (db) => {
-        const plan = planReplay(db, range, SHOWN);
-        // Confirmed: no row published after the plan was made.
-        return (await confirmed(argv, plan)) ? replay(db, range, plan.lastId ?? 0) : null;
-      });
+    ? await withPg(config, async (pool) => run((await import('../../../shared/operations/recovery/pg-repair.js')).pgRecovery(pool)))
+    : await withDb(config, (db) => run(sqliteRecovery(db)));
   if (count === null) return;
   console.log(`${count} row(s) set back to PENDING; the relay (outbox relay, or the outbox-relay app) publishes them again and the consumer skips what it already applied`);
 }

@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import type { Pool, PoolClient } from 'pg';
 import { REPLAY_LOCK } from '../../outbox/postgres/locks.js';
 import { createPgRelay } from '../../outbox/postgres/pg-relay.js';
-import { rangeColumn, type ReplayPlan, type ReplayRange, type RowToChange } from './repair.js';
+import { rangeColumn, type PublishedRows, type RecoveryStore, type ReplayPlan, type ReplayRange, type RowToChange } from './repair.js';
 
 interface PgRowToChange {
   id: string;
@@ -58,7 +58,7 @@ export async function pgRowsOfEvents(pool: Pool, eventIds: string[], shown: numb
 }
 
 /** The PUBLISHED rows a rebuild sets back to PENDING: how many, their id range, the first `shown`. */
-export async function pgPublishedRows(pool: Pool, shown: number): Promise<{ count: number; firstId: number; lastId: number; firstRows: RowToChange[] }> {
+export async function pgPublishedRows(pool: Pool, shown: number): Promise<PublishedRows> {
   const { rows } = await pool.query<{ count: string; first: string | null; last: string | null }>(
     "SELECT COUNT(*) AS count, MIN(id) AS first, MAX(id) AS last FROM outbox WHERE status = 'PUBLISHED'",
   );
@@ -93,4 +93,17 @@ export async function pgReplay(pool: Pool, range: ReplayRange, throughId = Numbe
       )
     ).rowCount ?? 0,
   );
+}
+
+/** The recovery of the PostgreSQL store. */
+export function pgRecovery(pool: Pool): RecoveryStore {
+  return {
+    source: 'PostgreSQL',
+    publishedRows: (shown) => pgPublishedRows(pool, shown),
+    rowsOfEvents: (eventIds, shown) => pgRowsOfEvents(pool, eventIds, shown),
+    republish: (redis, eventIds) => pgRepublish(pool, redis, eventIds),
+    rebuild: (redis, onPairing) => createPgRelay(pool, redis, { onPairing }).relayAll(),
+    planReplay: (range, shown) => pgPlanReplay(pool, range, shown),
+    replay: (range, throughId) => pgReplay(pool, range, throughId),
+  };
 }
