@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { hostname } from 'node:os';
 import { beforeEach, describe, it } from 'node:test';
 import { createPgOrderService } from '../shared/lab/orders/pg-order-service.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
@@ -99,7 +100,7 @@ describe('the relay app on PostgreSQL', () => {
     for (const { sku, qty } of live) assert.equal(Number(reserved[sku]), qty, sku);
   });
 
-  it('refuses a bad OUTBOX_DATABASE_URL with exit 78, one line; waits for a database without the outbox tables and relays once init made them, healthy; after init --force it relays for the new store', async () => {
+  it('refuses a bad OUTBOX_DATABASE_URL with exit 78, one line; waits for a database without the outbox tables and relays once init made them, healthy; init --force refuses while it runs (exit 4) and, with --ignore-attached, it relays for the new store', async () => {
     const bad = startApp(h.env, RELAY, [], { OUTBOX_DATABASE_URL: 'postgres//nope' });
     assert.equal((await bad.exited).code, 78, bad.output());
     assert.match(bad.output(), /"msg":"OUTBOX_DATABASE_URL must be a URL like postgres:/);
@@ -116,8 +117,16 @@ describe('the relay app on PostgreSQL', () => {
       assert.equal(health.status, 200, await health.clone().text());
       const storeId = (await db.scalar("SELECT value FROM outbox_meta WHERE key = 'store_id'")) as string;
       assert.equal(((await health.json()) as { checks: { database: { storeId: string } } }).checks.database.storeId, storeId);
+      // The running relay has the store open: init --force refuses (exit 4, one line) unless --ignore-attached.
+      const refused = await runCli(['init', '--force'], { ...h.env, env: pgEnv() });
+      assert.equal(refused.code, 4, refused.stdout + refused.stderr);
+      assert.equal(
+        refused.stderr,
+        `outbox: outbox-relay ${hostname()} pid ${relay.child.pid} has PostgreSQL database ${db.name} open: stop them first: npx pm2 stop ecosystem.config.cjs, or pass --ignore-attached\n`,
+      );
+      assert.equal(await db.scalar("SELECT value FROM outbox_meta WHERE key = 'store_id'"), storeId, 'nothing changed');
       // Recreated under the running relay: it relays for the new store, never claims Redis for the old one.
-      await cli('init', '--force');
+      await cli('init', '--force', '--ignore-attached');
       await cli('place-order', '--count', '2');
       const newStoreId = (await db.scalar("SELECT value FROM outbox_meta WHERE key = 'store_id'")) as string;
       await waitFor(async () => (await h.client.llen('outbox.events')) === 2, { timeoutMs: 10_000, message: relay.output() });
@@ -165,10 +174,57 @@ describe('the producer app on PostgreSQL', () => {
     assert.match((await cli('verify')).stdout, /^VERIFY OK$/m);
   });
 
-  it('refuses OUTBOX_RATE on PostgreSQL (exit 78, one line): the built-in traffic is not ported yet', async () => {
-    const app = startApp(h.env, PRODUCER, [], { ...pgEnv(), PORT: String(await freePort()), OUTBOX_RATE: '10' });
-    assert.equal((await app.exited).code, 78, app.output());
-    assert.match(app.output(), /"msg":"OUTBOX_RATE \(the built-in traffic\) does not run on the PostgreSQL store yet/);
-    assert.equal(app.output().trim().split('\n').length, 1, app.output());
+  it('is attached to the store while it runs: init --force refuses (exit 4); a session PostgreSQL ends is registered again; a killed producer leaves nothing behind', async () => {
+    await cli('init');
+    const producer = startApp(h.env, PRODUCER, [], { ...pgEnv(), PORT: String(await freePort()) });
+    const name = `outbox-producer ${hostname()} pid ${producer.child.pid}`;
+    const attached = () => db.scalar<number>('SELECT COUNT(*)::int FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1', [name]);
+    const forced = () => runCli(['init', '--force'], { ...h.env, env: pgEnv() });
+    try {
+      await waitFor(() => /"msg":"producer listening"/.test(producer.output()), { message: producer.output() });
+      const refused = await forced();
+      assert.equal(refused.code, 4, refused.stdout + refused.stderr);
+      assert.match(refused.stderr, new RegExp(`^outbox: ${name} has PostgreSQL database ${db.name} open: stop them first`));
+      // PostgreSQL ends its session (a restart, an operator): it registers again.
+      assert.equal(await db.scalar<boolean>('SELECT bool_and(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1', [name]), true);
+      await waitFor(async () => (await attached()) === 1, { message: 'the producer did not register again' });
+      assert.equal((await forced()).code, 4);
+    } finally {
+      producer.child.kill('SIGKILL');
+      await producer.exited;
+    }
+    // Its session went with the process: no stale registration.
+    await waitFor(async () => (await attached()) === 0, { message: 'the killed producer\'s session stayed' });
+    const after = await forced();
+    assert.equal(after.code, 0, after.stdout + after.stderr);
+  });
+
+  it('runs its built-in traffic (OUTBOX_RATE) on PostgreSQL, each operation a pg transaction, and serves /metrics with the PENDING rows read from PostgreSQL; the orders and events verify', async () => {
+    await cli('init');
+    const port = await freePort();
+    const producer = startApp(h.env, PRODUCER, [], { ...pgEnv(), PORT: String(port), OUTBOX_RATE: '200', OUTBOX_DURATION: '1s' });
+    const gauge = async (name: string) => {
+      const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+      const line = text.split('\n').find((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `));
+      return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(' ') + 1));
+    };
+    try {
+      const stopped = await waitFor(() => producer.output().split('\n').find((line) => line.includes('"msg":"traffic stopped"')), { timeoutMs: 20_000, message: producer.output() });
+      const stats = JSON.parse(stopped!) as { placed: number; changed: number; cancelled: number; failed: number };
+      assert.equal(stats.failed, 0, stopped);
+      assert.ok(stats.placed > 50, stopped);
+      const events = await db.scalar<number>('SELECT COUNT(*)::int FROM outbox');
+      assert.equal(events, stats.placed + stats.changed + stats.cancelled, 'one event per operation');
+      assert.equal(await db.scalar<number>('SELECT COUNT(*)::int FROM orders'), stats.placed);
+      assert.equal(await gauge('outbox_pending_events'), events);
+      assert.ok((await gauge('outbox_oldest_pending_age_seconds'))! > 0);
+      await cli('relay');
+      assert.equal(await gauge('outbox_pending_events'), 0);
+      assert.equal(await gauge('outbox_oldest_pending_age_seconds'), 0);
+    } finally {
+      assert.equal((await stopApp(producer)).code, 0, producer.output());
+    }
+    await cli('consume');
+    assert.match((await cli('verify')).stdout, /^orders with missing events +0 +0 +ok$[\s\S]*^SKUs whose reserved qty != live orders +0 +0 +ok$[\s\S]*^VERIFY OK$/m);
   });
 });

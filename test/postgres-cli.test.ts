@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeEach, describe, it } from 'node:test';
 import { runCli, type CliResult } from './helpers/cli.js';
@@ -123,8 +123,46 @@ describe('outbox on PostgreSQL: the seed\'s steps', () => {
   });
 });
 
+describe('outbox replay on PostgreSQL', () => {
+  it('sets a range of PUBLISHED rows (ids or times) back to PENDING after waiting for every relay batch in flight; the relay pushes them again and the consumer skips them', async () => {
+    await ok('init');
+    await ok('place-order', '--count', '3');
+    await ok('relay');
+    await ok('consume');
+    const dry = await ok('replay', '--from', '2', '--dry-run');
+    assert.match(dry.stdout, /^replay would set 2 PUBLISHED row\(s\) \(ids 2-3\) back to PENDING$/m);
+    assert.match(dry.stdout, /^  id 2  order:2 seq 1  OrderPlaced  created /m);
+    assert.match(dry.stdout, /^dry run: nothing changed$/m);
+    assert.equal(await db.scalar("SELECT COUNT(*)::int FROM outbox WHERE status = 'PENDING'"), 0);
+
+    // A relay batch between claim and commit holds the replay lock shared: replay waits for it.
+    const { REPLAY_LOCK } = await import('../shared/outbox/postgres/locks.js');
+    const batch = await db.pool(1).connect();
+    await batch.query('BEGIN');
+    await batch.query('SELECT pg_advisory_xact_lock_shared($1)', [REPLAY_LOCK]);
+    const replaying = pgCli(['replay', '--from', '2', '--to', '3']);
+    await waitFor(async () => (await db.scalar<number>("SELECT COUNT(*)::int FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")) === 1, { timeoutMs: 10_000 });
+    assert.equal(await db.scalar("SELECT COUNT(*)::int FROM outbox WHERE status = 'PENDING'"), 0, 'replay waited for the batch in flight');
+    await batch.query('COMMIT');
+    batch.release();
+    const replayed = await replaying;
+    assert.equal(replayed.code, 0, replayed.stdout + replayed.stderr);
+    assert.match(replayed.stdout, /^2 row\(s\) set back to PENDING; the relay/m);
+    assert.deepEqual(await rows("SELECT id::int FROM outbox WHERE status = 'PENDING' AND published_at IS NULL ORDER BY id"), [{ id: 2 }, { id: 3 }]);
+
+    // By time: every row created from then on.
+    const from = new Date(Number(await db.scalar('SELECT MIN(created_at) FROM outbox'))).toISOString();
+    assert.match((await ok('replay', '--from', from, '--dry-run')).stdout, /^replay would set 1 PUBLISHED row\(s\) \(id 1\) back to PENDING$/m);
+    assert.match((await ok('relay')).stdout, /^relayed 2 events in 1 batch/m);
+    await ok('consume');
+    assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-1': '3' }, 'applied once');
+    assert.match((await ok('verify', '--settle', '0s')).stdout, /^events applied more than once +0 +0 +ok$[\s\S]*^VERIFY OK$/m);
+    refused(await pgCli(['replay', '--from', 'yesterday']), 2, /^outbox: --from must be an outbox row id or a time like/);
+  });
+});
+
 describe('outbox verify on PostgreSQL', () => {
-  it('names an event lost from the queue (exit 1) and its order, with the lab\'s checks; --repair republishes it, and rebuilds a Redis that lost its state; refuses --checks in one line (exit 2)', async () => {
+  it('names an event lost from the queue (exit 1) and its order, with the lab\'s checks; --repair republishes it, and rebuilds a Redis that lost its state, which status and verify say is rebuilt from PostgreSQL', async () => {
     await ok('init');
     await ok('place-order', '--count', '2');
     await ok('relay');
@@ -149,12 +187,58 @@ describe('outbox verify on PostgreSQL', () => {
     assert.match((await ok('verify')).stdout, /^VERIFY OK$/m);
     // Redis that lost its state: --repair rebuilds it from PostgreSQL.
     await h.client.flushall();
+    assert.match((await ok('status')).stdout, /^store +[0-9a-f]{16}: WARN Redis lost its state \(no outbox:meta\): the relay rebuilds it from PostgreSQL on its next pass$/m);
+    const lostState = await pgCli(['verify', '--settle', '0s']);
+    assert.equal(lostState.code, 1, lostState.stdout + lostState.stderr);
+    assert.match(lostState.stdout, /^Redis serves this store +yes +no: Redis lost its state +FAIL\n  e\.g\. the relay rebuilds it from PostgreSQL on its next pass; by hand: outbox verify --repair$/m);
+    assert.doesNotMatch(lostState.stdout + (await ok('status')).stdout, /SQLite/);
     const rebuilt = await pgCli(['verify', '--repair', '--settle', '0s']);
     assert.match(rebuilt.stdout, /^repair: Redis lost its state: rebuilding it from PostgreSQL, 3 published event\(s\) set back to PENDING to be applied again$/m);
     await ok('consume');
+    assert.match((await ok('status')).stdout, /^store +[0-9a-f]{16}: Redis serves it; rebuilt from PostgreSQL 1 time\(s\), last /m);
     assert.match((await ok('verify')).stdout, /^VERIFY OK$/m);
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-1': '4' });
-    refused(await pgCli(['verify', '--checks', 'dist/examples/payments/verify-checks.js']), 2, /^outbox: --checks is not available on PostgreSQL yet/);
+  });
+
+  it('--checks runs a check set on PostgreSQL: its snapshot.postgres reads in verify\'s REPEATABLE READ snapshot, its checks get store "postgres" and the pool; a FAIL row is exit 1; a set that reads only app.db is refused (exit 2)', async () => {
+    await ok('init');
+    await ok('place-order', '--count', '3');
+    await ok('relay');
+    await ok('consume');
+    const checks = join(h.env.dir, 'pg-checks.mjs');
+    writeFileSync(
+      checks,
+      `export default { name: 'mine',
+        snapshot: { postgres: async (client) => (await client.query("SELECT COUNT(*)::int AS n, current_setting('transaction_isolation') AS iso FROM orders")).rows[0] },
+        checks: {
+          'orders in the snapshot': ({ snapshot }) => ({ name: 'orders in the snapshot', expected: '3', actual: String(snapshot.n), status: snapshot.n === 3 ? 'ok' : 'FAIL' }),
+          'store': async ({ store, producer, snapshot }) => ({ name: 'store / isolation / orders by its pool', expected: '-', status: 'info',
+            actual: store + ' / ' + snapshot.iso + ' / ' + (await producer.query('SELECT COUNT(*)::int AS n FROM orders')).rows[0].n }),
+          'more orders': ({ snapshot }) => ({ name: 'orders > 3', expected: 'yes', actual: snapshot.n > 3 ? 'yes' : 'no', status: snapshot.n > 3 ? 'ok' : 'FAIL' }),
+        } };`,
+    );
+    const result = await pgCli(['verify', '--checks', checks, '--settle', '0s']);
+    assert.equal(result.code, 1, result.stdout + result.stderr);
+    assert.match(result.stdout, /^orders in the snapshot +3 +3 +ok$/m);
+    assert.match(result.stdout, /^store \/ isolation \/ orders by its pool +- +postgres \/ repeatable read \/ 3 +info$/m);
+    assert.match(result.stdout, /^orders > 3 +yes +no +FAIL$/m);
+    assert.match(result.stdout, /^events lost \(never applied, not in Redis\) +0 +0 +ok$/m);
+    assert.doesNotMatch(result.stdout, /SKUs whose reserved qty/, '--checks replaces the lab\'s set');
+    assert.match(result.stdout, /^VERIFY FAILED: 1 invariant broken$/m);
+
+    const sqliteOnly = join(h.env.dir, 'sqlite-checks.mjs');
+    writeFileSync(sqliteOnly, "export default { name: 'mine', snapshot: { producer: (db) => db.prepare('SELECT 1').get() }, checks: { 'x': () => [] } };");
+    refused(
+      await pgCli(['verify', '--checks', sqliteOnly]),
+      2,
+      /^outbox: --checks .*sqlite-checks\.mjs: mine reads app\.db in its snapshot \(snapshot\.producer\) and has no snapshot\.postgres for PostgreSQL: add one to verify this store$/,
+    );
+    // A snapshot.postgres that throws fails its one row, named after it.
+    const badRead = join(h.env.dir, 'bad-checks.mjs');
+    writeFileSync(badRead, "export default { name: 'mine', snapshot: { postgres: (client) => client.query('SELECT * FROM nowhere') }, checks: { 'uses it': () => [] } };");
+    const bad = await pgCli(['verify', '--checks', badRead, '--settle', '0s']);
+    assert.equal(bad.code, 1, bad.stdout + bad.stderr);
+    assert.match(bad.stderr, /^verify: check "mine: snapshot\.postgres" of mine threw: relation "nowhere" does not exist$/m);
   });
 });
 
@@ -173,7 +257,7 @@ describe('outbox on PostgreSQL: bad settings and unusable stores', () => {
   });
 
   it('the commands not on PostgreSQL yet are refused in one line (exit 2) instead of running on app.db', async () => {
-    for (const [command, args] of [['replay', ['--from', '1']], ['prune', ['--older-than', '0s']], ['lab', []], ['chaos', ['--duration', '1s']], ['bench', ['--quick']]] as const) {
+    for (const [command, args] of [['lab', []], ['chaos', ['--duration', '1s']], ['bench', ['--quick']]] as const) {
       refused(await pgCli([command, ...args]), 2, new RegExp(`^outbox: ${command} does not run on the PostgreSQL store yet \\(--database / OUTBOX_DATABASE_URL is set\\): unset it to run it on app\\.db$`));
     }
     assert.deepEqual(await h.client.keys('*'), []);

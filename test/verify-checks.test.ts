@@ -125,6 +125,12 @@ describe('verify --checks: a domain’s own invariants (examples/payments, datab
       [moduleFile('export const checks = {};'), /^outbox: --checks .*checks\.mjs has no default export: pass a JS module /],
       [moduleFile("export default { name: 'mine', checks: { a: 1 } };"), /^outbox: --checks .*checks\.mjs: its default export is not a check set \(mine: check "a" is not a function\): pass/],
       [moduleFile("export default { checks: {} };"), /^outbox: --checks .*checks\.mjs: its default export is not a check set \(its name must be a non-empty string\): pass/],
+      [moduleFile("export default { name: 'mine', snapshot: { postgres: 1 }, checks: { a: () => [] } };"), /^outbox: --checks .*checks\.mjs: its default export is not a check set \(mine: snapshot\.postgres must be a function\): pass/],
+      // A set whose snapshot reads PostgreSQL only: it would judge app.db without the snapshot its checks need.
+      [
+        moduleFile("export default { name: 'mine', snapshot: { postgres: async (client) => 1 }, checks: { a: () => [] } };"),
+        /^outbox: --checks .*checks\.mjs: mine reads PostgreSQL in its snapshot \(snapshot\.postgres\) and has no snapshot\.producer for app\.db: add one to verify this store\n$/,
+      ],
       // defineVerifyChecks itself refuses a malformed set when the module loads (ConfigError).
       [
         moduleFile(`import { defineVerifyChecks } from ${JSON.stringify(PUBLIC_API)}; export default defineVerifyChecks({ name: 'mine', checks: { a: 1 } });`),

@@ -10,7 +10,7 @@ export const globalOptions = flagOptions(storeSettings);
 export const ignoreAttachedOption = {
   type: 'boolean',
   default: false,
-  describe: 'go ahead while apps (producer, relay) have app.db open: they refuse work until they switch to the new app.db',
+  describe: 'go ahead while apps (producer, relay) have app.db (or the PostgreSQL store) open: they refuse work until they switch to the new app.db',
 } satisfies Options;
 
 export interface GlobalArgs {

@@ -9,7 +9,7 @@ import { producerSettings } from '../../shared/runtime/config/producer-config.js
 import { watchDatabase } from '../../shared/outbox/store/live-database.js';
 import { ConfigError } from '../../shared/outbox/errors/config-error.js';
 import { attachApp } from '../../shared/runtime/attached-apps.js';
-import { createOrderApi } from '../../shared/lab/producer/http-api.js';
+import { createOrderApi, type OrderApiService } from '../../shared/lab/producer/http-api.js';
 import { createLiveOrderService } from '../../shared/lab/producer/live-order-service.js';
 import { producerHealth } from '../../shared/runtime/health/producer-health.js';
 import { startTraffic } from '../../shared/lab/producer/traffic.js';
@@ -28,7 +28,6 @@ function listenError(error: NodeJS.ErrnoException, host: string, port: number): 
 
 runApp('outbox-producer', producerSettings, async (config, log) => {
   const { port, host } = config;
-  if (config.databaseUrl !== '' && config.rate > 0) throw new ConfigError('OUTBOX_RATE (the built-in traffic) does not run on the PostgreSQL store yet: unset it, or OUTBOX_DATABASE_URL');
   // Listening first: a port that is taken refuses the start before app.db is touched.
   const server = createServer();
   await new Promise<void>((resolve, reject) => {
@@ -47,12 +46,7 @@ runApp('outbox-producer', producerSettings, async (config, log) => {
   server.on('request', createOrderApi(service, log, { health, metrics: (res) => sendMetrics(res, metrics, log) }));
   log.info('producer listening', { url: `http://${host}:${port}`, db: `${config.dir}/app.db` });
 
-  const traffic = config.rate > 0 ? startTraffic(service, { rate: config.rate, durationMs: config.durationMs, seed: config.seed }, log) : undefined;
-  if (traffic) {
-    log.info('traffic started', { rate: config.rate, durationMs: config.durationMs, seed: config.seed });
-    void traffic.done.then((stats) => log.info('traffic stopped', { ...stats }));
-  }
-
+  const traffic = startConfiguredTraffic(config, service, log);
   return async () => {
     await traffic?.stop();
     await new Promise<void>((resolve) => server.close(() => resolve()));
@@ -61,6 +55,15 @@ runApp('outbox-producer', producerSettings, async (config, log) => {
     detach();
   };
 });
+
+/** The built-in traffic (OUTBOX_RATE) on `service`, when asked for. */
+function startConfiguredTraffic(config: ProducerConfig, service: OrderApiService, log: Logger) {
+  if (config.rate <= 0) return undefined;
+  const traffic = startTraffic(service, { rate: config.rate, durationMs: config.durationMs, seed: config.seed }, log);
+  log.info('traffic started', { rate: config.rate, durationMs: config.durationMs, seed: config.seed });
+  void traffic.done.then((stats) => log.info('traffic stopped', { ...stats }));
+  return traffic;
+}
 
 /**
  * The order API on the PostgreSQL store (OUTBOX_DATABASE_URL): each write one pg transaction
@@ -71,8 +74,10 @@ async function startOnPostgres(config: ProducerConfig, server: Server, log: Logg
   const { openPg, assertPgOutbox } = await import('../../shared/runtime/postgres.js');
   const { createPgOrderService } = await import('../../shared/lab/orders/pg-order-service.js');
   const { pgUnavailable } = await import('../../shared/outbox/postgres/pg-errors.js');
+  const { attachPgApp } = await import('../../shared/runtime/pg-attached-apps.js');
   const pool = await openPg(config.databaseUrl, { max: 8, name: 'outbox-producer' });
   await assertPgOutbox(pool);
+  const detach = await attachPgApp(config.databaseUrl, 'outbox-producer', log);
   const pg = await createPgOrderService(pool);
   const guarded =
     <A extends unknown[], R>(fn: (...args: A) => Promise<R>) =>
@@ -82,11 +87,17 @@ async function startOnPostgres(config: ProducerConfig, server: Server, log: Logg
       });
   const service = { placeOrder: guarded(pg.placeOrder), changeQty: guarded(pg.changeQty), cancelOrder: guarded(pg.cancelOrder), getOrder: guarded(pg.getOrder) };
   const health = async () => healthReport({ app: 'outbox-producer', dir: config.dir }, { database: await checkPgStore(pool) });
-  server.on('request', createOrderApi(service, log, { health }));
+  // GET /metrics: PENDING rows and the oldest one's age, read from PostgreSQL when scraped.
+  const metrics = await appMetrics('outbox-producer');
+  metrics.watchStore(pool);
+  server.on('request', createOrderApi(service, log, { health, metrics: (res) => sendMetrics(res, metrics, log) }));
   log.info('producer listening', { url: `http://${config.host}:${config.port}`, database: redactUrl(config.databaseUrl) });
+  const traffic = startConfiguredTraffic(config, service, log);
   return async () => {
+    await traffic?.stop();
     await new Promise<void>((resolve) => server.close(() => resolve()));
     server.closeAllConnections();
     await pool.end();
+    await detach();
   };
 }

@@ -20,6 +20,10 @@ import { relayHealth } from '../../shared/runtime/health/relay-health.js';
 import { appMetrics } from '../../shared/runtime/metrics/app-metrics.js';
 
 runApp('outbox-relay', relaySettings, async (config, log, signal) => {
+  // Prune reads each event's applied state in one Redis, and runs as a BullMQ job there.
+  if (config.pruneOlderThanMs !== undefined && (config.redisCluster || (config.partitions ?? 1) > 1)) {
+    throw new ConfigError('OUTBOX_PRUNE_OLDER_THAN does not run with partitions or a Redis Cluster yet: unset it (or OUTBOX_PARTITIONS / OUTBOX_REDIS_CLUSTER)');
+  }
   if (config.databaseUrl !== '') return startOnPostgres(config, log, signal);
   if (config.redisCluster) throw new ConfigError('the relay app on app.db runs on one Redis (its BullMQ job): unset OUTBOX_REDIS_CLUSTER, or use the PostgreSQL store (OUTBOX_DATABASE_URL) on a cluster');
   const detach = attachApp(config.dir, 'outbox-relay');
@@ -71,13 +75,12 @@ runApp('outbox-relay', relaySettings, async (config, log, signal) => {
 /**
  * The relay on the PostgreSQL store (OUTBOX_DATABASE_URL / --database): a loop of passes without the
  * BullMQ job (FOR UPDATE SKIP LOCKED lets any number of relays run at once), with the same batch
- * size, poll and slice, health endpoint and metrics; --every and --lock-duration do not apply, nor
- * pruning (not on PostgreSQL yet). Waits, logging once, until PostgreSQL answers with the outbox tables.
+ * size, poll and slice, health endpoint, metrics and prune schedule; --every and --lock-duration do
+ * not apply. Waits, logging once, until PostgreSQL answers with the outbox tables.
  */
 async function startOnPostgres(config: RelayConfig, log: Logger, signal: AbortSignal): Promise<() => Promise<void>> {
   const { assertPgOutbox, openPg } = await import('../../shared/runtime/postgres.js');
   const { startPgRelayLoop } = await import('../../shared/outbox/postgres/pg-relay-loop.js');
-  if (config.pruneOlderThanMs !== undefined) throw new ConfigError('OUTBOX_PRUNE_OLDER_THAN is not supported on PostgreSQL yet: unset it (or use app.db)');
   const waiting = incidentLog(log);
   let pool: Pool | undefined;
   while (pool === undefined) {
@@ -93,21 +96,36 @@ async function startOnPostgres(config: RelayConfig, log: Logger, signal: AbortSi
       if (signal.aborted) throw error;
     }
   }
+  const { attachPgApp } = await import('../../shared/runtime/pg-attached-apps.js');
+  const detach = await attachPgApp(config.databaseUrl, 'outbox-relay', log);
   const partitions = await connectTargetPartitions(config, (options) => connectTargetUntilReady(config, { name: 'outbox-relay', log, signal, requireNoEviction: true, ...options }));
   await checkPartitionLayout(partitions);
   const redis = partitions.clients[0];
   const healthEndpoint = healthEndpointOf('relay', config.healthPort, config.healthHost);
   const metrics = healthEndpoint === null ? undefined : await appMetrics('outbox-relay');
+  metrics?.watchStore(pool);
   metrics?.watchQueue(redis);
   const loop = startPgRelayLoop(pool, partitions, log, { sliceMs: config.sliceMs, pollMs: config.pollMs, batchSize: config.batchSize, statsEveryMs: config.statsEveryMs });
   const identity = { app: 'outbox-relay', dir: config.dir, namespace: config.namespace };
   const store = pool;
   const health = await startHealthServer(healthEndpoint, HEALTH_PORT_SETTINGS.relay.env, () => relayHealth(identity, () => checkPgStore(store), redis, loop.stats), log, metrics);
-  log.info('relay started', { redis: config.redisCluster || config.redisUrl, partitions: config.partitions, database: redactUrl(config.databaseUrl), sliceMs: config.sliceMs, pollMs: config.pollMs, batchSize: config.batchSize });
+  const pruneOlderThanMs = config.pruneOlderThanMs;
+  const pruner = pruneOlderThanMs === undefined ? undefined : await startPruneWorker(store, redis, config.redisUrl, log, { olderThanMs: pruneOlderThanMs, everyMs: config.pruneEveryMs });
+  log.info('relay started', {
+    redis: config.redisCluster || config.redisUrl,
+    partitions: config.partitions,
+    database: redactUrl(config.databaseUrl),
+    sliceMs: config.sliceMs,
+    pollMs: config.pollMs,
+    batchSize: config.batchSize,
+    pruneOlderThanMs: pruneOlderThanMs ?? 'off',
+  });
   return async () => {
     await health.close();
+    await pruner?.close();
     await loop.close();
     await closePartitions(partitions);
     await store.end();
+    await detach();
   };
 }

@@ -10,7 +10,8 @@ const ENTRIES = 'ledger entries = payment events';
 export default defineVerifyChecks({
   name: 'payments',
   checks: {
-    [BALANCES]: ({ producer, consumer, inFlight, newerInFlight }): InvariantCheck[] => {
+    [BALANCES]: ({ store, producer, consumer, inFlight, newerInFlight }): InvariantCheck[] => {
+      if (store !== 'sqlite') throw new Error('reads the payments table in app.db: the payments example runs on SQLite');
       if (consumer === undefined) throw new Error('needs the ledger: pass --consumer-db <ledger.db>');
       // The payments table runs ahead of the ledger while events are on their way: judged once drained.
       const waiting = inFlight + newerInFlight;

@@ -14,7 +14,9 @@ import { processingLists } from '../outbox/redis/processing-lists.js';
 import { evictionProblem, readRedisSettings, type RedisSettings } from '../outbox/redis/settings.js';
 
 export interface StoreStatus {
-  /** app.db's store id. */
+  /** The store's database: app.db (SQLite) or PostgreSQL. */
+  source: StoreSource;
+  /** Its store id. */
   id: string;
   /** The Redis namespace ('' = none). */
   namespace: string;
@@ -22,12 +24,15 @@ export interface StoreStatus {
   redis: 'serves' | 'unclaimed' | 'lost' | 'foreign';
   /** The store Redis serves, when it serves one. */
   servedStore: string | null;
-  /** Times the relay rebuilt Redis from SQLite, and the last time (ms since epoch), from app.db. */
+  /** Times the relay rebuilt Redis from the store, and the last time (ms since epoch), from its outbox_meta. */
   rebuilds: number;
   lastRebuildAt: number | null;
   /** Events pruned before the last loss: their effects could not be rebuilt. */
   unrecoverable: number;
 }
+
+/** Which database the outbox store is in, as messages name it. */
+export type StoreSource = 'SQLite' | 'PostgreSQL';
 
 export interface SystemStatus {
   store: StoreStatus;
@@ -113,6 +118,7 @@ export async function storeStatusOf(reads: StatusStoreReads, meta: Record<string
   const storeId = await reads.storeId();
   const lastRebuildAt = await reads.meta('redis_rebuilt_at');
   return {
+    source: reads.source,
     id: storeId,
     namespace,
     redis: meta.store === undefined ? ((await reads.hasPublished()) ? 'lost' : 'unclaimed') : meta.store === storeId ? 'serves' : 'foreign',
@@ -131,6 +137,7 @@ export interface StatusOptions {
 
 /** What status reads of the outbox store, whichever it is (app.db, or PostgreSQL). */
 export interface StatusStoreReads {
+  source: StoreSource;
   /** The data dir, which the apps' health answers must name. */
   dir: string;
   /** PENDING rows and the created_at of the oldest. */
@@ -144,6 +151,7 @@ export interface StatusStoreReads {
 /** The reads of app.db. */
 export function sqliteStatusReads(db: Db): StatusStoreReads {
   return {
+    source: 'SQLite',
     dir: dirname(db.name),
     pending: async () => db.prepare<[], { n: number; oldest: number | null }>("SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM outbox WHERE status = 'PENDING'").get()!,
     storeId: async () => storeIdOf(db),
@@ -155,6 +163,7 @@ export function sqliteStatusReads(db: Db): StatusStoreReads {
 /** The reads of the PostgreSQL store; `dir` is the data dir of the command or app. */
 export function pgStatusReads(pool: Queryable, dir: string): StatusStoreReads {
   return {
+    source: 'PostgreSQL',
     dir,
     async pending() {
       const { rows } = await pool.query<{ n: string; oldest: string | null }>("SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM outbox WHERE status = 'PENDING'");
@@ -235,12 +244,12 @@ function formatStore(store: StoreStatus, now: number): string {
   const served = {
     serves: 'Redis serves it',
     unclaimed: 'Redis serves no store yet (the first relay pass claims it)',
-    lost: 'WARN Redis lost its state (no outbox:meta): the relay rebuilds it from SQLite on its next pass',
-    foreign: `WARN Redis serves another store, ${store.servedStore}: app.db was recreated, or this is another deployment's Redis`,
+    lost: `WARN Redis lost its state (no outbox:meta): the relay rebuilds it from ${store.source} on its next pass`,
+    foreign: `WARN Redis serves another store, ${store.servedStore}: ${store.source === 'SQLite' ? 'app.db' : 'the PostgreSQL store'} was recreated, or this is another deployment's Redis`,
   }[store.redis];
   const rebuilt =
     store.rebuilds > 0
-      ? `; rebuilt from SQLite ${store.rebuilds} time(s), last ${age(now - (store.lastRebuildAt ?? now))} ago` +
+      ? `; rebuilt from ${store.source} ${store.rebuilds} time(s), last ${age(now - (store.lastRebuildAt ?? now))} ago` +
         (store.unrecoverable > 0 ? `, WARN ${store.unrecoverable} pruned event(s) could not be rebuilt` : '')
       : '';
   return `${store.id}${namespace}: ${served}${rebuilt}`;

@@ -47,6 +47,8 @@ export {
   type VerifyCheck,
   type VerifyCheckSet,
   type VerifyContext,
+  type VerifyContextOfAnyStore,
+  type VerifyProducer,
 } from './verify/verify-checks.js';
 export { createOutboxMetrics, type OutboxMetrics, type OutboxMetricsOptions } from './metrics/outbox-metrics.js';
 export { createPgOutbox, createPgRelay, ensurePgOutboxTables, type PgOutbox, type PgRelay, type PgRelayOptions, type Queryable } from './postgres/index.js';

@@ -57,7 +57,8 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
 /**
  * The same on PostgreSQL: the lab's orders table and the library's tables in the database of
  * --database / OUTBOX_DATABASE_URL (its current schema). Refuses a database that has them unless
- * --force, which drops them (nothing else of the database) and clears this project's Redis keys.
+ * --force, which drops them (nothing else of the database) and clears this project's Redis keys,
+ * and refuses while an app has the store open (pg-attached-apps.ts) unless --ignore-attached.
  */
 async function initPostgres(config: OutboxConfig, argv: ArgumentsCamelCase<Args>): Promise<void> {
   const { createPgLabSchema, recreatePgLabSchema, pgLabRows } = await import('../../../shared/lab/orders/pg-order-service.js');
@@ -72,6 +73,10 @@ async function initPostgres(config: OutboxConfig, argv: ArgumentsCamelCase<Args>
         throw new ConflictError(`${name} already has the outbox tables: pass --force to drop them and start over (this deletes every order and event)`);
       }
       const created = `created the orders and outbox tables in ${name}`;
+      if (argv.force && !argv.ignoreAttached) {
+        const { assertNoPgAttachedApps } = await import('../../../shared/runtime/pg-attached-apps.js');
+        await assertNoPgAttachedApps(pool);
+      }
       if (!argv.force) {
         if (argv.dryRun) return void console.log(`init would create the orders and outbox tables in ${name}\ndry run: nothing changed`);
         await createPgLabSchema(pool);

@@ -1,10 +1,11 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
+import type { Redis } from 'ioredis';
 import { parseDuration } from '../../../shared/outbox/duration.js';
 import { parseCount } from '../../../shared/lab/orders/validate.js';
 import { prune, type PruneResult } from '../../../shared/operations/prune/prune.js';
 import { guard, guardOptions, idRange, mayAsk, rowLine, withMore, type GuardArgs } from '../confirm.js';
 import { configOf, type GlobalArgs } from '../options.js';
-import { refusedOnPostgres, withStores } from '../stores.js';
+import { onPostgres, withPgStores, withStores } from '../stores.js';
 
 interface Args extends GlobalArgs, GuardArgs {
   olderThan: string;
@@ -23,27 +24,33 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const olderThanMs = parseDuration(argv.olderThan, '--older-than');
   const batchSize = parseCount(argv.batchSize, '--batch-size', 100_000);
-  const result = await withStores(refusedOnPostgres(configOf(argv), 'prune'), async (db, redis) => {
-    // The plan is a full pass (reads and Redis look-ups): made only when it is shown.
-    if (!argv.dryRun && !mayAsk(argv)) return prune(db, redis, olderThanMs, { batchSize });
-    const plan = await prune(db, redis, olderThanMs, { batchSize, dryRun: true });
-    const change = plan.lastId === null ? 'delete no row' : `delete ${plan.deleted} PUBLISHED row(s) (${idRange(plan.firstId!, plan.lastId)}) the consumer applied`;
-    const goOn = await guard(argv, {
-      command: 'prune',
-      change: `${change}; kept (not applied yet): ${plan.keptNotApplied}`,
-      size: plan.deleted,
-      shown: withMore(plan.firstRows.map(rowLine), plan.deleted),
-    });
-    // Confirmed: the same window and no row beyond what was shown.
-    return goOn ? prune(db, redis, olderThanMs, { batchSize, now: plan.now, throughId: plan.lastId ?? 0 }) : null;
-  });
-  if (result !== null) printResult(result);
+  const config = configOf(argv);
+  const result = onPostgres(config)
+    ? await withPgStores(config, async (pool, redis) => {
+        const { pgPruneRows } = await import('../../../shared/operations/prune/pg-prune.js');
+        return pruneConfirmed(argv, pgPruneRows(pool), redis, olderThanMs, batchSize);
+      })
+    : await withStores(config, (db, redis) => pruneConfirmed(argv, db, redis, olderThanMs, batchSize));
+  if (result !== null) printResult(result, onPostgres(config) ? 'the longest batch took' : 'the longest batch held the write lock');
 }
 
-function printResult(result: PruneResult): void {
-  console.log(
-    `pruned ${result.deleted} PUBLISHED row(s) in ${result.batches} batch(es), ${result.ms.toFixed(0)} ms; ` +
-      `the longest batch held the write lock ${result.maxBatchMs.toFixed(1)} ms`,
-  );
+/** Prunes, after the plan was shown (dry run) or confirmed; null when it was not. */
+async function pruneConfirmed(argv: ArgumentsCamelCase<Args>, store: Parameters<typeof prune>[0], redis: Redis, olderThanMs: number, batchSize: number): Promise<PruneResult | null> {
+  // The plan is a full pass (reads and Redis look-ups): made only when it is shown.
+  if (!argv.dryRun && !mayAsk(argv)) return prune(store, redis, olderThanMs, { batchSize });
+  const plan = await prune(store, redis, olderThanMs, { batchSize, dryRun: true });
+  const change = plan.lastId === null ? 'delete no row' : `delete ${plan.deleted} PUBLISHED row(s) (${idRange(plan.firstId!, plan.lastId)}) the consumer applied`;
+  const goOn = await guard(argv, {
+    command: 'prune',
+    change: `${change}; kept (not applied yet): ${plan.keptNotApplied}`,
+    size: plan.deleted,
+    shown: withMore(plan.firstRows.map(rowLine), plan.deleted),
+  });
+  // Confirmed: the same window and no row beyond what was shown.
+  return goOn ? prune(store, redis, olderThanMs, { batchSize, now: plan.now, throughId: plan.lastId ?? 0 }) : null;
+}
+
+function printResult(result: PruneResult, longest: string): void {
+  console.log(`pruned ${result.deleted} PUBLISHED row(s) in ${result.batches} batch(es), ${result.ms.toFixed(0)} ms; ${longest} ${result.maxBatchMs.toFixed(1)} ms`);
   console.log(`kept (not applied yet): ${result.keptNotApplied}`);
 }

@@ -1,20 +1,17 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { existsSync } from 'node:fs';
 import type { Redis } from 'ioredis';
-import type { Pool } from 'pg';
 import { formatDuration, parseDuration } from '../../../shared/outbox/duration.js';
 import { formatChecks, verifyStores, type Ledger } from '../../../shared/operations/verify/verify.js';
 import type { Db } from '../../../shared/outbox/store/open-database.js';
 import { StoreUnavailableError } from '../../../shared/outbox/errors/store-unavailable-error.js';
 import { inboxChecks } from '../../../shared/operations/verify/inbox-checks.js';
 import { CheckFailedError } from '../../../shared/outbox/errors/check-failed-error.js';
-import { republish, rowsOfEvents, type RowToChange } from '../../../shared/operations/recovery/repair.js';
-import { createRelay } from '../../../shared/outbox/relay/relay.js';
-import { describePairing } from '../../../shared/outbox/relay/store-pairing.js';
+import { describeRebuild, sqliteRecovery, type RecoveryStore } from '../../../shared/operations/recovery/repair.js';
 import { guard, guardOptions, idRange, SHOWN, rowLine, withMore, type GuardArgs, type Plan } from '../confirm.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { loadCheckSet } from '../../../shared/operations/verify/load-check-set.js';
-import type { VerifyCheckSet } from '../../../shared/outbox/verify/verify-checks.js';
+import { checkSetStoreProblem, type VerifyCheckSet } from '../../../shared/outbox/verify/verify-checks.js';
 import { onPostgres, withPgStores, withStores } from '../stores.js';
 import { InvalidInputError } from '../../../shared/outbox/errors/invalid-input-error.js';
 import type { OutboxConfig } from '../../../shared/outbox/config.js';
@@ -27,7 +24,7 @@ interface Args extends GlobalArgs, GuardArgs {
 }
 
 export const command = 'verify';
-export const describe = 'reconcile SQLite with what the consumer applied; exit 1 if an invariant fails';
+export const describe = 'reconcile the outbox store (app.db or PostgreSQL) with what the consumer applied; exit 1 if an invariant fails';
 
 export const builder = (yargs: Argv<GlobalArgs>) =>
   yargs
@@ -59,16 +56,17 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   // A bad module is refused before any store is opened.
   const userChecks = argv.checks === undefined ? undefined : await loadCheckSet(argv.checks);
   const config = configOf(argv);
-  if (onPostgres(config)) return verifyOnPostgres(config, argv, settleMs);
+  if (userChecks !== undefined) {
+    const problem = checkSetStoreProblem(userChecks, onPostgres(config) ? 'postgres' : 'sqlite');
+    if (problem !== undefined) throw new InvalidInputError(`--checks ${argv.checks}: ${problem}: add one to verify this store`);
+  }
+  if (onPostgres(config)) return verifyOnPostgres(config, argv, settleMs, userChecks);
   // The library's tables are what verify needs: a service's database (no lab `orders`) verifies too.
   await withStores(config, async (db, redis) => {
     const consumerDb = argv.consumerDb === undefined ? undefined : await openConsumerDb(argv.consumerDb);
     try {
       const checkSet = userChecks ?? (await labChecksFor(db));
-      await judge(db, redis, argv, settleMs, checkSet, consumerDb, {
-        plan: (ledger) => repairPlan(db, ledger),
-        run: (ledger) => repair(db, redis, ledger),
-      });
+      await judge(db, redis, argv, settleMs, checkSet, consumerDb, sqliteRecovery(db));
     } finally {
       consumerDb?.close();
     }
@@ -77,31 +75,21 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
 
 /**
  * verify on the PostgreSQL store: the same checks, S1 read in one REPEATABLE READ transaction
- * (pg-verify-reads.ts), the lab's checks when the database has the lab's orders table.
+ * (pg-verify-reads.ts), then `--checks`' set, or the lab's when the database has its orders table.
  */
-async function verifyOnPostgres(config: OutboxConfig, argv: ArgumentsCamelCase<Args>, settleMs: number): Promise<void> {
-  if (argv.checks !== undefined) throw new InvalidInputError('--checks is not available on PostgreSQL yet (check sets read a better-sqlite3 database): leave it out to run the outbox\'s checks (and the lab\'s)');
+async function verifyOnPostgres(config: OutboxConfig, argv: ArgumentsCamelCase<Args>, settleMs: number, userChecks: VerifyCheckSet<unknown> | undefined): Promise<void> {
   const { pgVerifyReads } = await import('../../../shared/operations/verify/pg-verify-reads.js');
-  const { isLabPgDatabase, readOrdersOnPg } = await import('../../../shared/lab/checks/pg-verify-checks.js');
-  const { labVerifyChecks } = await import('../../../shared/lab/checks/verify-checks.js');
+  const { pgRecovery } = await import('../../../shared/operations/recovery/pg-repair.js');
+  const { isLabPgDatabase, labVerifyChecks } = await import('../../../shared/lab/checks/verify-checks.js');
   await withPgStores(config, async (pool, redis) => {
     const consumerDb = argv.consumerDb === undefined ? undefined : await openConsumerDb(argv.consumerDb);
     try {
-      const checkSet = (await isLabPgDatabase(pool)) ? (labVerifyChecks as VerifyCheckSet<any>) : undefined;
-      await judge(pgVerifyReads(pool, readOrdersOnPg), redis, argv, settleMs, checkSet, consumerDb, {
-        plan: (ledger) => pgRepairPlan(pool, ledger),
-        run: (ledger) => pgRepair(pool, redis, ledger),
-      });
+      const checkSet = userChecks ?? ((await isLabPgDatabase(pool)) ? (labVerifyChecks as VerifyCheckSet<any>) : undefined);
+      await judge(pgVerifyReads(pool), redis, argv, settleMs, checkSet, consumerDb, pgRecovery(pool));
     } finally {
       consumerDb?.close();
     }
   });
-}
-
-/** What `--repair` would change and how it is done, on either store. */
-interface Repairer {
-  plan(ledger: Ledger): Plan | Promise<Plan>;
-  run(ledger: Ledger): Promise<void>;
 }
 
 /**
@@ -115,7 +103,7 @@ async function judge(
   settleMs: number,
   checkSet: VerifyCheckSet<any> | undefined,
   consumerDb: Db | undefined,
-  repairer: Repairer,
+  recovery: RecoveryStore,
 ): Promise<void> {
   const ledger = await verifyStores(store, redis, {
     settleMs,
@@ -129,49 +117,12 @@ async function judge(
   if (consumerDb) checks.push(...(await inboxChecks(consumerDb, redis)));
   console.log(formatChecks(checks).join('\n'));
   if (argv.repair && (figures.redisStateLost || lost.length > 0)) {
-    if (await guard(argv, await repairer.plan(ledger))) return repairer.run(ledger);
+    if (await guard(argv, await repairPlan(recovery, ledger))) return repair(recovery, redis, ledger);
   } else if (argv.repair) {
     console.log('repair: no event is lost, nothing to republish');
   }
   const failed = checks.filter((c) => c.status === 'FAIL').length;
   if (failed > 0) throw new CheckFailedError(`${failed} invariant(s) failed`);
-}
-
-/** `repairPlan` on PostgreSQL. */
-async function pgRepairPlan(pool: Pool, { lost, figures }: Ledger): Promise<Plan> {
-  const { pgPublishedRows, pgRowsOfEvents } = await import('../../../shared/operations/recovery/pg-repair.js');
-  if (figures.redisStateLost) {
-    const { count, firstId, lastId, firstRows } = await pgPublishedRows(pool, SHOWN);
-    return {
-      command: 'verify --repair',
-      change:
-        `rebuild Redis, which lost its state, from PostgreSQL: set ${count} PUBLISHED row(s) (${idRange(firstId, lastId)}) back to PENDING, ` +
-        'delete the consumer state left in Redis and relay every PENDING row',
-      size: count,
-      shown: withMore(firstRows.map(rowLine), count),
-    };
-  }
-  const rows = await pgRowsOfEvents(pool, lost, SHOWN);
-  return {
-    command: 'verify --repair',
-    change: `republish ${lost.length} lost event(s): set their rows back to PENDING and relay every PENDING row`,
-    size: lost.length,
-    shown: withMore(rows.map(rowLine), lost.length),
-  };
-}
-
-/** `repair` on PostgreSQL: the rebuild through createPgRelay, or the lost events republished. */
-async function pgRepair(pool: Pool, redis: Redis, { lost, figures }: Ledger): Promise<void> {
-  if (figures.redisStateLost) {
-    const { createPgRelay } = await import('../../../shared/outbox/postgres/pg-relay.js');
-    const relay = createPgRelay(pool, redis, { onPairing: (pairing) => console.log(`repair: ${describePairing(pairing, 'PostgreSQL')}`) });
-    const { events } = await relay.relayAll();
-    console.log(`repair: relayed ${events} event(s) to outbox.events; once the consumer has applied them, verify again`);
-    return;
-  }
-  const { pgRepublish } = await import('../../../shared/operations/recovery/pg-repair.js');
-  const { reset } = await pgRepublish(pool, redis, lost);
-  console.log(`repair: republished ${reset} lost event(s) to outbox.events; once the consumer has applied them, verify again`);
 }
 
 /** The lab's check set when the database is the lab's (has `orders`); none for a service's own database. */
@@ -197,28 +148,19 @@ async function openConsumerDb(path: string): Promise<Db> {
 }
 
 /** What `--repair` would change: the rows a rebuild sets back to PENDING, or the lost events' rows. */
-function repairPlan(db: Db, { lost, figures }: Ledger): Plan {
+async function repairPlan(recovery: RecoveryStore, { lost, figures }: Ledger): Promise<Plan> {
   if (figures.redisStateLost) {
-    const { count, firstId, lastId } = db
-      .prepare<[], { count: number; firstId: number; lastId: number }>(
-        "SELECT COUNT(*) AS count, MIN(id) AS firstId, MAX(id) AS lastId FROM outbox WHERE status = 'PUBLISHED'",
-      )
-      .get()!;
-    const firstRows = db
-      .prepare<[number], RowToChange>(
-        `SELECT id, event_id, aggregate_id, seq, event_type, created_at FROM outbox WHERE status = 'PUBLISHED' ORDER BY id LIMIT ?`,
-      )
-      .all(SHOWN);
+    const { count, firstId, lastId, firstRows } = await recovery.publishedRows(SHOWN);
     return {
       command: 'verify --repair',
       change:
-        `rebuild Redis, which lost its state, from SQLite: set ${count} PUBLISHED row(s) (${idRange(firstId, lastId)}) back to PENDING, ` +
+        `rebuild Redis, which lost its state, from ${recovery.source}: set ${count} PUBLISHED row(s) (${idRange(firstId, lastId)}) back to PENDING, ` +
         'delete the consumer state left in Redis and relay every PENDING row',
       size: count,
       shown: withMore(firstRows.map(rowLine), count),
     };
   }
-  const rows = rowsOfEvents(db, lost, SHOWN);
+  const rows = await recovery.rowsOfEvents(lost, SHOWN);
   return {
     command: 'verify --repair',
     change: `republish ${lost.length} lost event(s): set their rows back to PENDING and relay every PENDING row`,
@@ -227,14 +169,13 @@ function repairPlan(db: Db, { lost, figures }: Ledger): Plan {
   };
 }
 
-async function repair(db: Db, redis: Redis, { lost, figures }: Ledger): Promise<void> {
+/** Republishes the lost events or, when Redis lost its state, rebuilds every effect from the store, as the relay does on its own. */
+async function repair(recovery: RecoveryStore, redis: Redis, { lost, figures }: Ledger): Promise<void> {
   if (figures.redisStateLost) {
-    // Everything was lost: rebuild every effect from SQLite, as the relay app does on its own.
-    const relay = createRelay(db, redis, { onPairing: (pairing) => console.log(`repair: ${describePairing(pairing)}`) });
-    const { events } = await relay.relayAll();
+    const { events } = await recovery.rebuild(redis, (pairing) => console.log(`repair: ${describeRebuild(recovery, pairing)}`));
     console.log(`repair: relayed ${events} event(s) to outbox.events; once the consumer has applied them, verify again`);
     return;
   }
-  const { reset } = await republish(db, redis, lost);
+  const { reset } = await recovery.republish(redis, lost);
   console.log(`repair: republished ${reset} lost event(s) to outbox.events; once the consumer has applied them, verify again`);
 }

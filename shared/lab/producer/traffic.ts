@@ -1,6 +1,6 @@
 import { StoreUnavailableError } from '../../outbox/errors/store-unavailable-error.js';
 import type { Logger } from '../../outbox/logger.js';
-import type { OrderService } from '../orders/order-service.js';
+import type { OrderApiService } from './http-api.js';
 import { seededRandom } from '../random.js';
 
 export interface TrafficOptions {
@@ -33,8 +33,11 @@ const MAX_LIVE = 10_000;
 /**
  * Generates order traffic in this process at a steady rate: a mix of place / change-qty / cancel,
  * some orders getting several events within the same millisecond (which a timestamp cannot order).
+ * `service` is the SQLite order service (synchronous) or the PostgreSQL one (each write a pg
+ * transaction): operations run one after the other, each awaited, so a change follows its place;
+ * a tick that finds the previous one still running leaves the operations due to the next.
  */
-export function startTraffic(service: OrderService, options: TrafficOptions, log: Logger) {
+export function startTraffic(service: OrderApiService, options: TrafficOptions, log: Logger) {
   const random = seededRandom(options.seed ?? 1);
   const changeShare = options.changeShare ?? 0.2;
   const cancelShare = options.cancelShare ?? 0.1;
@@ -55,43 +58,49 @@ export function startTraffic(service: OrderService, options: TrafficOptions, log
     return id;
   };
 
-  function place(): void {
-    const { order } = service.placeOrder({ sku: `SKU-${Math.floor(random() * skus)}`, qty: qty() });
+  async function place(): Promise<void> {
+    const { order } = await service.placeOrder({ sku: `SKU-${Math.floor(random() * skus)}`, qty: qty() });
     stats.placed += 1;
     live.push(order.id);
     if (live.length > MAX_LIVE) live.shift();
     if (random() < burstShare) {
-      service.changeQty(order.id, order.qty === 1 ? 2 : 1);
+      await service.changeQty(order.id, order.qty === 1 ? 2 : 1);
       stats.changed += 1;
     }
   }
 
-  function operate(): void {
+  async function operate(): Promise<void> {
     const roll = random();
     if (live.length > 0 && roll < cancelShare) {
-      service.cancelOrder(pickLive(true));
+      await service.cancelOrder(pickLive(true));
       stats.cancelled += 1;
     } else if (live.length > 0 && roll < cancelShare + changeShare) {
       const id = pickLive(false);
-      const current = service.getOrder(id);
+      const current = await service.getOrder(id);
       if (current?.status === 'PLACED') {
-        service.changeQty(id, current.qty === 1 ? 2 : current.qty - 1);
+        await service.changeQty(id, current.qty === 1 ? 2 : current.qty - 1);
         stats.changed += 1;
       }
     } else {
-      place();
+      await place();
     }
   }
 
   let lastWarn = 0;
+  let ticking: Promise<void> | undefined;
+  let finished = false;
   const timer = setInterval(() => {
+    ticking ??= tick().finally(() => (ticking = undefined));
+  }, TICK_MS);
+
+  async function tick(): Promise<void> {
     const elapsed = performance.now() - started;
     if (options.durationMs && elapsed >= options.durationMs) return finish();
     const due = Math.floor((options.rate * elapsed) / 1000) - operations;
-    for (let i = 0; i < due; i += 1) {
+    for (let i = 0; i < due && !finished; i += 1) {
       operations += 1;
       try {
-        operate();
+        await operate();
       } catch (error) {
         stats.failed += 1;
         // No live app.db (the producer logged why once): the orders it knew are not in the next one.
@@ -102,11 +111,13 @@ export function startTraffic(service: OrderService, options: TrafficOptions, log
         }
       }
     }
-  }, TICK_MS);
+  }
 
   function finish(): void {
+    finished = true;
     clearInterval(timer);
-    resolveDone(stats);
+    // Resolved once the operation under way (if any) is done: stop() then closes nothing it still uses.
+    void (ticking ?? Promise.resolve()).then(() => resolveDone(stats));
   }
 
   return {

@@ -1,7 +1,8 @@
 import type { Redis } from 'ioredis';
+import type { Pool } from 'pg';
 import type { DatabaseWatch } from '../../outbox/store/live-database.js';
 import type { Logger } from '../../outbox/logger.js';
-import { prune } from './prune.js';
+import { prune, type PruneResult } from './prune.js';
 import { explainError } from '../../outbox/errors/explain-error.js';
 import { startScheduledWorker } from '../../outbox/relay/scheduled-worker.js';
 import { assertSameStore } from '../../outbox/relay/store-pairing.js';
@@ -20,10 +21,10 @@ export interface PruneScheduleOptions {
  * The relay app's optional prune schedule, on a queue of its own so that a long prune never holds
  * up a relay pass. Global concurrency 1: one prune at a time across relay processes. `redis` is the
  * app's connection, on which prune asks which events the consumer applied. It prunes the file that
- * is app.db when a job starts, none while there is no live one. The scheduler is re-created when
- * Redis loses it (`keepJobScheduler`).
+ * is app.db when a job starts, none while there is no live one; given a pool, the PostgreSQL store.
+ * The scheduler is re-created when Redis loses it (`keepJobScheduler`).
  */
-export async function startPruneWorker(database: DatabaseWatch, redis: Redis, url: string, log: Logger, options: PruneScheduleOptions) {
+export async function startPruneWorker(database: DatabaseWatch | Pool, redis: Redis, url: string, log: Logger, options: PruneScheduleOptions) {
   return startScheduledWorker(redis, url, log, {
     queue: PRUNE_QUEUE,
     what: 'prune',
@@ -33,17 +34,8 @@ export async function startPruneWorker(database: DatabaseWatch, redis: Redis, ur
     workerOptions: { concurrency: 1 },
     listen: (worker) => worker.on('failed', (_job, error) => log.warn('prune job failed', { error: explainError(error)?.message ?? error.message })),
     processor: async () => {
-      if (!database.check()) return 0;
-      const live = database.current();
-      const release = live.hold();
-      let result: Awaited<ReturnType<typeof prune>>;
-      try {
-        // Another store's Redis knows nothing of these events: refuse rather than read it.
-        await assertSameStore(live.db, redis);
-        result = await prune(live.db, redis, options.olderThanMs);
-      } finally {
-        release();
-      }
+      const result = 'query' in database ? await pruneOnPg(database) : await pruneLive(database);
+      if (result === undefined) return 0;
       if (result.deleted > 0 || result.keptNotApplied > 0) {
         log.info('outbox pruned', {
           deleted: result.deleted,
@@ -55,4 +47,24 @@ export async function startPruneWorker(database: DatabaseWatch, redis: Redis, ur
       return result.deleted;
     },
   });
+
+  async function pruneLive(database: DatabaseWatch): Promise<PruneResult | undefined> {
+    if (!database.check()) return undefined;
+    const live = database.current();
+    const release = live.hold();
+    try {
+      // Another store's Redis knows nothing of these events: refuse rather than read it.
+      await assertSameStore(live.db, redis);
+      return await prune(live.db, redis, options.olderThanMs);
+    } finally {
+      release();
+    }
+  }
+
+  async function pruneOnPg(pool: Pool): Promise<PruneResult> {
+    const { assertPgSameStore } = await import('../../outbox/postgres/pg-pairing.js');
+    const { pgPruneRows } = await import('./pg-prune.js');
+    await assertPgSameStore(pool, redis);
+    return prune(pgPruneRows(pool), redis, options.olderThanMs);
+  }
 }

@@ -53,21 +53,23 @@ export interface Candidate {
 const LOOKUP_CHUNK = 500;
 
 /**
- * Deletes PUBLISHED rows created before `olderThanMs` whose events the consumer has applied, oldest
- * first, in small IMMEDIATE transactions with a yield between them. A row is applied when its
- * event_id is in `processed` and its aggregate's applied seq has reached its seq; until then Redis
- * may still need it (lost from the queue, `verify --repair` republishes it from this row).
- *
- * Only rows below the first row that must stay (PENDING, recent or not applied, in id order) go, so
- * each aggregate loses a prefix of its events; `outbox_pruned` records it, in the same transaction,
- * for verify. Candidates are read and looked up in Redis outside any transaction; only the delete
- * takes the write lock. A dry run goes through the same steps and counts instead of deleting.
+ * What prune needs of the producer's store, whichever it is: app.db (`sqlitePruneRows`) or
+ * PostgreSQL (`pgPruneRows`, pg-prune.ts).
  */
-export async function prune(db: Db, redis: Redis, olderThanMs: number, options: PruneOptions = {}): Promise<PruneResult> {
-  const batchSize = options.batchSize ?? 1000;
-  const now = options.now ?? Date.now();
-  const cutoff = now - olderThanMs;
-  const throughId = options.throughId ?? Number.MAX_SAFE_INTEGER;
+export interface PruneRows {
+  /** Up to `limit` rows with an id above `after`, in id order. */
+  readBatch(after: number, limit: number): Promise<Candidate[]>;
+  /**
+   * In one transaction: deletes the PUBLISHED rows with an id in (after, through] and records them
+   * in `outbox_pruned`; resolves how many went. A row a concurrent replay set back to PENDING stays.
+   */
+  deleteRange(after: number, through: number): Promise<number>;
+  /** Old PUBLISHED rows from `fromId` up to the first row that stays anyway (PENDING or recent). */
+  countWaiting(fromId: number, cutoff: number): Promise<number>;
+}
+
+/** The rows of app.db. */
+export function sqlitePruneRows(db: Db): PruneRows {
   const readBatch = db.prepare<[number, number], Candidate>(
     'SELECT id, event_id, aggregate_id, seq, event_type, status, created_at FROM outbox WHERE id > ? ORDER BY id LIMIT ?',
   );
@@ -76,25 +78,54 @@ export async function prune(db: Db, redis: Redis, olderThanMs: number, options: 
        SELECT aggregate_id, MAX(seq), COUNT(*) FROM outbox WHERE id > ? AND id <= ? AND status = 'PUBLISHED' GROUP BY aggregate_id
      ON CONFLICT (aggregate_id) DO UPDATE SET through_seq = MAX(through_seq, excluded.through_seq), events = events + excluded.events`,
   );
-  // A row a concurrent replay set back to PENDING stays.
   const remove = db.prepare<[number, number]>("DELETE FROM outbox WHERE id > ? AND id <= ? AND status = 'PUBLISHED'");
   const deleteRange = db.transaction((after: number, through: number): number => {
     record.run(after, through);
     return remove.run(after, through).changes;
   });
+  const countWaiting = db.prepare<{ fromId: number; cutoff: number; end: number }, { n: number }>(
+    `SELECT COUNT(*) AS n FROM outbox WHERE id >= @fromId AND id < COALESCE(
+       (SELECT id FROM outbox WHERE id >= @fromId AND (status = 'PENDING' OR created_at >= @cutoff) ORDER BY id LIMIT 1), @end)`,
+  );
+  return {
+    readBatch: async (after, limit) => readBatch.all(after, limit),
+    // IMMEDIATE: the write lock from the start, so the record and the delete see the same rows.
+    deleteRange: async (after, through) => deleteRange.immediate(after, through),
+    countWaiting: async (fromId, cutoff) => countWaiting.get({ fromId, cutoff, end: Number.MAX_SAFE_INTEGER })!.n,
+  };
+}
+
+/**
+ * Deletes PUBLISHED rows created before `olderThanMs` whose events the consumer has applied, oldest
+ * first, in small transactions with a yield between them. A row is applied when its event_id is in
+ * `processed` and its aggregate's applied seq has reached its seq; until then Redis may still need
+ * it (lost from the queue, `verify --repair` republishes it from this row).
+ *
+ * Only rows below the first row that must stay (PENDING, recent or not applied, in id order) go, so
+ * each aggregate loses a prefix of its events; `outbox_pruned` records it, in the same transaction,
+ * for verify. Candidates are read and looked up in Redis outside any transaction; only the delete
+ * takes the write lock (on app.db; row locks on PostgreSQL). A dry run goes through the same steps
+ * and counts instead of deleting. `store` is app.db or `pgPruneRows(pool)`.
+ */
+export async function prune(store: Db | PruneRows, redis: Redis, olderThanMs: number, options: PruneOptions = {}): Promise<PruneResult> {
+  const rows = 'prepare' in store ? sqlitePruneRows(store) : store;
+  const batchSize = options.batchSize ?? 1000;
+  const now = options.now ?? Date.now();
+  const cutoff = now - olderThanMs;
+  const throughId = options.throughId ?? Number.MAX_SAFE_INTEGER;
 
   const started = performance.now();
   const result: PruneResult = { deleted: 0, batches: 0, keptNotApplied: 0, maxBatchMs: 0, ms: 0, now, firstId: null, lastId: null, firstRows: [] };
   for (let cursor = 0; ; ) {
-    const rows = readBatch.all(cursor, batchSize);
-    const old = takeWhile(rows, (row) => row.status === 'PUBLISHED' && row.created_at < cutoff);
+    const batch = await rows.readBatch(cursor, batchSize);
+    const old = takeWhile(batch, (row) => row.status === 'PUBLISHED' && row.created_at < cutoff);
     const appliedCount = await appliedPrefixLength(redis, old);
     const applied = takeWhile(old.slice(0, appliedCount), (row) => row.id <= throughId);
     if (applied.length > 0) {
       const through = applied[applied.length - 1].id;
       const batchStarted = performance.now();
       // In a dry run the rows counted are exactly those the DELETE would take: PUBLISHED, in (cursor, through].
-      result.deleted += options.dryRun ? applied.length : deleteRange.immediate(cursor, through);
+      result.deleted += options.dryRun ? applied.length : await rows.deleteRange(cursor, through);
       result.maxBatchMs = Math.max(result.maxBatchMs, performance.now() - batchStarted);
       result.batches += 1;
       result.firstId ??= applied[0].id;
@@ -103,8 +134,8 @@ export async function prune(db: Db, redis: Redis, olderThanMs: number, options: 
       cursor = through;
       options.onBatch?.(result.deleted);
     }
-    if (appliedCount < old.length) result.keptNotApplied = countWaiting(db, old[appliedCount].id, cutoff);
-    if (applied.length < rows.length || rows.length === 0) break;
+    if (appliedCount < old.length) result.keptNotApplied = await rows.countWaiting(old[appliedCount].id, cutoff);
+    if (applied.length < batch.length || batch.length === 0) break;
     await new Promise((resolve) => setImmediate(resolve));
   }
   result.ms = performance.now() - started;
@@ -131,14 +162,4 @@ async function appliedPrefixLength(redis: Redis, rows: Candidate[]): Promise<num
   const seqOf = seqChunks.flat();
   const firstNotApplied = rows.findIndex((row, i) => isProcessed[i] === null || !(Number(seqOf[i]) >= row.seq));
   return firstNotApplied === -1 ? rows.length : firstNotApplied;
-}
-
-/** Old PUBLISHED rows from `fromId` up to the first row that stays anyway (PENDING or recent). */
-function countWaiting(db: Db, fromId: number, cutoff: number): number {
-  return db
-    .prepare<{ fromId: number; cutoff: number; end: number }, { n: number }>(
-      `SELECT COUNT(*) AS n FROM outbox WHERE id >= @fromId AND id < COALESCE(
-         (SELECT id FROM outbox WHERE id >= @fromId AND (status = 'PENDING' OR created_at >= @cutoff) ORDER BY id LIMIT 1), @end)`,
-    )
-    .get({ fromId, cutoff, end: Number.MAX_SAFE_INTEGER })!.n;
 }

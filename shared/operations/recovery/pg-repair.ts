@@ -1,8 +1,8 @@
 import type { Redis } from 'ioredis';
-import type { Pool } from 'pg';
+import type { Pool, PoolClient } from 'pg';
 import { REPLAY_LOCK } from '../../outbox/postgres/locks.js';
 import { createPgRelay } from '../../outbox/postgres/pg-relay.js';
-import type { RowToChange } from './repair.js';
+import { rangeColumn, type PublishedRows, type RecoveryStore, type ReplayPlan, type ReplayRange, type RowToChange } from './repair.js';
 
 interface PgRowToChange {
   id: string;
@@ -23,22 +23,32 @@ const toRow = (row: PgRowToChange): RowToChange => ({ ...row, id: Number(row.id)
  * even if it was not lost after all.
  */
 export async function pgRepublish(pool: Pool, redis: Redis, eventIds: string[]): Promise<{ reset: number; relayed: number }> {
+  const reset = await inReplayLock(pool, async (client) =>
+    (await client.query("UPDATE outbox SET status = 'PENDING', published_at = NULL WHERE event_id = ANY($1) AND status = 'PUBLISHED'", [eventIds])).rowCount ?? 0,
+  );
+  const { events } = await createPgRelay(pool, redis).relayAll();
+  return { reset, relayed: events };
+}
+
+/**
+ * Runs `fn` in one transaction holding the replay lock exclusive (it waits for every relay batch
+ * between claim and commit) with the replay generation bumped: what sets PUBLISHED rows back to PENDING.
+ */
+async function inReplayLock<T>(pool: Pool, fn: (client: PoolClient) => Promise<T>): Promise<T> {
   const client = await pool.connect();
-  let reset = 0;
   try {
     await client.query('BEGIN');
     await client.query('SELECT pg_advisory_xact_lock($1)', [REPLAY_LOCK]);
     await client.query("UPDATE outbox_meta SET value = (value::bigint + 1)::text WHERE key = 'replay_generation'");
-    reset = (await client.query("UPDATE outbox SET status = 'PENDING', published_at = NULL WHERE event_id = ANY($1) AND status = 'PUBLISHED'", [eventIds])).rowCount ?? 0;
+    const result = await fn(client);
     await client.query('COMMIT');
+    return result;
   } catch (error) {
     await client.query('ROLLBACK').catch(() => {});
     throw error;
   } finally {
     client.release();
   }
-  const { events } = await createPgRelay(pool, redis).relayAll();
-  return { reset, relayed: events };
 }
 
 /** The rows of the given events, in id order, up to `shown`: what a repair would republish. */
@@ -48,10 +58,52 @@ export async function pgRowsOfEvents(pool: Pool, eventIds: string[], shown: numb
 }
 
 /** The PUBLISHED rows a rebuild sets back to PENDING: how many, their id range, the first `shown`. */
-export async function pgPublishedRows(pool: Pool, shown: number): Promise<{ count: number; firstId: number; lastId: number; firstRows: RowToChange[] }> {
+export async function pgPublishedRows(pool: Pool, shown: number): Promise<PublishedRows> {
   const { rows } = await pool.query<{ count: string; first: string | null; last: string | null }>(
     "SELECT COUNT(*) AS count, MIN(id) AS first, MAX(id) AS last FROM outbox WHERE status = 'PUBLISHED'",
   );
   const firstRows = (await pool.query<PgRowToChange>(`SELECT ${COLUMNS} FROM outbox WHERE status = 'PUBLISHED' ORDER BY id LIMIT $1`, [shown])).rows.map(toRow);
   return { count: Number(rows[0].count), firstId: Number(rows[0].first ?? 0), lastId: Number(rows[0].last ?? 0), firstRows };
+}
+
+/** `planReplay` on PostgreSQL: what a replay of `range` would set back to PENDING. */
+export async function pgPlanReplay(pool: Pool, range: ReplayRange, shown: number): Promise<ReplayPlan> {
+  const where = `status = 'PUBLISHED' AND ${rangeColumn(range)} BETWEEN $1 AND $2`;
+  const { rows } = await pool.query<{ count: string; first: string | null; last: string | null }>(
+    `SELECT COUNT(*) AS count, MIN(id) AS first, MAX(id) AS last FROM outbox WHERE ${where}`,
+    [range.from, range.to],
+  );
+  const firstRows = (await pool.query<PgRowToChange>(`SELECT ${COLUMNS} FROM outbox WHERE ${where} ORDER BY id LIMIT $3`, [range.from, range.to, shown])).rows.map(toRow);
+  const { count, first, last } = rows[0];
+  return { count: Number(count), firstId: first === null ? null : Number(first), lastId: last === null ? null : Number(last), firstRows };
+}
+
+/**
+ * `replay` on PostgreSQL: sets a range of PUBLISHED rows, up to row `throughId`, back to PENDING in
+ * one transaction under the replay lock (as `pgRepublish`: no relay batch is between claim and
+ * commit meanwhile, so none marks a row PUBLISHED after it was set back); the relays then push them
+ * again and the consumer skips what it already applied.
+ */
+export async function pgReplay(pool: Pool, range: ReplayRange, throughId = Number.MAX_SAFE_INTEGER): Promise<number> {
+  return inReplayLock(pool, async (client) =>
+    (
+      await client.query(
+        `UPDATE outbox SET status = 'PENDING', published_at = NULL WHERE status = 'PUBLISHED' AND ${rangeColumn(range)} BETWEEN $1 AND $2 AND id <= $3`,
+        [range.from, range.to, throughId],
+      )
+    ).rowCount ?? 0,
+  );
+}
+
+/** The recovery of the PostgreSQL store. */
+export function pgRecovery(pool: Pool): RecoveryStore {
+  return {
+    source: 'PostgreSQL',
+    publishedRows: (shown) => pgPublishedRows(pool, shown),
+    rowsOfEvents: (eventIds, shown) => pgRowsOfEvents(pool, eventIds, shown),
+    republish: (redis, eventIds) => pgRepublish(pool, redis, eventIds),
+    rebuild: (redis, onPairing) => createPgRelay(pool, redis, { onPairing }).relayAll(),
+    planReplay: (range, shown) => pgPlanReplay(pool, range, shown),
+    replay: (range, throughId) => pgReplay(pool, range, throughId),
+  };
 }

@@ -3,6 +3,8 @@ import type { Db } from '../../outbox/store/open-database.js';
 import { bumpReplayGeneration } from '../../outbox/store/store-meta.js';
 import { InvalidInputError } from '../../outbox/errors/invalid-input-error.js';
 import { createRelay } from '../../outbox/relay/relay.js';
+import { describePairing, type Pairing } from '../../outbox/relay/store-pairing.js';
+import type { StoreSource } from '../status.js';
 
 const CHUNK = 500;
 
@@ -67,7 +69,8 @@ export interface ReplayPlan {
 
 const COLUMNS = 'id, event_id, aggregate_id, seq, event_type, created_at';
 
-function rangeColumn(range: ReplayRange): string {
+/** The column a range bounds: the row id, or created_at for times. */
+export function rangeColumn(range: ReplayRange): string {
   return range.kind === 'id' ? 'id' : 'created_at';
 }
 
@@ -107,4 +110,53 @@ export function rowsOfEvents(db: Db, eventIds: string[], shown: number): RowToCh
     .filter((row): row is RowToChange => row !== undefined)
     .sort((a, b) => a.id - b.id)
     .slice(0, shown);
+}
+
+/** The PUBLISHED rows a rebuild sets back to PENDING: how many, their id range (0-0 when none), the first ones. */
+export interface PublishedRows {
+  count: number;
+  firstId: number;
+  lastId: number;
+  firstRows: RowToChange[];
+}
+
+/**
+ * What `verify --repair` and `replay` change in the outbox store, whichever it is: app.db
+ * (`sqliteRecovery`) or PostgreSQL (`pgRecovery`, pg-repair.ts).
+ */
+export interface RecoveryStore {
+  source: StoreSource;
+  /** The PUBLISHED rows, up to `shown` of them listed. */
+  publishedRows(shown: number): Promise<PublishedRows>;
+  rowsOfEvents(eventIds: string[], shown: number): Promise<RowToChange[]>;
+  /** Sets the events' rows back to PENDING and relays every PENDING row. */
+  republish(redis: Redis, eventIds: string[]): Promise<{ reset: number; relayed: number }>;
+  /** Relays every PENDING row, pairing first: a Redis that lost its state is rebuilt from the store. */
+  rebuild(redis: Redis, onPairing: (pairing: Exclude<Pairing, { kind: 'paired' }>) => void): Promise<{ events: number }>;
+  planReplay(range: ReplayRange, shown: number): Promise<ReplayPlan>;
+  replay(range: ReplayRange, throughId: number): Promise<number>;
+}
+
+/** `describePairing` of a rebuild, naming the store's database. */
+export const describeRebuild = (store: RecoveryStore, pairing: Exclude<Pairing, { kind: 'paired' }>) => describePairing(pairing, store.source);
+
+/** The recovery of app.db. */
+export function sqliteRecovery(db: Db): RecoveryStore {
+  return {
+    source: 'SQLite',
+    async publishedRows(shown) {
+      const { count, firstId, lastId } = db
+        .prepare<[], { count: number; firstId: number | null; lastId: number | null }>(
+          "SELECT COUNT(*) AS count, MIN(id) AS firstId, MAX(id) AS lastId FROM outbox WHERE status = 'PUBLISHED'",
+        )
+        .get()!;
+      const firstRows = db.prepare<[number], RowToChange>(`SELECT ${COLUMNS} FROM outbox WHERE status = 'PUBLISHED' ORDER BY id LIMIT ?`).all(shown);
+      return { count, firstId: firstId ?? 0, lastId: lastId ?? 0, firstRows };
+    },
+    rowsOfEvents: async (eventIds, shown) => rowsOfEvents(db, eventIds, shown),
+    republish: (redis, eventIds) => republish(db, redis, eventIds),
+    rebuild: (redis, onPairing) => createRelay(db, redis, { onPairing }).relayAll(),
+    planReplay: async (range, shown) => planReplay(db, range, shown),
+    replay: async (range, throughId) => replay(db, range, throughId),
+  };
 }

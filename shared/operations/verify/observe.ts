@@ -3,7 +3,7 @@ import type { Db } from '../../outbox/store/open-database.js';
 import { eventIdOf, type OutboxRow } from '../../outbox/store/events.js';
 import { hasPublished, storeIdOf } from '../../outbox/store/store-meta.js';
 import { keys } from '../../outbox/redis/keys.js';
-import type { VerifiedEvent, VerifyCheckSet } from '../../outbox/verify/verify-checks.js';
+import type { VerifiedEvent, VerifyCheckSet, VerifyProducer } from '../../outbox/verify/verify-checks.js';
 import { processingLists } from '../../outbox/redis/processing-lists.js';
 import { readEnvelope } from '../../outbox/redis/envelope.js';
 import { readList } from '../../outbox/redis/read-list.js';
@@ -153,8 +153,8 @@ export interface VerifyReads {
   hasPublished(): Promise<boolean>;
   /** The first pruned aggregates, `<key> seq 1-<n>`. */
   prunedAggregates(limit: number): Promise<string[]>;
-  /** What a check set gets as `producer`. */
-  producer: unknown;
+  /** The store, and what a check set gets as `producer`. */
+  producer: VerifyProducer;
 }
 
 /** The reads of app.db. */
@@ -180,7 +180,7 @@ export function sqliteVerifyReads(db: Db): VerifyReads {
         .prepare<[], { aggregate_id: string; through_seq: number }>(`SELECT aggregate_id, through_seq FROM outbox_pruned ORDER BY aggregate_id LIMIT ${limit}`)
         .all()
         .map((p) => `${p.aggregate_id} seq 1-${p.through_seq}`),
-    producer: db,
+    producer: { store: 'sqlite', producer: db },
   };
 }
 

@@ -1,4 +1,4 @@
-import type { Pool, PoolClient } from 'pg';
+import type { Pool } from 'pg';
 import type { VerifyCheckSet } from '../../outbox/verify/verify-checks.js';
 import type { OutboxRow } from '../../outbox/store/events.js';
 import { pgHasPublished, pgStoreIdOf } from '../../outbox/postgres/pg-store-meta.js';
@@ -19,18 +19,12 @@ const toRow = (row: PgOutboxRow): OutboxRow => ({ ...row, id: Number(row.id), se
 const NEWER_ROWS = 'SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE id > $1 ORDER BY id';
 
 /**
- * A check set's read of the producer on PostgreSQL: given the client of verify's snapshot
- * transaction (REPEATABLE READ, read only), resolves what its checks get as `snapshot`.
- */
-export type PgProducerRead = (client: PoolClient) => Promise<unknown>;
-
-/**
  * verify's reads of the PostgreSQL store. S1 is one REPEATABLE READ, READ ONLY transaction: every
  * statement in it sees the same snapshot, the one SQLite's read transaction gives, so a row pushed
  * and marked PUBLISHED after it began is not in it, and the order of verify's reads (`observe`) holds.
- * The check set's own read (`producerRead`, e.g. the lab's orders) runs inside it too.
+ * The check set's own read (its `snapshot.postgres`, e.g. the lab's orders) runs inside it too.
  */
-export function pgVerifyReads(pool: Pool, producerRead?: PgProducerRead): VerifyReads {
+export function pgVerifyReads(pool: Pool): VerifyReads {
   async function snapshot(horizonOrNone: number | undefined, checkSet: VerifyCheckSet<unknown> | undefined): Promise<ProducerRead> {
     const client = await pool.connect();
     let broken = false;
@@ -51,7 +45,8 @@ export function pgVerifyReads(pool: Pool, producerRead?: PgProducerRead): Verify
         .map((a) => ({ key: a.key, lastSeq: Number(a.last_seq) - (newerPerAggregate.get(a.key) ?? 0) }))
         .filter((a) => a.lastSeq > 0 || !newerPerAggregate.has(a.key));
       let producerSnapshot: ProducerSnapshot = { value: undefined };
-      if (checkSet?.snapshot?.producer !== undefined && producerRead !== undefined) {
+      const producerRead = checkSet?.snapshot?.postgres;
+      if (producerRead !== undefined) {
         try {
           producerSnapshot = { value: await producerRead(client) };
         } catch (error) {
@@ -97,6 +92,6 @@ export function pgVerifyReads(pool: Pool, producerRead?: PgProducerRead): Verify
       (await pool.query<{ aggregate_id: string; through_seq: string }>('SELECT aggregate_id, through_seq FROM outbox_pruned ORDER BY aggregate_id LIMIT $1', [limit])).rows.map(
         (p) => `${p.aggregate_id} seq 1-${p.through_seq}`,
       ),
-    producer: pool,
+    producer: { store: 'postgres', producer: pool },
   };
 }

@@ -1,4 +1,4 @@
-import { EXAMPLES, type InvariantCheck, type VerifyCheckSet, type VerifyContext } from '../../outbox/verify/verify-checks.js';
+import { EXAMPLES, type InvariantCheck, type VerifyCheckSet, type VerifyContext, type VerifyContextOfAnyStore, type VerifyProducer } from '../../outbox/verify/verify-checks.js';
 import type { ProducerSnapshot } from './observe.js';
 
 const STATUSES = new Set(['ok', 'FAIL', 'info']);
@@ -33,7 +33,7 @@ function brokenRow(check: string, message: string): InvariantCheck {
  */
 export async function runCheckSet(
   set: VerifyCheckSet<unknown>,
-  context: Omit<VerifyContext<unknown>, 'snapshot'>,
+  context: Omit<VerifyContextOfAnyStore<unknown>, 'snapshot'> & VerifyProducer,
   snapshot: ProducerSnapshot,
   onError: (check: string, message: string) => void = () => {},
 ): Promise<InvariantCheck[]> {
@@ -43,13 +43,13 @@ export async function runCheckSet(
     rows.push(brokenRow(check, message));
   };
   if ('error' in snapshot) {
-    fail(`${set.name}: snapshot.producer`, messageOf(snapshot.error));
+    fail(`${set.name}: snapshot.${context.store === 'postgres' ? 'postgres' : 'producer'}`, messageOf(snapshot.error));
     return rows;
   }
   for (const [name, check] of Object.entries(set.checks)) {
     let result: unknown;
     try {
-      result = await check({ ...context, snapshot: snapshot.value });
+      result = await check({ ...context, snapshot: snapshot.value } as VerifyContext<unknown>);
     } catch (error) {
       fail(name, messageOf(error));
       continue;

@@ -109,7 +109,7 @@ function appliedBy(value: string | null, counter: number): boolean {
 const POLL_MS = 100;
 
 /**
- * Reconciles SQLite (the source of truth) with what the consumer applied in Redis, at any time.
+ * Reconciles the outbox store (SQLite or PostgreSQL, the source of truth) with what the consumer applied in Redis, at any time.
  *
  * It takes a snapshot (see `observe` for the order of the reads). Events committed after it are not
  * judged, but the effects Redis applied from them are accounted for, so traffic never shows as a
@@ -220,7 +220,7 @@ async function judge(db: VerifyReads, redis: Redis, o: Observation, settle: Sett
       expected: 'yes',
       actual: redisStateLost ? 'no: Redis lost its state' : o.meta.store === undefined ? 'not yet (nothing published)' : 'yes',
       status: redisStateLost ? 'FAIL' : 'ok',
-      examples: redisStateLost ? ['the relay rebuilds it from SQLite on its next pass; by hand: outbox verify --repair'] : undefined,
+      examples: redisStateLost ? [`the relay rebuilds it from ${db.producer.store === 'postgres' ? 'PostgreSQL' : 'SQLite'} on its next pass; by hand: outbox verify --repair`] : undefined,
     },
     check('pruned events Redis lost (effects cannot be rebuilt)', 0, unrecoverable, unrecoverable > 0 ? await db.prunedAggregates(EXAMPLES) : []),
     check('PENDING outbox rows', 0, o.pending.length, o.pending.map((id) => `row ${id}`)),
@@ -237,7 +237,7 @@ async function judge(db: VerifyReads, redis: Redis, o: Observation, settle: Sett
       ...(await runCheckSet(
         options.checks,
         {
-          producer: db.producer as Db,
+          ...db.producer,
           consumer: options.consumer,
           redis,
           counters: o.counters,

@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Metric, Registry } from 'prom-client';
+import type { Pool } from 'pg';
 import type { Db } from '../store/open-database.js';
 import type { OutboxEvent } from '../store/events.js';
 import { keys } from '../redis/keys.js';
@@ -49,6 +50,15 @@ export function pendingOf(db: Db, now = Date.now()): { pending: number; oldestAg
   return { pending, oldestAgeMs: oldest === undefined ? 0 : Math.max(0, now - oldest) };
 }
 
+/** `pendingOf` on PostgreSQL: one query through the partial index on PENDING ids. */
+export async function pgPendingOf(pool: Pool, now = Date.now()): Promise<{ pending: number; oldestAgeMs: number }> {
+  const { rows } = await pool.query<{ pending: string; oldest: string | null }>(
+    "SELECT COUNT(*) AS pending, (SELECT created_at FROM outbox WHERE status = 'PENDING' ORDER BY id LIMIT 1) AS oldest FROM outbox WHERE status = 'PENDING'",
+  );
+  const oldest = rows[0].oldest;
+  return { pending: Number(rows[0].pending), oldestAgeMs: oldest === null ? 0 : Math.max(0, now - Number(oldest)) };
+}
+
 /**
  * The outbox's Prometheus metrics on a prom-client registry (see README "Metrics" for the list).
  * Counters move where the thing happens: the relay per batch (`createRelay({ metrics })`), the
@@ -73,7 +83,8 @@ export async function createOutboxMetrics(options: OutboxMetricsOptions = {}) {
     }
   };
 
-  let storeSource: (() => Db | null) | undefined;
+  /** The watched store's figures now; undefined when there is none to read. */
+  let storeSource: (() => Promise<{ pending: number; oldestAgeMs: number } | undefined>) | undefined;
   let queueSource: Redis | undefined;
   /** Every consumer started in this process: its counts stay after it stopped (a counter does not go back). */
   const consumers = new Map<string, ConsumerCounts>();
@@ -101,23 +112,22 @@ export async function createOutboxMetrics(options: OutboxMetricsOptions = {}) {
   // Gauges read at scrape. prom-client asks each metric; the four share one read.
   let gauges: Promise<void> | undefined;
   const collect = () => (gauges ??= collectGauges().finally(() => (gauges = undefined)));
-  const pendingGauge = new client.Gauge({ name: 'outbox_pending_events', help: 'Outbox rows still PENDING in app.db', registers, collect });
+  const pendingGauge = new client.Gauge({ name: 'outbox_pending_events', help: 'Outbox rows still PENDING in the store (app.db or PostgreSQL)', registers, collect });
   const oldestGauge = new client.Gauge({ name: 'outbox_oldest_pending_age_seconds', help: 'Age of the oldest PENDING outbox row (0 when none): how far the relay is behind', registers, collect });
   const queueGauge = new client.Gauge({ name: 'outbox_queue_length', help: 'Messages waiting in the queue (LLEN outbox.events)', registers, collect });
   const inFlightGauge = new client.Gauge({ name: 'outbox_in_flight_messages', help: "Messages in a running consumer's processing list: taken, not acked yet", labelNames: ['consumer'], registers, collect });
 
   /**
    * Reads the gauges of the watched store and queue, and of the running consumers' processing lists
-   * (Redis at most `redisTimeoutMs`). What cannot be read now (no live app.db, Redis not answering)
+   * (Redis and PostgreSQL at most `redisTimeoutMs`). What cannot be read now (no live app.db, Redis or PostgreSQL not answering)
    * is NaN in this scrape.
    */
   async function collectGauges(): Promise<void> {
     let store: { pending: number; oldestAgeMs: number } | undefined;
     try {
-      const db = storeSource?.();
-      if (db) store = pendingOf(db);
+      if (storeSource) store = await within(storeSource(), redisTimeoutMs);
     } catch {
-      // app.db closed or replaced meanwhile: NaN below.
+      // app.db closed or replaced meanwhile, PostgreSQL not answering: NaN below.
     }
     pendingGauge.set(store?.pending ?? NaN);
     oldestGauge.set(store === undefined ? NaN : store.oldestAgeMs / 1000);
@@ -167,9 +177,20 @@ export async function createOutboxMetrics(options: OutboxMetricsOptions = {}) {
     /** The exposition text of every metric on the registry: what GET /metrics answers. */
     text: (): Promise<string> => registry.metrics(),
 
-    /** Reports PENDING rows and the oldest one's age from `db`, or from the database the function returns at scrape (null: none now, NaN). */
-    watchStore(db: Db | (() => Db | null)): void {
-      storeSource = typeof db === 'function' ? db : () => db;
+    /**
+     * Reports PENDING rows and the oldest one's age from `db`, or from the database the function
+     * returns at scrape (null: none now, NaN), or from a PostgreSQL store's pool (NaN when it does
+     * not answer within the Redis timeout).
+     */
+    watchStore(db: Db | (() => Db | null) | Pool): void {
+      if (typeof db === 'function') {
+        storeSource = async () => {
+          const current = db();
+          return current ? pendingOf(current) : undefined;
+        };
+      }
+      else if ('prepare' in db) storeSource = async () => pendingOf(db);
+      else storeSource = () => pgPendingOf(db);
       use(pendingGauge, oldestGauge);
     },
     /** Reports the queue's length through `redis` (in its namespace). */

@@ -17,3 +17,10 @@ export const REPLAY_LOCK = String(BASE + 2n);
 
 /** Session-level, held by the one relay that pairs (claims or rebuilds) Redis for the store. */
 export const PAIRING_LOCK = String(BASE + 3n);
+
+/**
+ * Session-level, held SHARED by every app that has the store open (the relay and producer apps), on
+ * a connection of its own: `outbox init --force` refuses while anyone holds it. It goes with the
+ * session, so an app killed with SIGKILL (or on another machine) leaves nothing stale behind.
+ */
+export const ATTACHED_LOCK = String(BASE + 4n);

@@ -1,5 +1,6 @@
 import type { Database } from 'better-sqlite3';
 import type { Redis } from 'ioredis';
+import type { Pool, PoolClient } from 'pg';
 import { ConfigError } from '../errors/config-error.js';
 
 /** One row of `outbox verify`'s table. */
@@ -36,15 +37,25 @@ export interface VerifiedEvent {
  * What a check gets. verify judges the events of its snapshot (every outbox row up to its
  * horizon, the newest row when it first looked) and, with a settle window, looks again once they
  * were applied; the fields `snapshot` to `appliedPastHorizon` are from the look it judges.
+ * `store` says which producer store verify runs on, and so what `producer` is: narrow on it
+ * (`if (store !== 'sqlite') ...`) before reading `producer`.
  */
-export interface VerifyContext<S = undefined> {
-  /** The producer's database (the one with the outbox). Read it in a transaction of your own for one consistent look. */
-  producer: Database;
+export type VerifyContext<S = undefined> = VerifyContextOfAnyStore<S> & VerifyProducer;
+
+/** The producer's database (the one with the outbox), on the store verify runs on. */
+export type VerifyProducer =
+  /** app.db: read it in a transaction of your own for one consistent look. */
+  | { store: 'sqlite'; producer: Database }
+  /** PostgreSQL (`--database` / OUTBOX_DATABASE_URL): verify's pool; a transaction of your own is `await producer.connect()` then BEGIN. */
+  | { store: 'postgres'; producer: Pool };
+
+/** The part of a check's context that is the same on either store. */
+export interface VerifyContextOfAnyStore<S = undefined> {
   /** Database mode: the consumer's own database (`--consumer-db`), opened read-only; undefined in Redis mode. */
   consumer: Database | undefined;
   /** Redis, in the deployment's namespace (keys are named without it). */
   redis: Redis;
-  /** What the check set's `snapshot.producer` returned, read in verify's snapshot transaction (undefined without one). */
+  /** What the check set's snapshot read (`snapshot.producer` on app.db, `snapshot.postgres` on PostgreSQL) returned, read in verify's snapshot transaction (undefined without one). */
   snapshot: S;
   /** The check set's `snapshot.counterHashes`, read in one MULTI with the consumer's state: each hash's fields at one instant. */
   counters: Record<string, Record<string, string>>;
@@ -74,8 +85,14 @@ export interface VerifyCheckSet<S = undefined> {
   name: string;
   /** Optional reads taken within verify's snapshot, for checks that compare the producer with Redis effects under traffic. */
   snapshot?: {
-    /** Runs inside verify's SQLite read transaction of the snapshot it judges; synchronous. */
+    /** On app.db: runs inside verify's SQLite read transaction of the snapshot it judges; synchronous. */
     producer?: (db: Database) => S;
+    /**
+     * On PostgreSQL: runs inside verify's snapshot transaction (REPEATABLE READ, READ ONLY) on its
+     * `client`; every query on it sees the snapshot verify judges. A set with a snapshot read runs
+     * on the store it has a read for: verify refuses it on the other (exit 2).
+     */
+    postgres?: (client: PoolClient) => S | Promise<S>;
     /** Hashes of integer counters (your HINCRBY effects) read at the consumer-state instant; a field that is not an integer is a corrupt entry. */
     counterHashes?: readonly string[];
   };
@@ -96,11 +113,24 @@ export function checkSetProblem(value: unknown): string | undefined {
   if (set.snapshot !== undefined) {
     if (typeof set.snapshot !== 'object' || set.snapshot === null) return `${set.name}: snapshot must be an object`;
     if (set.snapshot.producer !== undefined && typeof set.snapshot.producer !== 'function') return `${set.name}: snapshot.producer must be a function`;
+    if (set.snapshot.postgres !== undefined && typeof set.snapshot.postgres !== 'function') return `${set.name}: snapshot.postgres must be a function`;
     const hashes = set.snapshot.counterHashes;
     if (hashes !== undefined && !(Array.isArray(hashes) && hashes.every((k) => typeof k === 'string' && k !== ''))) {
       return `${set.name}: snapshot.counterHashes must be an array of key names`;
     }
   }
+  return undefined;
+}
+
+/**
+ * Why `set` cannot run on `store`: it reads the producer in its snapshot on the other store only
+ * (verify would judge it without the snapshot its checks need). Undefined when it can.
+ */
+export function checkSetStoreProblem(set: VerifyCheckSet<unknown>, store: VerifyProducer['store']): string | undefined {
+  const snapshot = set.snapshot;
+  if (snapshot === undefined || (snapshot.producer === undefined && snapshot.postgres === undefined)) return undefined;
+  if (store === 'postgres' && snapshot.postgres === undefined) return `${set.name} reads app.db in its snapshot (snapshot.producer) and has no snapshot.postgres for PostgreSQL`;
+  if (store === 'sqlite' && snapshot.producer === undefined) return `${set.name} reads PostgreSQL in its snapshot (snapshot.postgres) and has no snapshot.producer for app.db`;
   return undefined;
 }
 

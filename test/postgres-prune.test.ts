@@ -1,0 +1,160 @@
+import assert from 'node:assert/strict';
+import { after, beforeEach, describe, it } from 'node:test';
+import type { Redis } from 'ioredis';
+import { createConsumer, createPgOutbox, createPgRelay } from '../shared/outbox/index.js';
+import { connectRedis } from '../shared/outbox/redis/connect.js';
+import { startApp, stopApp } from './helpers/apps.js';
+import { runCli, type CliResult } from './helpers/cli.js';
+import { waitFor } from '../shared/tooling/local/wait-for.js';
+import { useHarness } from './helpers/harness.js';
+import { usePostgres } from './helpers/postgres.js';
+import { handlers as accountHandlers } from './fixtures/account-handlers.js';
+import { depositEvents } from './fixtures/pg-accounts.js';
+
+// `outbox prune` on the PostgreSQL store: the same guard as on app.db (only what the consumer
+// applied, only a prefix in id order), and never a row whose producer has not committed yet.
+const db = usePostgres();
+const h = useHarness({ init: false });
+
+beforeEach(async () => {
+  await db.reset();
+  await db.scalar('DROP TABLE IF EXISTS orders');
+});
+let redis: Redis | undefined;
+after(() => redis?.disconnect());
+
+const pgCli = (args: string[]) => runCli(args, { ...h.env, env: { OUTBOX_DATABASE_URL: db.url } });
+async function ok(...args: string[]): Promise<CliResult> {
+  const result = await pgCli(args);
+  assert.equal(result.code, 0, `outbox ${args.join(' ')}: ${result.stdout}${result.stderr}`);
+  return result;
+}
+const kept = (stdout: string) => Number(/^kept \(not applied yet\): (\d+)$/m.exec(stdout)?.[1]);
+const ids = async () => (await db.pool(1).query<{ id: number }>('SELECT id::int FROM outbox ORDER BY id')).rows.map((r) => r.id);
+const prunedRows = async () => (await db.pool(1).query('SELECT aggregate_id, through_seq::int, events::int FROM outbox_pruned ORDER BY aggregate_id')).rows;
+
+describe('outbox prune on PostgreSQL', () => {
+  it('deletes old PUBLISHED rows the consumer applied, in batches, recording them in outbox_pruned; verify still reconciles and the aggregate goes on', async () => {
+    await ok('init');
+    await ok('place-order', '--count', '25');
+    await ok('change-qty', '--id', '1', '--qty', '5');
+    await ok('cancel-order', '--id', '2');
+    await ok('relay');
+    await ok('consume');
+    const dry = await ok('prune', '--older-than', '0s', '--dry-run');
+    assert.match(dry.stdout, /^prune would delete 27 PUBLISHED row\(s\) \(ids 1-27\) the consumer applied; kept \(not applied yet\): 0$/m);
+    assert.equal((await ids()).length, 27, 'dry run: nothing deleted');
+    const result = await ok('prune', '--older-than', '0s', '--batch-size', '10', '--yes');
+    assert.match(result.stdout, /^pruned 27 PUBLISHED row\(s\) in 3 batch\(es\), \d+ ms; the longest batch took [\d.]+ ms$/m);
+    assert.equal(kept(result.stdout), 0);
+    assert.deepEqual(await ids(), []);
+    assert.equal(await db.scalar('SELECT SUM(events)::int FROM outbox_pruned'), 27);
+    assert.equal(await db.scalar("SELECT through_seq::int FROM outbox_pruned WHERE aggregate_id = 'order:1'"), 2);
+    assert.match((await ok('verify', '--settle', '0s')).stdout, /^processed_unique = outbox rows \+ pruned +27 +27 +ok$[\s\S]*^VERIFY OK$/m);
+
+    await ok('change-qty', '--id', '1', '--qty', '7');
+    assert.equal(await db.scalar("SELECT seq::int FROM outbox WHERE aggregate_id = 'order:1'"), 3);
+    await ok('relay');
+    await ok('consume');
+    assert.match((await ok('verify', '--settle', '0s')).stdout, /^VERIFY OK$/m);
+  });
+
+  it('with the consumer behind deletes only the applied prefix in id order: an aggregate keeps its unapplied seq and all after it; nothing unapplied can be lost', async () => {
+    // rows 1-3: orders 1-3 seq 1; row 4: order 1 seq 2; row 5: order 2 seq 2; row 6: order 1 seq 3
+    await ok('init');
+    await ok('place-order', '--count', '3');
+    await ok('change-qty', '--id', '1', '--qty', '4');
+    await ok('cancel-order', '--id', '2');
+    await ok('change-qty', '--id', '1', '--qty', '6');
+    await ok('relay');
+    const held = (await h.client.lindex('outbox.events', 3))!;
+    assert.deepEqual([JSON.parse(held).aggregate_id, JSON.parse(held).seq], ['order:1', 2]);
+    await h.client.lrem('outbox.events', 1, held);
+    assert.match((await ok('consume')).stdout, /applied 4, .*parked 1/);
+
+    const partial = await ok('prune', '--older-than', '0s', '--batch-size', '2');
+    assert.match(partial.stdout, /^pruned 3 PUBLISHED row/);
+    assert.equal(kept(partial.stdout), 3, 'rows 4-6 wait: 4 and 6 are not applied, 5 comes after 4');
+    assert.deepEqual(await ids(), [4, 5, 6]);
+    assert.deepEqual(await prunedRows(), [
+      { aggregate_id: 'order:1', through_seq: 1, events: 1 },
+      { aggregate_id: 'order:2', through_seq: 1, events: 1 },
+      { aggregate_id: 'order:3', through_seq: 1, events: 1 },
+    ]);
+    // The held event is lost from Redis: its row is still there, so verify --repair republishes it.
+    const lost = await pgCli(['verify', '--settle', '0s']);
+    assert.equal(lost.code, 1, lost.stdout + lost.stderr);
+    assert.match(lost.stdout, /^events lost \(never applied, not in Redis\) +0 +1 +FAIL$/m);
+    assert.match((await ok('verify', '--repair', '--settle', '0s')).stdout, /^repair: republished 1 lost event\(s\)/m);
+    await ok('consume');
+    const rest = await ok('prune', '--older-than', '0s');
+    assert.match(rest.stdout, /^pruned 3 PUBLISHED row/);
+    assert.equal(await db.scalar("SELECT through_seq::int FROM outbox_pruned WHERE aggregate_id = 'order:1'"), 3);
+    assert.match((await ok('verify', '--settle', '0s')).stdout, /^VERIFY OK$/m);
+
+    // Never a PENDING row nor anything after it, nor a recent row.
+    await ok('place-order', '--count', '3');
+    await ok('relay');
+    await ok('consume');
+    await ok('replay', '--from', '8', '--to', '8');
+    const pendingFirst = await ok('prune', '--older-than', '0s');
+    assert.match(pendingFirst.stdout, /^pruned 1 PUBLISHED row/);
+    assert.deepEqual(await ids(), [8, 9]);
+    await ok('relay');
+    await ok('consume');
+    assert.match((await ok('prune', '--older-than', '1h')).stdout, /^pruned 0 PUBLISHED row/);
+  });
+
+  it('the commit-order trap: a row whose producer has not committed is not visible to prune, and is neither deleted nor counted pruned; once committed it is relayed, applied and pruned', async () => {
+    const pool = db.pool(4);
+    redis ??= await connectRedis(h.redis.url);
+    const outbox = await createPgOutbox(pool, { events: depositEvents });
+    const relay = createPgRelay(pool, redis);
+    const drain = async () => {
+      const consumer = await createConsumer({ redis: redis!, handlers: accountHandlers, consumerId: 'accounts' });
+      await consumer.drain();
+      await consumer.close();
+    };
+    const deposit = (aggregateId: string) => ({ aggregateType: 'account' as const, aggregateId, type: 'Deposited' as const, payload: { amount: 1 } });
+    for (let i = 0; i < 3; i += 1) await outbox.append(pool, deposit('a'));
+    const late = await pool.connect();
+    try {
+      await late.query('BEGIN');
+      await outbox.append(late, deposit('late'));
+      for (let i = 0; i < 3; i += 1) await outbox.append(pool, deposit('b'));
+      assert.equal((await relay.relayAll()).events, 6);
+      await drain();
+      const result = await ok('prune', '--older-than', '0s');
+      assert.match(result.stdout, /^pruned 6 PUBLISHED row\(s\)/m);
+      assert.deepEqual(await prunedRows(), [
+        { aggregate_id: 'account:a', through_seq: 3, events: 3 },
+        { aggregate_id: 'account:b', through_seq: 3, events: 3 },
+      ]);
+      await late.query('COMMIT');
+    } finally {
+      late.release();
+    }
+    assert.deepEqual((await pool.query("SELECT id::int, aggregate_id, status FROM outbox")).rows, [{ id: 4, aggregate_id: 'account:late', status: 'PENDING' }]);
+    assert.equal((await relay.relayAll()).events, 1);
+    await drain();
+    assert.match((await ok('prune', '--older-than', '0s')).stdout, /^pruned 1 PUBLISHED row/m);
+    assert.match((await ok('verify', '--settle', '0s')).stdout, /^processed_unique = outbox rows \+ pruned +7 +7 +ok$[\s\S]*^VERIFY OK$/m);
+  });
+
+  it('the relay app on PostgreSQL prunes on its schedule (OUTBOX_PRUNE_OLDER_THAN) what the consumer applied, and keeps what it has not', async () => {
+    await ok('init');
+    await ok('place-order', '--count', '20');
+    const relay = startApp(h.env, 'dist/apps/relay/main.js', [], { OUTBOX_DATABASE_URL: db.url, OUTBOX_RELAY_POLL: '20ms', OUTBOX_PRUNE_OLDER_THAN: '0s', OUTBOX_PRUNE_EVERY: '500ms' });
+    try {
+      // Relayed, then a scheduled prune found the 20 rows and kept them: nothing is applied yet.
+      await waitFor(() => /"msg":"outbox pruned","deleted":0,"keptNotApplied":20/.test(relay.output()), { timeoutMs: 15_000, message: relay.output() });
+      assert.equal(await db.scalar("SELECT COUNT(*)::int FROM outbox WHERE status = 'PUBLISHED'"), 20);
+      await ok('consume');
+      await waitFor(async () => (await db.scalar<number>('SELECT COUNT(*)::int FROM outbox')) === 0, { timeoutMs: 15_000, message: relay.output() });
+    } finally {
+      assert.equal((await stopApp(relay)).code, 0, relay.output());
+    }
+    assert.equal(await db.scalar('SELECT SUM(events)::int FROM outbox_pruned'), 20);
+    assert.match((await ok('verify', '--settle', '0s')).stdout, /^VERIFY OK$/m);
+  });
+});
