@@ -15,7 +15,6 @@ runApp('outbox-consumer', consumerSettings, async (config, log, signal) => {
   const { handlerTimeoutMs, cpuCostMs, threads } = config;
   // One connection per partition (one in all without partitions), each also used for the blocking takes' own.
   const partitions = await connectTargetPartitions(config, (options) => connectTargetUntilReady(config, { name: 'outbox-consumer', log, signal, requireNoEviction: true, ...options }));
-  const redis = partitions.clients[0];
   const connectBlocking = (partition: string) => connectTargetUntilReady(config, { name: 'outbox-consumer-take', log, signal, reconnect: false, partition });
   let health: Awaited<ReturnType<typeof startHealthServer>> | undefined;
   const { consumerId } = config;
@@ -35,10 +34,10 @@ runApp('outbox-consumer', consumerSettings, async (config, log, signal) => {
   const healthEndpoint = healthEndpointOf('consumer', config.healthPort, config.healthHost);
   // /metrics is served next to /healthz, on the same listener: none when that is off.
   const metrics = healthEndpoint === null ? undefined : await appMetrics('outbox-consumer');
-  metrics?.watchQueue(redis);
+  metrics?.watchQueue(partitions);
   const consumer = outboxConsumer.start({ log, connectBlocking, statsIntervalMs: config.statsEveryMs, healthUrl: () => health?.url ?? null, metrics });
   const identity = { app: 'outbox-consumer', dir: config.dir, namespace: config.namespace, consumerId };
-  health = await startHealthServer(healthEndpoint, HEALTH_PORT_SETTINGS.consumer.env, () => consumerHealth(identity, redis, consumer.consumerStats), log, metrics);
+  health = await startHealthServer(healthEndpoint, HEALTH_PORT_SETTINGS.consumer.env, () => consumerHealth(identity, partitions, consumer.consumerStats), log, metrics);
   log.info('consumer started', {
     redis: config.redisCluster || config.redisUrl,
     partitions: config.partitions,

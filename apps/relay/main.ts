@@ -38,7 +38,7 @@ runApp('outbox-relay', relaySettings, async (config, log, signal) => {
   // /metrics is served next to /healthz, on the same listener: none when that is off.
   const metrics = healthEndpoint === null ? undefined : await appMetrics('outbox-relay');
   metrics?.watchStore(() => (database.check() ? database.current().db : null));
-  metrics?.watchQueue(redis);
+  metrics?.watchQueue(partitions);
   const worker = await startRelayWorker(database, partitions, config.redisUrl, log, {
     everyMs: config.everyMs,
     sliceMs: config.sliceMs,
@@ -104,7 +104,7 @@ async function startOnPostgres(config: RelayConfig, log: Logger, signal: AbortSi
   const healthEndpoint = healthEndpointOf('relay', config.healthPort, config.healthHost);
   const metrics = healthEndpoint === null ? undefined : await appMetrics('outbox-relay');
   metrics?.watchStore(pool);
-  metrics?.watchQueue(redis);
+  metrics?.watchQueue(partitions);
   const loop = startPgRelayLoop(pool, partitions, log, { sliceMs: config.sliceMs, pollMs: config.pollMs, batchSize: config.batchSize, statsEveryMs: config.statsEveryMs });
   const identity = { app: 'outbox-relay', dir: config.dir, namespace: config.namespace };
   const store = pool;

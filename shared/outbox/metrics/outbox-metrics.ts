@@ -4,6 +4,7 @@ import type { Pool } from 'pg';
 import type { Db } from '../store/open-database.js';
 import type { OutboxEvent } from '../store/events.js';
 import { keys } from '../redis/keys.js';
+import { partitionsOf, type Partitions } from '../redis/partitions.js';
 import { labelHistogram } from './label-histogram.js';
 
 /**
@@ -85,7 +86,7 @@ export async function createOutboxMetrics(options: OutboxMetricsOptions = {}) {
 
   /** The watched store's figures now; undefined when there is none to read. */
   let storeSource: (() => Promise<{ pending: number; oldestAgeMs: number } | undefined>) | undefined;
-  let queueSource: Redis | undefined;
+  let queueSource: readonly Redis[] | undefined;
   /** Every consumer started in this process: its counts stay after it stopped (a counter does not go back). */
   const consumers = new Map<string, ConsumerCounts>();
   /** The processing lists of the consumers running now. */
@@ -133,7 +134,11 @@ export async function createOutboxMetrics(options: OutboxMetricsOptions = {}) {
     oldestGauge.set(store === undefined ? NaN : store.oldestAgeMs / 1000);
     inFlightGauge.reset();
     const reads: Promise<void>[] = [];
-    if (queueSource) reads.push(within(queueSource.llen(keys.events), redisTimeoutMs).then((n) => queueGauge.set(n), () => queueGauge.set(NaN)));
+    if (queueSource) {
+      // Summed over the partitions (one Redis: its queue).
+      const lengths = Promise.all(queueSource.map((redis) => redis.llen(keys.events))).then((each) => each.reduce((a, b) => a + b, 0));
+      reads.push(within(lengths, redisTimeoutMs).then((n) => queueGauge.set(n), () => queueGauge.set(NaN)));
+    }
     for (const [consumer, c] of inFlight) {
       reads.push(within(c.redis.llen(c.processingList), redisTimeoutMs).then((n) => inFlightGauge.set({ consumer }, n), () => inFlightGauge.set({ consumer }, NaN)));
     }
@@ -193,9 +198,9 @@ export async function createOutboxMetrics(options: OutboxMetricsOptions = {}) {
       else storeSource = () => pgPendingOf(db);
       use(pendingGauge, oldestGauge);
     },
-    /** Reports the queue's length through `redis` (in its namespace). */
-    watchQueue(redis: Redis): void {
-      queueSource = redis;
+    /** Reports the queue's length through `redis` (in its namespace), or the sum over the partitions. */
+    watchQueue(redis: Redis | Partitions): void {
+      queueSource = partitionsOf(redis).clients;
       use(queueGauge);
     },
 

@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import { checkRedis } from './checks.js';
 import { failed, healthReport, type AppIdentity, type Check, type HealthReport } from './health-report.js';
 import { keys } from '../../outbox/redis/keys.js';
+import { partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
 import type { ConsumerStats } from '../../outbox/consumer/consumer-stats.js';
 import { HEARTBEAT_TTL_MS } from '../../outbox/consumer/heartbeats.js';
 
@@ -13,7 +14,9 @@ export const TAKE_STALE_MS = 30_000;
  * (else other consumers reclaim its processing list); its take loop comes round. The lag (see
  * `createConsumerStats`) and the queue length are reported, not judged: a backlog is not a fault.
  */
-export async function consumerHealth(identity: AppIdentity & { consumerId: string }, redis: Redis, stats: Pick<ConsumerStats, 'snapshot'>): Promise<HealthReport> {
+export async function consumerHealth(identity: AppIdentity & { consumerId: string }, queues: Redis | Partitions, stats: Pick<ConsumerStats, 'snapshot'>): Promise<HealthReport> {
+  const { clients } = partitionsOf(queues);
+  const redis = clients[0];
   const redisCheck = await checkRedis(redis);
   // Measured after the await: the take loop and the heartbeat go on meanwhile, and their times taken
   // after one read before would give ages below 0.
@@ -30,7 +33,8 @@ export async function consumerHealth(identity: AppIdentity & { consumerId: strin
         : { ok: true, ageMs: heartbeatAgeMs };
   const sinceTake = lastTakeAgeMs ?? uptimeMs;
   const loop: Check = sinceTake > TAKE_STALE_MS ? failed(`no take from the queue for ${Math.round(sinceTake / 1000)} s`, { lastTakeAgeMs }) : { ok: true, lastTakeAgeMs };
-  const queued = redisCheck.ok ? await redis.llen(keys.events).catch(() => null) : null;
+  // Over every partition (one Redis: its queue).
+  const queued = redisCheck.ok ? await Promise.all(clients.map((client) => client.llen(keys.events))).then((lengths) => lengths.reduce((a, b) => a + b, 0)).catch(() => null) : null;
   return healthReport(identity, {
     redis: redisCheck,
     heartbeat: { ...heartbeat, consumerId: identity.consumerId },
