@@ -7,6 +7,8 @@ import { useHarness } from './helpers/harness.js';
 import { usePostgres } from './helpers/postgres.js';
 import { createLogger } from '../shared/outbox/logger.js';
 import { attachPgApp } from '../shared/runtime/pg-attached-apps.js';
+import { pgLabStore } from '../shared/lab/lab-store.js';
+import { waitFor } from '../shared/tooling/local/wait-for.js';
 
 // `outbox lab` and `outbox dualwrite` on the PostgreSQL store, in this file's own database.
 const db = usePostgres();
@@ -77,6 +79,25 @@ describe('outbox lab on PostgreSQL', () => {
     assert.match(again.stdout, /^lab done/m);
     assert.equal(artifact('report.txt'), report);
     assert.equal(await count('dualwrite_orders'), 3);
+  });
+
+  it('after relay-crash it waits until no session holds a PENDING row (a killed relay\'s batch stays locked until PostgreSQL ends its session), then relays again', async () => {
+    await ok('init');
+    await ok('place-order');
+    // A relay's claim that PostgreSQL has not rolled back yet: the lab's relay would skip its rows (SKIP LOCKED).
+    const holder = await db.pool(1).connect();
+    await holder.query('BEGIN');
+    await holder.query("SELECT id FROM outbox WHERE status = 'PENDING' FOR UPDATE");
+    let gone = false;
+    const waiting = pgLabStore(db.pool(1)).crashedRelayGone().then(() => (gone = true));
+    await waitFor(async () => Number(await db.scalar("SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")) === 1, {
+      message: 'the lab did not wait for the row lock',
+    });
+    assert.equal(gone, false);
+    await holder.query('ROLLBACK');
+    holder.release();
+    await waiting;
+    assert.equal(gone, true);
   });
 
   it('refuses (exit 4, one line) while an app has the PostgreSQL store open, tables untouched; runs with --ignore-attached', async () => {
