@@ -256,10 +256,8 @@ describe('outbox on PostgreSQL: bad settings and unusable stores', () => {
     assert.deepEqual(await h.client.keys('*'), [], 'Redis untouched');
   });
 
-  it('the commands not on PostgreSQL yet are refused in one line (exit 2) instead of running on app.db', async () => {
-    for (const [command, args] of [['chaos', ['--duration', '1s']], ['bench', ['--quick']]] as const) {
-      refused(await pgCli([command, ...args]), 2, new RegExp(`^outbox: ${command} does not run on the PostgreSQL store yet \\(--database / OUTBOX_DATABASE_URL is set\\): unset it to run it on app\\.db$`));
-    }
+  it('the command not on PostgreSQL yet (bench) is refused in one line (exit 2) instead of running on app.db', async () => {
+    refused(await pgCli(['bench', '--quick']), 2, /^outbox: bench does not run on the PostgreSQL store yet \(--database \/ OUTBOX_DATABASE_URL is set\): unset it to run it on app\.db$/);
     assert.deepEqual(await h.client.keys('*'), []);
   });
 
