@@ -256,10 +256,8 @@ describe('outbox on PostgreSQL: bad settings and unusable stores', () => {
     assert.deepEqual(await h.client.keys('*'), [], 'Redis untouched');
   });
 
-  it('the commands not on PostgreSQL yet are refused in one line (exit 2) instead of running on app.db', async () => {
-    for (const [command, args] of [['lab', []], ['bench', ['--quick']]] as const) {
-      refused(await pgCli([command, ...args]), 2, new RegExp(`^outbox: ${command} does not run on the PostgreSQL store yet \\(--database / OUTBOX_DATABASE_URL is set\\): unset it to run it on app\\.db$`));
-    }
+  it('the command not on PostgreSQL yet (bench) is refused in one line (exit 2) instead of running on app.db; chaos there takes its own faults only', async () => {
+    refused(await pgCli(['bench', '--quick']), 2, /^outbox: bench does not run on the PostgreSQL store yet \(--database \/ OUTBOX_DATABASE_URL is set\): unset it to run it on app\.db$/);
     // Chaos runs on PostgreSQL (test/scale-out-chaos.test.ts), with the faults of that path only.
     refused(await pgCli(['chaos', '--targets', 'redis-wipe']), 2, /^outbox: --targets on PostgreSQL takes a comma-separated list of relay, consumer, cluster-node, cluster-node-wipe, got "redis-wipe"$/);
     assert.deepEqual(await h.client.keys('*'), []);

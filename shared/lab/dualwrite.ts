@@ -1,8 +1,4 @@
-import Database from 'better-sqlite3';
 import { Redis } from 'ioredis';
-import { rmSync } from 'node:fs';
-import { join } from 'node:path';
-import { configure } from '../outbox/store/open-database.js';
 import { keys } from '../outbox/redis/keys.js';
 
 export interface DualWriteResult {
@@ -16,29 +12,38 @@ export interface DualWriteResult {
   lines: string[];
 }
 
-export const DUALWRITE_DB = 'dualwrite.db';
+/**
+ * Where the dual write saves its orders: a scratch `orders` table of its own (dualwrite.db beside
+ * app.db, or the table `dualwrite_orders` in the PostgreSQL store's database), so the lab's orders
+ * and outbox are untouched. Each save commits on its own, as a service without the outbox does.
+ */
+export interface ScratchOrders {
+  /** Where it is, for the command's last line. */
+  readonly name: string;
+  /** Drops what an earlier run left and creates the table, empty. */
+  reset(): Promise<void>;
+  /** Saves (commits) one order; resolves its id. */
+  save(sku: string, qty: number): Promise<number>;
+  count(): Promise<number>;
+  close(): Promise<void>;
+}
 
 /**
  * The bug the outbox removes: save the order (commit), then publish the event as a second write.
  * The first `count - 1` publishes succeed; before the last one the broker connection really drops
  * (CLIENT KILL, no reconnect), so the order is committed and its event is lost. Uses its own
- * scratch store and list, so app.db and outbox.events are untouched.
+ * scratch store and list, so the lab's store and outbox.events are untouched. Closes `scratch`.
  */
-export async function dualWrite(dir: string, redis: Redis, url: string, count = 3): Promise<DualWriteResult> {
-  const path = join(dir, DUALWRITE_DB);
-  for (const suffix of ['', '-wal', '-shm']) rmSync(path + suffix, { force: true });
-  await redis.del(keys.dualwriteEvents);
-
-  const db = configure(new Database(path));
+export async function dualWrite(scratch: ScratchOrders, redis: Redis, url: string, count = 3): Promise<DualWriteResult> {
   const publisher = new Redis(url, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null });
   publisher.on('error', () => {});
   let failure = 'no publish failed';
   try {
-    db.exec('CREATE TABLE orders (id INTEGER PRIMARY KEY, sku TEXT NOT NULL, qty INTEGER NOT NULL)');
-    const save = db.prepare<[string, number]>('INSERT INTO orders (sku, qty) VALUES (?, ?)');
+    await scratch.reset();
+    await redis.del(keys.dualwriteEvents);
     await publisher.connect();
     for (let i = 1; i <= count; i += 1) {
-      const id = Number(save.run(`SKU-${i}`, 1).lastInsertRowid);
+      const id = await scratch.save(`SKU-${i}`, 1);
       if (i === count) {
         const closed = new Promise((resolve) => publisher.once('end', resolve));
         await redis.client('KILL', 'ID', String(await publisher.client('ID')));
@@ -50,12 +55,12 @@ export async function dualWrite(dir: string, redis: Redis, url: string, count = 
         failure = `order ${id} was saved, then publishing its event failed: ${(error as Error).message}`;
       }
     }
-    const orders = db.prepare<[], { n: number }>('SELECT COUNT(*) AS n FROM orders').get()!.n;
+    const orders = await scratch.count();
     const published = await redis.llen(keys.dualwriteEvents);
     const verdict = orders === published ? 'CONSISTENT' : 'INCONSISTENT';
     return { orders, published, failure, lines: [`${verdict} orders=${orders} published=${published}`, failure] };
   } finally {
     publisher.disconnect();
-    db.close();
+    await scratch.close();
   }
 }
