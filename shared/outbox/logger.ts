@@ -110,29 +110,21 @@ export function createLogger(app: string, write: (line: string) => void = (line)
     if (!base.isLevelEnabled(name)) return () => {};
     return (msg, fields) => base[name](cleanFields(msg, fields, stacks));
   };
+  return loggerOf(method, () => level);
+}
+
+/** A Logger whose methods `method` makes, one per level. */
+function loggerOf(method: (level: LogLevel) => LogMethod, level: () => LogLevel): Logger {
+  const methods = Object.fromEntries(LOG_LEVELS.map((name) => [name, method(name)])) as Record<LogLevel, LogMethod>;
   return {
-    trace: method('trace'),
-    debug: method('debug'),
-    info: method('info'),
-    warn: method('warn'),
-    error: method('error'),
-    fatal: method('fatal'),
-    level,
+    ...methods,
+    get level() {
+      return level();
+    },
   };
 }
 
 /** `log` with `fields` added to every line (e.g. the partition a consumer runs on). */
 export function withFields(log: Logger, fields: LogFields): Logger {
-  const method = (level: (typeof LOG_LEVELS)[number]): LogMethod => (msg, more) => log[level](msg, { ...fields, ...more });
-  return {
-    trace: method('trace'),
-    debug: method('debug'),
-    info: method('info'),
-    warn: method('warn'),
-    error: method('error'),
-    fatal: method('fatal'),
-    get level() {
-      return log.level;
-    },
-  };
+  return loggerOf((level) => (msg, more) => log[level](msg, { ...fields, ...more }), () => log.level);
 }

@@ -62,16 +62,18 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   };
   if (options.killEveryMs < 100) throw new InvalidInputError('--kill-every must be at least 100ms');
   const { runChaos } = await import('../../../shared/tooling/chaos/run-chaos.js');
-  const tty = process.stderr.isTTY;
   const result = await runChaos({ ...options, progress: progressLine() });
-  if (tty) process.stderr.write('\n');
-  console.log(formatChaos(result).join('\n'));
-  if (argv.keep) console.log(`workspace kept: ${result.workspace}`);
-  if (argv.json) {
-    const { ledger: _ledger, workspace: _workspace, ...figures } = result;
-    writeFileSync(argv.json, `${JSON.stringify(figures, null, 2)}\n`);
-  }
-  if (!result.ok) throw new CheckFailedError('an invariant did not hold (see the table above)');
+  const { ledger: _ledger, ...rest } = result;
+  finish(argv, formatChaos(result), rest);
+}
+
+/** Prints the table, writes the figures (`--json`, without the workspace), fails when an invariant did not hold. */
+function finish(argv: ArgumentsCamelCase<Args>, table: string[], { workspace, ok, ...figures }: { workspace: string; ok: boolean }): void {
+  if (process.stderr.isTTY) process.stderr.write('\n');
+  console.log(table.join('\n'));
+  if (argv.keep) console.log(`workspace kept: ${workspace}`);
+  if (argv.json) writeFileSync(argv.json, `${JSON.stringify({ ...figures, ok }, null, 2)}\n`);
+  if (!ok) throw new CheckFailedError('an invariant did not hold (see the table above)');
 }
 
 function progressLine(): (line: string) => void {
@@ -109,14 +111,6 @@ async function scaleOut(argv: ArgumentsCamelCase<Args>, serverUrl: string, parti
   if (options.killEveryMs < 100) throw new InvalidInputError('--kill-every must be at least 100ms');
   const { runScaleOutChaos } = await import('../../../shared/tooling/chaos/scale-out-chaos.js');
   const { formatScaleOutChaos } = await import('../../../shared/tooling/chaos/format-chaos.js');
-  const tty = process.stderr.isTTY;
   const result = await runScaleOutChaos({ ...options, progress: progressLine() });
-  if (tty) process.stderr.write('\n');
-  console.log(formatScaleOutChaos(result).join('\n'));
-  if (argv.keep) console.log(`workspace kept: ${result.workspace}`);
-  if (argv.json) {
-    const { workspace: _workspace, ...figures } = result;
-    writeFileSync(argv.json, `${JSON.stringify(figures, null, 2)}\n`);
-  }
-  if (!result.ok) throw new CheckFailedError('an invariant did not hold (see the table above)');
+  finish(argv, formatScaleOutChaos(result), result);
 }
