@@ -1,6 +1,6 @@
 import { writeFileSync } from 'node:fs';
 import { configOf } from '../options.js';
-import { refuseOnPostgres } from '../stores.js';
+import { refuseOnPostgres, refusePartitioned } from '../stores.js';
 import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { parseDuration } from '../../../shared/outbox/duration.js';
 import { formatChaos } from '../../../shared/tooling/chaos/format-chaos.js';
@@ -41,6 +41,8 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   // Its own workspace on app.db; the apps it starts would read OUTBOX_DATABASE_URL.
   refuseOnPostgres(configOf(argv), 'chaos');
+  // Its own workspace, one Redis: the apps it starts would read OUTBOX_PARTITIONS / OUTBOX_REDIS_CLUSTER.
+  refusePartitioned(configOf(argv), 'chaos');
   const targets = argv.targets.split(',').map((t) => t.trim()) as ChaosTarget[];
   const unknown = targets.filter((t) => !CHAOS_TARGETS.includes(t));
   if (unknown.length > 0 || targets.length === 0) {

@@ -4,7 +4,7 @@ import { CheckFailedError } from '../../../shared/outbox/errors/check-failed-err
 import type { OutboxConfig } from '../../../shared/outbox/config.js';
 import { assertNoAttachedApps } from '../../../shared/runtime/attached-apps.js';
 import { configOf, ignoreAttachedOption, type GlobalArgs } from '../options.js';
-import { refuseOnPostgres, withRedis } from '../stores.js';
+import { refuseOnPostgres, refusePartitioned, withRedis } from '../stores.js';
 
 export const command = 'lab';
 export const describe = 'run steps 1-8 of the seed on a clean state (init --force first) and show every artifact';
@@ -36,6 +36,7 @@ function runRelayCrash(config: OutboxConfig): Promise<void> {
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const config = configOf(argv);
   refuseOnPostgres(config, 'lab');
+  refusePartitioned(config, 'lab');
   if (!argv.ignoreAttached) assertNoAttachedApps(config.dir);
   console.log(`outbox lab in ${config.dir}`);
   const { runLab } = await import('../../../shared/lab/lab.js');
