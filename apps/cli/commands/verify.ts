@@ -1,6 +1,6 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { existsSync } from 'node:fs';
-import type { Redis } from 'ioredis';
+import type { Partitions } from '../../../shared/outbox/redis/partitions.js';
 import type { Pool } from 'pg';
 import { formatDuration, parseDuration } from '../../../shared/outbox/duration.js';
 import { formatChecks, verifyStores, type Ledger } from '../../../shared/operations/verify/verify.js';
@@ -15,7 +15,7 @@ import { guard, guardOptions, idRange, SHOWN, rowLine, withMore, type GuardArgs,
 import { configOf, type GlobalArgs } from '../options.js';
 import { loadCheckSet } from '../../../shared/operations/verify/load-check-set.js';
 import type { VerifyCheckSet } from '../../../shared/outbox/verify/verify-checks.js';
-import { onPostgres, withPgStores, withStores } from '../stores.js';
+import { onPostgres, withPgPartitionStores, withPartitionStores } from '../stores.js';
 import { InvalidInputError } from '../../../shared/outbox/errors/invalid-input-error.js';
 import type { OutboxConfig } from '../../../shared/outbox/config.js';
 
@@ -61,7 +61,7 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const config = configOf(argv);
   if (onPostgres(config)) return verifyOnPostgres(config, argv, settleMs);
   // The library's tables are what verify needs: a service's database (no lab `orders`) verifies too.
-  await withStores(config, async (db, redis) => {
+  await withPartitionStores(config, async (db, redis) => {
     const consumerDb = argv.consumerDb === undefined ? undefined : await openConsumerDb(argv.consumerDb);
     try {
       const checkSet = userChecks ?? (await labChecksFor(db));
@@ -84,7 +84,7 @@ async function verifyOnPostgres(config: OutboxConfig, argv: ArgumentsCamelCase<A
   const { pgVerifyReads } = await import('../../../shared/operations/verify/pg-verify-reads.js');
   const { isLabPgDatabase, readOrdersOnPg } = await import('../../../shared/lab/checks/pg-verify-checks.js');
   const { labVerifyChecks } = await import('../../../shared/lab/checks/verify-checks.js');
-  await withPgStores(config, async (pool, redis) => {
+  await withPgPartitionStores(config, async (pool, redis) => {
     const consumerDb = argv.consumerDb === undefined ? undefined : await openConsumerDb(argv.consumerDb);
     try {
       const checkSet = (await isLabPgDatabase(pool)) ? (labVerifyChecks as VerifyCheckSet<any>) : undefined;
@@ -110,7 +110,7 @@ interface Repairer {
  */
 async function judge(
   store: Parameters<typeof verifyStores>[0],
-  redis: Redis,
+  redis: Partitions,
   argv: ArgumentsCamelCase<Args>,
   settleMs: number,
   checkSet: VerifyCheckSet<any> | undefined,
@@ -161,7 +161,7 @@ async function pgRepairPlan(pool: Pool, { lost, figures }: Ledger): Promise<Plan
 }
 
 /** `repair` on PostgreSQL: the rebuild through createPgRelay, or the lost events republished. */
-async function pgRepair(pool: Pool, redis: Redis, { lost, figures }: Ledger): Promise<void> {
+async function pgRepair(pool: Pool, redis: Partitions, { lost, figures }: Ledger): Promise<void> {
   if (figures.redisStateLost) {
     const { createPgRelay } = await import('../../../shared/outbox/postgres/pg-relay.js');
     const relay = createPgRelay(pool, redis, { onPairing: (pairing) => console.log(`repair: ${describePairing(pairing, 'PostgreSQL')}`) });
@@ -227,7 +227,7 @@ function repairPlan(db: Db, { lost, figures }: Ledger): Plan {
   };
 }
 
-async function repair(db: Db, redis: Redis, { lost, figures }: Ledger): Promise<void> {
+async function repair(db: Db, redis: Partitions, { lost, figures }: Ledger): Promise<void> {
   if (figures.redisStateLost) {
     // Everything was lost: rebuild every effect from SQLite, as the relay app does on its own.
     const relay = createRelay(db, redis, { onPairing: (pairing) => console.log(`repair: ${describePairing(pairing)}`) });

@@ -3,6 +3,7 @@ import type { Pool } from 'pg';
 import { REPLAY_LOCK } from '../../outbox/postgres/locks.js';
 import { createPgRelay } from '../../outbox/postgres/pg-relay.js';
 import type { RowToChange } from './repair.js';
+import type { Partitions } from '../../outbox/redis/partitions.js';
 
 interface PgRowToChange {
   id: string;
@@ -22,7 +23,7 @@ const toRow = (row: PgRowToChange): RowToChange => ({ ...row, id: Number(row.id)
  * meanwhile), then relays every PENDING row. The consumer's dedupe makes a republished event safe
  * even if it was not lost after all.
  */
-export async function pgRepublish(pool: Pool, redis: Redis, eventIds: string[]): Promise<{ reset: number; relayed: number }> {
+export async function pgRepublish(pool: Pool, redis: Redis | Partitions, eventIds: string[]): Promise<{ reset: number; relayed: number }> {
   const client = await pool.connect();
   let reset = 0;
   try {

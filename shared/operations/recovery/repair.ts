@@ -3,6 +3,7 @@ import type { Db } from '../../outbox/store/open-database.js';
 import { bumpReplayGeneration } from '../../outbox/store/store-meta.js';
 import { InvalidInputError } from '../../outbox/errors/invalid-input-error.js';
 import { createRelay } from '../../outbox/relay/relay.js';
+import type { Partitions } from '../../outbox/redis/partitions.js';
 
 const CHUNK = 500;
 
@@ -10,7 +11,7 @@ const CHUNK = 500;
  * Sets the given events' rows back to PENDING and relays them (with any other PENDING row): the
  * consumer's dedupe makes a republished event safe even if it was not lost after all.
  */
-export async function republish(db: Db, redis: Redis, eventIds: string[]): Promise<{ reset: number; relayed: number }> {
+export async function republish(db: Db, redis: Redis | Partitions, eventIds: string[]): Promise<{ reset: number; relayed: number }> {
   const resetOne = db.prepare<[string]>("UPDATE outbox SET status = 'PENDING', published_at = NULL WHERE event_id = ? AND status = 'PUBLISHED'");
   const resetAll = db.transaction((ids: string[]) => {
     bumpReplayGeneration(db);
