@@ -8,6 +8,7 @@ import { closePartitions, connectTarget, connectTargetPartitions, type RedisTarg
 import { partitionOf, type Partitions } from '../shared/outbox/redis/partitions.js';
 import { mastersOf } from '../shared/outbox/redis/cluster-client.js';
 import { keys } from '../shared/outbox/redis/keys.js';
+import { scanKeys, unlinkAll } from '../shared/outbox/redis/scan-keys.js';
 import { createConsumer } from '../shared/outbox/consumer/create-consumer.js';
 import { handlers } from '../shared/lab/orders/order-handlers.js';
 import { createLogger } from '../shared/outbox/logger.js';
@@ -143,6 +144,32 @@ function partitionSuite(name: string, start: () => Promise<Setup>): void {
       assert.match(repair.stdout, /repair: republished 1 lost event\(s\)/);
       const queued = await lengths(keys.events);
       assert.deepEqual(queued, [0, 1, 2].map((p) => (p === partition ? 1 : 0)));
+      await ok('consume');
+      assert.match((await ok('verify', '--settle', '0s')).stdout, /VERIFY OK/);
+    });
+
+    it('a partition that lost its state: verify and status name it, --repair rebuilds that partition only', async () => {
+      await ok('place-order', '--sku', 'SKU-A', '--qty', '2', '--count', '9');
+      await ok('change-qty', '--id', '1', '--qty', '4');
+      await ok('relay');
+      await ok('consume');
+      const lostPartition = 1;
+      const inLost = rows(env.dir).filter((r) => partitionOf(r.aggregate_id, P) === lostPartition);
+      assert.ok(inLost.length > 0);
+      const redis = partitions.clients[lostPartition];
+      assert.ok((await unlinkAll(redis, scanKeys(redis, '*'))) > 0);
+
+      const broken = await cli('verify', '--settle', '0s');
+      assert.equal(broken.code, 1, broken.stdout + broken.stderr);
+      assert.match(broken.stdout, /Redis serves this store +yes +no: Redis lost its state +FAIL\n  e\.g\. partition 1, the relay rebuilds it/);
+      assert.match(broken.stdout, new RegExp(`events lost \\(never applied, not in Redis\\) +0 +${inLost.length} +FAIL`));
+      const status = await ok('status');
+      assert.match(status.stdout, /^store +\S+: WARN Redis lost its state/m);
+      assert.match(status.stdout, /^ +1 +queued 0, in flight 0, applied 0, parked 0, dead-lettered 0, WARN lost its state;/m);
+
+      const repair = await ok('verify', '--settle', '0s', '--repair', '--yes');
+      assert.match(repair.stdout, new RegExp(`repair: Redis lost its state \\(partition 1\\): rebuilding it from SQLite, ${inLost.length} published event\\(s\\) set back to PENDING`));
+      assert.deepEqual(await lengths(keys.events), [0, 1, 2].map((p) => (p === lostPartition ? inLost.length : 0)));
       await ok('consume');
       assert.match((await ok('verify', '--settle', '0s')).stdout, /VERIFY OK/);
     });
