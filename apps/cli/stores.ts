@@ -57,12 +57,6 @@ export function refusePartitioned(config: OutboxConfig, command = thisCommand())
   throw new InvalidInputError(`${command} does not run across partitions yet (${setting}): run it with one partition on one Redis`);
 }
 
-/** `config`, after `refusePartitioned`. */
-export function refusedPartitioned(config: OutboxConfig, command?: string): OutboxConfig {
-  refusePartitioned(config, command);
-  return config;
-}
-
 /**
  * With the default URL and nothing listening on its port, starts the managed Redis and says so on
  * stderr; `config.redisUrl` then names it, password included, for whatever the command runs next

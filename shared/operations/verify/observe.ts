@@ -57,11 +57,11 @@ export interface Observation {
   /** Events beyond the horizon: in S1, and committed after S1 up to the second SQLite read (S2). */
   newer: NewerEvent[];
   // Redis, one MULTI per partition: each partition's consumer state at one instant. Below, the
-  // hashes of every partition merged (summed for counters); `partitions` keeps each one's own.
+  // hashes of every partition merged (summed for counters); `partitionStates` keeps each one's own.
   /** P: how many partitions (1: one Redis, the seed's keys). */
   partitionCount: number;
   /** Each partition's consumer state, as read. */
-  partitions: ConsumerState[];
+  partitionStates: ConsumerState[];
   /** The stats hashes' `applied` counter of each partition at its instant: its entries with applyOrder <= it were applied by then. */
   appliedCounters: number[];
   processedCount: number;
@@ -326,7 +326,7 @@ function mergeAppliedSeqs(states: ConsumerState[], partitionOfAggregate: (aggreg
 function mergeStates(partitions: Partitions, states: ConsumerState[], counterHashes: readonly string[]) {
   return {
     partitionCount: partitions.count,
-    partitions: states,
+    partitionStates: states,
     appliedCounters: states.map((s) => s.appliedCounter),
     processedCount: states.reduce((n, s) => n + s.processedCount, 0),
     applyCounts: sumHashes(states.map((s) => s.applyCounts)),
@@ -382,6 +382,11 @@ async function processedOf(partitions: Partitions, events: { event_id: string; a
  *    applied by the instant of step 3 (the apply script writes the entry and the counter in one
  *    step; entries are never removed), so the counter hashes, the applied seqs and the processed
  *    count are compared with exactly the events applied by then.
+ *
+ * With partitions, steps 2 and 3 are taken in every partition (its lists, then its MULTI) and step 5
+ * reads each event in its aggregate's partition: an event is judged by its own partition's counter
+ * at its own instant, and as each event's effects are written in its partition only, the counter
+ * hashes summed over the partitions are exactly the effects of the events applied by those instants.
  */
 export async function observe(store: Db | VerifyReads, redis: Redis | Partitions, horizon?: number, checkSet?: VerifyCheckSet<unknown>): Promise<Observation> {
   const reads = verifyReadsOf(store);

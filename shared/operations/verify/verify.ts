@@ -200,7 +200,7 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
     return id === undefined || !newerIds.has(id);
   }).length;
   // Each partition's own hashes: a sum would hide which one holds the entry.
-  const corrupt = o.partitions.flatMap((p, index) =>
+  const corrupt = o.partitionStates.flatMap((p, index) =>
     corruptEntries({ [keys.appliedSeq]: p.appliedSeqs, ...p.counters, [keys.stats]: p.stats, [keys.applyCount]: p.applyCounts }, p.parked).map((entry) =>
       o.partitionCount > 1 ? `partition ${index}: ${entry}` : entry,
     ),
@@ -219,9 +219,9 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
     Number(o.applyCounts[id] ?? 0) > 1 ? [`${id} (${o.applyCounts[id]} times${o.partitionCount > 1 ? `, partition ${partitionOf(aggregate_id, o.partitionCount)}` : ''})`] : [],
   );
   // With partitions, any one that serves no store: the relay rebuilds only those.
-  const unserved = o.partitions.flatMap((p, index) => (p.meta.store === undefined ? [index] : []));
+  const unserved = o.partitionStates.flatMap((p, index) => (p.meta.store === undefined ? [index] : []));
   const redisStateLost = unserved.length > 0 && (await db.hasPublished());
-  const unrecoverable = o.partitions.reduce((n, p) => n + Number(p.meta.unrecoverable ?? 0), 0);
+  const unrecoverable = o.partitionStates.reduce((n, p) => n + Number(p.meta.unrecoverable ?? 0), 0);
   const disordered = outOfOrder(o.events, o.processed);
 
   // At the MULTI's instant: the snapshot's last seqs, raised by the newer events applied by then.
