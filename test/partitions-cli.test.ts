@@ -13,8 +13,14 @@ import { createConsumer } from '../shared/outbox/consumer/create-consumer.js';
 import { handlers } from '../shared/lab/orders/order-handlers.js';
 import { createLogger } from '../shared/outbox/logger.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
+import { freePort } from '../shared/tooling/local/redis-server.js';
+import { startApp, stopApp } from './helpers/apps.js';
+import { usePostgres } from './helpers/postgres.js';
 
 const P = 3;
+
+// The PostgreSQL store across partitions: this file's own database.
+const pgDb = usePostgres();
 
 interface Setup {
   /** What the CLI gets besides its data dir. */
@@ -46,8 +52,11 @@ function orderOutsidePartition0(from = 1): number {
   for (let id = from; ; id += 1) if (partitionOf(`order:${id}`, P) !== 0) return id;
 }
 
-/** The same scenario on one Redis with 3 partitions, and on a 3-master Redis Cluster with 3 partitions. */
-function partitionSuite(name: string, start: () => Promise<Setup>): void {
+/**
+ * The same scenario on one Redis with 3 partitions, and on a 3-master Redis Cluster with 3
+ * partitions. `apps`: also under traffic from the apps (the relay app on app.db runs on one Redis).
+ */
+function partitionSuite(name: string, start: () => Promise<Setup>, { apps = false } = {}): void {
   describe(name, () => {
     let setup: Setup;
     let partitions: Partitions;
@@ -167,11 +176,48 @@ function partitionSuite(name: string, start: () => Promise<Setup>): void {
       assert.match(status.stdout, /^store +\S+: WARN Redis lost its state/m);
       assert.match(status.stdout, /^ +1 +queued 0, in flight 0, applied 0, parked 0, dead-lettered 0, WARN lost its state;/m);
 
+      // The plan names what the rebuild resets: the rows of that partition's aggregates only.
+      const dry = await cli('verify', '--settle', '0s', '--repair', '--dry-run');
+      assert.match(dry.stdout, new RegExp(`verify --repair would rebuild Redis, which lost its state \\(partition 1\\), from SQLite: set ${inLost.length} PUBLISHED row\\(s\\)`));
+      assert.match(dry.stdout, /dry run: nothing changed/);
       const repair = await ok('verify', '--settle', '0s', '--repair', '--yes');
       assert.match(repair.stdout, new RegExp(`repair: Redis lost its state \\(partition 1\\): rebuilding it from SQLite, ${inLost.length} published event\\(s\\) set back to PENDING`));
       assert.deepEqual(await lengths(keys.events), [0, 1, 2].map((p) => (p === lostPartition ? inLost.length : 0)));
       await ok('consume');
       assert.match((await ok('verify', '--settle', '0s')).stdout, /VERIFY OK/);
+    });
+
+    it('on the PostgreSQL store: relay, consume and verify across partitions; a partition that lost its state is planned and rebuilt alone', async () => {
+      await pgDb.reset();
+      await pgDb.scalar('DROP TABLE IF EXISTS orders');
+      const pg = (...args: string[]) => runCli(args, { ...env, env: { ...env.env, OUTBOX_DATABASE_URL: pgDb.url } });
+      const pgOk = async (...args: string[]) => {
+        const result = await pg(...args);
+        assert.equal(result.code, 0, `outbox ${args.join(' ')}: ${result.stdout}${result.stderr}`);
+        return result;
+      };
+      await pgOk('init', '--force', '--yes');
+      await pgOk('place-order', '--sku', 'SKU-A', '--qty', '2', '--count', '9');
+      await pgOk('change-qty', '--id', '1', '--qty', '4');
+      await pgOk('cancel-order', '--id', '2');
+      const events = (await pgDb.pool(1).query<{ aggregate_id: string }>('SELECT aggregate_id FROM outbox')).rows;
+      const expected = [0, 1, 2].map((p) => events.filter((e) => partitionOf(e.aggregate_id, P) === p).length);
+      assert.match((await pgOk('relay')).stdout, new RegExp(`LLEN outbox.events = 11 \\(${expected.join(', ')} by partition\\)`));
+      await pgOk('consume');
+      const verify = await pgOk('verify', '--settle', '0s');
+      assert.match(verify.stdout, /SKUs whose reserved qty != live orders +0 +0 +ok/);
+      assert.match(verify.stdout, /VERIFY OK/);
+
+      const redis = partitions.clients[1];
+      await unlinkAll(redis, scanKeys(redis, '*'));
+      const dry = await pg('verify', '--settle', '0s', '--repair', '--dry-run');
+      assert.match(dry.stdout, new RegExp(`would rebuild Redis, which lost its state \\(partition 1\\), from PostgreSQL: set ${expected[1]} PUBLISHED row\\(s\\)`));
+      const repair = await pgOk('verify', '--settle', '0s', '--repair', '--yes');
+      assert.match(repair.stdout, new RegExp(`repair: Redis lost its state \\(partition 1\\): rebuilding it from PostgreSQL, ${expected[1]} published event\\(s\\) set back to PENDING`));
+      assert.deepEqual(await lengths(keys.events), [0, expected[1], 0]);
+      await pgOk('consume');
+      assert.match((await pgOk('verify', '--settle', '0s')).stdout, /VERIFY OK/);
+      assert.match((await pgOk('status')).stdout, /^ +1 +queued 0, in flight 0, applied \d+, parked 0, dead-lettered 0; no consumer holds its lease$/m);
     });
 
     it('replay: a replayed event goes back to its aggregate\'s partition, and the consumer skips it there', async () => {
@@ -282,6 +328,34 @@ function partitionSuite(name: string, start: () => Promise<Setup>): void {
       }
     });
 
+    it('verify --settle 5s under traffic (producer, relay and consumer apps on 3 partitions): OK run after run, each partition judged at its own instant', { skip: !apps }, async () => {
+      const partitionsEnv = { OUTBOX_PARTITIONS: String(P) };
+      const port = await freePort();
+      const running = [
+        startApp(env, 'dist/apps/relay/main.js', [], { ...partitionsEnv, OUTBOX_RELAY_POLL: '5ms' }),
+        startApp(env, 'dist/apps/consumer/main.js', [], partitionsEnv),
+        startApp(env, 'dist/apps/producer/main.js', [], { ...partitionsEnv, PORT: String(port), OUTBOX_RATE: '300' }),
+      ];
+      try {
+        await waitFor(async () => (await Promise.all(partitions.clients.map((redis) => redis.hlen(keys.processed)))).every((n) => n >= 50), {
+          timeoutMs: 30_000,
+          message: 'no traffic got through every partition',
+        });
+        for (let run = 0; run < 3; run += 1) {
+          const result = await cli('verify', '--settle', '5s');
+          assert.equal(result.code, 0, result.stdout + result.stderr);
+          assert.match(result.stdout, /SKUs whose reserved qty != live orders +0 +0 +ok/);
+          assert.match(result.stdout, /VERIFY OK/);
+        }
+      } finally {
+        // The producer first: what it wrote last is relayed and applied below.
+        for (const app of [...running].reverse()) assert.equal((await stopApp(app)).code, 0, app.output());
+      }
+      await ok('relay');
+      await ok('consume');
+      assert.match((await ok('verify', '--settle', '0s')).stdout, /VERIFY OK/);
+    });
+
     it('init --force deletes the keys of every partition (the consumers\' members in partition 0 included)', async () => {
       await ok('place-order', '--count', '9');
       await ok('relay');
@@ -310,7 +384,7 @@ partitionSuite('3 partitions on one Redis', async () => {
       await server.destroy();
     },
   };
-});
+}, { apps: true });
 
 partitionSuite('3 partitions on a 3-master Redis Cluster', async () => {
   const cluster: RedisCluster = await startRedisCluster();

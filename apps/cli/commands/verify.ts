@@ -66,7 +66,7 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
     try {
       const checkSet = userChecks ?? (await labChecksFor(db));
       await judge(db, redis, argv, settleMs, checkSet, consumerDb, {
-        plan: (ledger) => repairPlan(db, ledger),
+        plan: async (ledger) => repairPlan(db, ledger, await lostPartitions(redis)),
         run: (ledger) => repair(db, redis, ledger),
       });
     } finally {
@@ -89,7 +89,7 @@ async function verifyOnPostgres(config: OutboxConfig, argv: ArgumentsCamelCase<A
     try {
       const checkSet = (await isLabPgDatabase(pool)) ? (labVerifyChecks as VerifyCheckSet<any>) : undefined;
       await judge(pgVerifyReads(pool, readOrdersOnPg), redis, argv, settleMs, checkSet, consumerDb, {
-        plan: (ledger) => pgRepairPlan(pool, ledger),
+        plan: async (ledger) => pgRepairPlan(pool, ledger, await lostPartitions(redis)),
         run: (ledger) => pgRepair(pool, redis, ledger),
       });
     } finally {
@@ -138,14 +138,14 @@ async function judge(
 }
 
 /** `repairPlan` on PostgreSQL. */
-async function pgRepairPlan(pool: Pool, { lost, figures }: Ledger): Promise<Plan> {
+async function pgRepairPlan(pool: Pool, { lost, figures }: Ledger, lostIn: LostPartitions): Promise<Plan> {
   const { pgPublishedRows, pgRowsOfEvents } = await import('../../../shared/operations/recovery/pg-repair.js');
   if (figures.redisStateLost) {
-    const { count, firstId, lastId, firstRows } = await pgPublishedRows(pool, SHOWN);
+    const { count, firstId, lastId, firstRows } = await pgPublishedRows(pool, SHOWN, lostIn.inLost);
     return {
       command: 'verify --repair',
       change:
-        `rebuild Redis, which lost its state, from PostgreSQL: set ${count} PUBLISHED row(s) (${idRange(firstId, lastId)}) back to PENDING, ` +
+        `rebuild Redis, which lost its state${lostIn.which}, from PostgreSQL: set ${count} PUBLISHED row(s) (${idRange(firstId, lastId)}) back to PENDING, ` +
         'delete the consumer state left in Redis and relay every PENDING row',
       size: count,
       shown: withMore(firstRows.map(rowLine), count),
@@ -196,23 +196,40 @@ async function openConsumerDb(path: string): Promise<Db> {
   return consumerDb;
 }
 
+/** The partitions that lost their state (serve no store): " (partition 1)" for the plan, and a filter of their aggregates; none with one partition or all lost. */
+interface LostPartitions {
+  which: string;
+  inLost?: (aggregate: string) => boolean;
+}
+
+async function lostPartitions(partitions: Partitions): Promise<LostPartitions> {
+  if (partitions.count === 1) return { which: '' };
+  const { keys } = await import('../../../shared/outbox/redis/keys.js');
+  const { partitionOf } = await import('../../../shared/outbox/redis/partitions.js');
+  const served = await Promise.all(partitions.clients.map((redis) => redis.hget(keys.meta, 'store')));
+  const lost = served.flatMap((store, index) => (store === null ? [index] : []));
+  const which = ` (partition${lost.length > 1 ? 's' : ''} ${lost.join(', ')})`;
+  if (lost.length === partitions.count) return { which };
+  const set = new Set(lost);
+  return { which, inLost: (aggregate) => set.has(partitionOf(aggregate, partitions.count)) };
+}
+
 /** What `--repair` would change: the rows a rebuild sets back to PENDING, or the lost events' rows. */
-function repairPlan(db: Db, { lost, figures }: Ledger): Plan {
+function repairPlan(db: Db, { lost, figures }: Ledger, lostIn: LostPartitions): Plan {
   if (figures.redisStateLost) {
+    // With partitions, the relay rebuilds the ones that lost their state only: their aggregates' rows.
+    if (lostIn.inLost) db.function('outbox_in_lost_partition', { deterministic: true }, (aggregate) => (lostIn.inLost!(String(aggregate)) ? 1 : 0));
+    const where = `status = 'PUBLISHED'${lostIn.inLost ? ' AND outbox_in_lost_partition(aggregate_id) = 1' : ''}`;
     const { count, firstId, lastId } = db
-      .prepare<[], { count: number; firstId: number; lastId: number }>(
-        "SELECT COUNT(*) AS count, MIN(id) AS firstId, MAX(id) AS lastId FROM outbox WHERE status = 'PUBLISHED'",
-      )
+      .prepare<[], { count: number; firstId: number; lastId: number }>(`SELECT COUNT(*) AS count, MIN(id) AS firstId, MAX(id) AS lastId FROM outbox WHERE ${where}`)
       .get()!;
     const firstRows = db
-      .prepare<[number], RowToChange>(
-        `SELECT id, event_id, aggregate_id, seq, event_type, created_at FROM outbox WHERE status = 'PUBLISHED' ORDER BY id LIMIT ?`,
-      )
+      .prepare<[number], RowToChange>(`SELECT id, event_id, aggregate_id, seq, event_type, created_at FROM outbox WHERE ${where} ORDER BY id LIMIT ?`)
       .all(SHOWN);
     return {
       command: 'verify --repair',
       change:
-        `rebuild Redis, which lost its state, from SQLite: set ${count} PUBLISHED row(s) (${idRange(firstId, lastId)}) back to PENDING, ` +
+        `rebuild Redis, which lost its state${lostIn.which}, from SQLite: set ${count} PUBLISHED row(s) (${idRange(firstId, lastId)}) back to PENDING, ` +
         'delete the consumer state left in Redis and relay every PENDING row',
       size: count,
       shown: withMore(firstRows.map(rowLine), count),

@@ -48,8 +48,30 @@ export async function pgRowsOfEvents(pool: Pool, eventIds: string[], shown: numb
   return rows.map(toRow);
 }
 
-/** The PUBLISHED rows a rebuild sets back to PENDING: how many, their id range, the first `shown`. */
-export async function pgPublishedRows(pool: Pool, shown: number): Promise<{ count: number; firstId: number; lastId: number; firstRows: RowToChange[] }> {
+/**
+ * The PUBLISHED rows a rebuild sets back to PENDING: how many, their id range, the first `shown`.
+ * `inLost`: only the aggregates it accepts (the partitions that lost their state).
+ */
+export async function pgPublishedRows(
+  pool: Pool,
+  shown: number,
+  inLost?: (aggregate: string) => boolean,
+): Promise<{ count: number; firstId: number; lastId: number; firstRows: RowToChange[] }> {
+  if (inLost) {
+    const { rows: perAggregate } = await pool.query<{ aggregate_id: string; count: string; first: string; last: string }>(
+      "SELECT aggregate_id, COUNT(*) AS count, MIN(id) AS first, MAX(id) AS last FROM outbox WHERE status = 'PUBLISHED' GROUP BY aggregate_id",
+    );
+    const mine = perAggregate.filter((a) => inLost(a.aggregate_id));
+    const firstRows = (
+      await pool.query<PgRowToChange>(`SELECT ${COLUMNS} FROM outbox WHERE status = 'PUBLISHED' AND aggregate_id = ANY($1) ORDER BY id LIMIT $2`, [mine.map((a) => a.aggregate_id), shown])
+    ).rows.map(toRow);
+    return {
+      count: mine.reduce((n, a) => n + Number(a.count), 0),
+      firstId: mine.reduce((min, a) => (min === 0 ? Number(a.first) : Math.min(min, Number(a.first))), 0),
+      lastId: mine.reduce((max, a) => Math.max(max, Number(a.last)), 0),
+      firstRows,
+    };
+  }
   const { rows } = await pool.query<{ count: string; first: string | null; last: string | null }>(
     "SELECT COUNT(*) AS count, MIN(id) AS first, MAX(id) AS last FROM outbox WHERE status = 'PUBLISHED'",
   );
