@@ -7,6 +7,9 @@ import { ensureManagedRedis, MANAGED_HOST, managedRedisDir, managedRedisPort } f
 import type { RedisConnectOptions } from '../../shared/outbox/redis/connect.js';
 import { assertSameStore } from '../../shared/outbox/relay/store-pairing.js';
 import { InvalidInputError } from '../../shared/outbox/errors/invalid-input-error.js';
+import type { Partitions } from '../../shared/outbox/redis/partitions.js';
+import { commandNamed } from './commands/index.js';
+import { globalOptions } from './options.js';
 
 // The store modules load ioredis and better-sqlite3, the costliest part of start-up: they are
 // imported when a command opens a store, so `outbox --help` and bad arguments do not pay for them.
@@ -38,12 +41,29 @@ export async function withDb<T>(config: OutboxConfig, fn: (db: Db) => T | Promis
   }
 }
 
+/** Whether the queues are spread over several partitions or a Redis Cluster (`--partitions` > 1, `--redis-cluster`). */
+export const partitioned = (config: OutboxConfig): boolean => (config.partitions ?? 1) > 1 || Boolean(config.redisCluster);
+
+/** The command this process runs, as `outbox --help` names it. */
+function thisCommand(): string {
+  const name = commandNamed(process.argv.slice(2), Object.keys(globalOptions));
+  return name === undefined ? 'this command' : name;
+}
+
+/** Refuses (exit 2) a command that does not run across partitions yet, before anything is opened. */
+export function refusePartitioned(config: OutboxConfig, command = thisCommand()): void {
+  if (!partitioned(config)) return;
+  const setting = config.redisCluster ? '--redis-cluster / OUTBOX_REDIS_CLUSTER is set' : `--partitions / OUTBOX_PARTITIONS is ${config.partitions}`;
+  throw new InvalidInputError(`${command} does not run across partitions yet (${setting}): run it with one partition on one Redis`);
+}
+
 /**
- * Connects to Redis (checked, fail fast), runs `fn`, disconnects. With the default URL and nothing
- * listening on its port, starts the managed Redis first and says so on stderr; `config.redisUrl`
- * then names it, password included, for whatever the command runs next (lab's child).
+ * With the default URL and nothing listening on its port, starts the managed Redis and says so on
+ * stderr; `config.redisUrl` then names it, password included, for whatever the command runs next
+ * (lab's child). Never for a Redis Cluster.
  */
-export async function withRedis<T>(config: OutboxConfig, fn: (redis: Redis) => T | Promise<T>, needs: RedisNeeds = {}): Promise<T> {
+async function ensureRedis(config: OutboxConfig): Promise<void> {
+  if (config.redisCluster) return;
   const managed = await ensureManagedRedis(config.dir, config.redisUrl);
   if (managed.started) {
     config.redisUrl = managed.url;
@@ -52,12 +72,38 @@ export async function withRedis<T>(config: OutboxConfig, fn: (redis: Redis) => T
       `outbox: started redis-server on ${MANAGED_HOST}:${managedRedisPort()} (data in ${managedRedisDir(config.dir)}); stop it with "outbox redis stop${dirOption}"`,
     );
   }
+}
+
+/**
+ * Connects to Redis (checked, fail fast), runs `fn`, disconnects; starts the managed Redis first
+ * when needed (`ensureRedis`). One Redis, one partition: refuses (exit 2) with partitions or a
+ * cluster, where a command must use `withPartitions`.
+ */
+export async function withRedis<T>(config: OutboxConfig, fn: (redis: Redis) => T | Promise<T>, needs: RedisNeeds = {}): Promise<T> {
+  refusePartitioned(config);
+  await ensureRedis(config);
   const { closeRedis, connectRedis } = await import('../../shared/outbox/redis/connect.js');
   const redis = await connectRedis(config.redisUrl, { name: 'outbox-cli', namespace: config.namespace, ...needs });
   try {
     return await fn(redis);
   } finally {
     await closeRedis(redis);
+  }
+}
+
+/**
+ * Every partition of the queues (shared/outbox/redis/partitions.ts), one connection each, on one
+ * Redis or a Redis Cluster (`--partitions`, `--redis-cluster`); runs `fn`, disconnects them. One
+ * partition on one Redis is the connection `withRedis` opens. The managed Redis is started as there.
+ */
+export async function withPartitions<T>(config: OutboxConfig, fn: (partitions: Partitions) => T | Promise<T>, needs: RedisNeeds = {}): Promise<T> {
+  await ensureRedis(config);
+  const { closePartitions, connectTarget, connectTargetPartitions } = await import('../../shared/outbox/redis/connect-partitions.js');
+  const partitions = await connectTargetPartitions(config, (options) => connectTarget(config, { name: 'outbox-cli', ...needs, ...options }));
+  try {
+    return await fn(partitions);
+  } finally {
+    await closePartitions(partitions);
   }
 }
 
@@ -74,6 +120,23 @@ export function withStores<T>(config: OutboxConfig, fn: (db: Db, redis: Redis) =
         async (redis) => {
           await assertSameStore(db, redis);
           return fn(db, redis);
+        },
+        needs,
+      ),
+    open,
+  );
+}
+
+/** `withStores` across partitions: refuses when any partition serves another store, or another number of partitions. */
+export function withPartitionStores<T>(config: OutboxConfig, fn: (db: Db, partitions: Partitions) => T | Promise<T>, needs: RedisNeeds = {}, open: OpenDatabaseOptions = {}): Promise<T> {
+  return withDb(
+    config,
+    (db) =>
+      withPartitions(
+        config,
+        async (partitions) => {
+          await assertSameStore(db, partitions);
+          return fn(db, partitions);
         },
         needs,
       ),
@@ -119,6 +182,21 @@ export function withPgStores<T>(config: OutboxConfig, fn: (pool: Pool, redis: Re
         const { assertPgSameStore } = await import('../../shared/outbox/postgres/pg-pairing.js');
         await assertPgSameStore(pool, redis);
         return fn(pool, redis);
+      },
+      needs,
+    ),
+  );
+}
+
+/** `withPgStores` across partitions. */
+export function withPgPartitionStores<T>(config: OutboxConfig, fn: (pool: Pool, partitions: Partitions) => T | Promise<T>, needs: RedisNeeds = {}): Promise<T> {
+  return withPg(config, (pool) =>
+    withPartitions(
+      config,
+      async (partitions) => {
+        const { assertPgSameStore } = await import('../../shared/outbox/postgres/pg-pairing.js');
+        await assertPgSameStore(pool, partitions);
+        return fn(pool, partitions);
       },
       needs,
     ),

@@ -8,6 +8,8 @@ import { InvalidInputError } from '../outbox/errors/invalid-input-error.js';
 import { StoreUnavailableError } from '../outbox/errors/store-unavailable-error.js';
 import { keys, projectKeyPatterns } from '../outbox/redis/keys.js';
 import { keyPrefixOfConnection, scanKeys, unlinkAll } from '../outbox/redis/scan-keys.js';
+import { partitionsOf, partitionTag, type Partitions } from '../outbox/redis/partitions.js';
+import { isCluster } from '../outbox/redis/cluster-client.js';
 import { createLabSchema } from './orders/orders-schema.js';
 
 /** Refuses, before anything is touched, to overwrite an existing database without `force`. */
@@ -72,9 +74,14 @@ async function* projectKeys(redis: Redis): AsyncGenerator<string> {
   for (const pattern of projectKeyPatterns(prefix)) yield* scanKeys(redis, pattern);
 }
 
-/** Deletes every key this project owns in the connection's namespace (and no other); resolves how many. */
-export function clearProjectKeys(redis: Redis): Promise<number> {
-  return unlinkAll(redis, projectKeys(redis));
+/**
+ * Deletes every key this project owns in the connection's namespace (and no other), in every
+ * partition (the consumers' members are in partition 0's); resolves how many.
+ */
+export async function clearProjectKeys(redis: Redis | Partitions): Promise<number> {
+  let deleted = 0;
+  for (const client of partitionsOf(redis).clients) deleted += await unlinkAll(client, projectKeys(client));
+  return deleted;
 }
 
 /** What `init --force` would delete: the rows of an existing app.db and this project's Redis keys. */
@@ -87,12 +94,17 @@ export interface WipePlan {
 }
 
 /** `rows`: counted by the caller (the PostgreSQL store), else app.db's in `dir`. */
-export async function planWipe(dir: string, redis: Redis, shown: number, rows: WipePlan['rows'] = countRows(dir)): Promise<WipePlan> {
+export async function planWipe(dir: string, redis: Redis | Partitions, shown: number, rows: WipePlan['rows'] = countRows(dir)): Promise<WipePlan> {
   let keys = 0;
   const all: string[] = [];
-  for await (const key of projectKeys(redis)) {
-    keys += 1;
-    if (all.length < 10_000) all.push(key);
+  const { count, clients } = partitionsOf(redis);
+  for (const [index, client] of clients.entries()) {
+    // Shown with the partition's tag: the same name in two partitions is two keys.
+    const tag = partitionTag(index, count, isCluster(client));
+    for await (const key of projectKeys(client)) {
+      keys += 1;
+      if (all.length < 10_000) all.push(tag + key);
+    }
   }
   return { rows, keys, firstKeys: all.sort().slice(0, shown) };
 }

@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import type { Pool } from 'pg';
 import type { Db } from '../outbox/store/open-database.js';
 import { keys } from '../outbox/redis/keys.js';
+import { partitionsOf, type Partitions } from '../outbox/redis/partitions.js';
 
 export interface StoreCounts {
   orders: number;
@@ -12,17 +13,24 @@ export interface StoreCounts {
   processedUnique: number;
 }
 
-export async function countStores(db: Db, redis: Redis): Promise<StoreCounts> {
+/** Enqueued and processed, summed over the partitions. */
+async function countRedis(redis: Redis | Partitions): Promise<Pick<StoreCounts, 'enqueued' | 'processedUnique'>> {
+  const each = await Promise.all(partitionsOf(redis).clients.map((client) => Promise.all([client.get(keys.enqueued), client.hlen(keys.processed)])));
+  return {
+    enqueued: each.reduce((sum, [enqueued]) => sum + Number(enqueued ?? 0), 0),
+    processedUnique: each.reduce((sum, [, processed]) => sum + processed, 0),
+  };
+}
+
+export async function countStores(db: Db, redis: Redis | Partitions): Promise<StoreCounts> {
   const count = (table: 'orders' | 'outbox') => db.prepare<[], { n: number }>(`SELECT COUNT(*) AS n FROM ${table}`).get()!.n;
-  const [enqueued, processedUnique] = await Promise.all([redis.get(keys.enqueued), redis.hlen(keys.processed)]);
-  return { orders: count('orders'), outbox: count('outbox'), enqueued: Number(enqueued ?? 0), processedUnique };
+  return { orders: count('orders'), outbox: count('outbox'), ...(await countRedis(redis)) };
 }
 
 /** The same counts with the orders and the outbox on PostgreSQL. */
-export async function countPgStores(pool: Pool, redis: Redis): Promise<StoreCounts> {
+export async function countPgStores(pool: Pool, redis: Redis | Partitions): Promise<StoreCounts> {
   const { rows } = await pool.query<{ orders: string; outbox: string }>('SELECT (SELECT COUNT(*) FROM orders) AS orders, (SELECT COUNT(*) FROM outbox) AS outbox');
-  const [enqueued, processedUnique] = await Promise.all([redis.get(keys.enqueued), redis.hlen(keys.processed)]);
-  return { orders: Number(rows[0].orders), outbox: Number(rows[0].outbox), enqueued: Number(enqueued ?? 0), processedUnique };
+  return { orders: Number(rows[0].orders), outbox: Number(rows[0].outbox), ...(await countRedis(redis)) };
 }
 
 /** The four lines of report.txt. */

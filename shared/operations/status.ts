@@ -11,6 +11,8 @@ import { readEnvelope } from '../outbox/redis/envelope.js';
 import { keys } from '../outbox/redis/keys.js';
 import { keyPrefixOfConnection } from '../outbox/redis/scan-keys.js';
 import { processingLists } from '../outbox/redis/processing-lists.js';
+import { mastersOf } from '../outbox/redis/cluster-client.js';
+import { partitionsOf, type Partitions } from '../outbox/redis/partitions.js';
 import { evictionProblem, readRedisSettings, type RedisSettings } from '../outbox/redis/settings.js';
 
 export interface StoreStatus {
@@ -61,6 +63,24 @@ export interface SystemStatus {
   redis: RedisSettings;
   /** Settings under which Redis may lose outbox's state, one sentence each. */
   warnings: string[];
+  /** With several partitions: each one's figures (the others above are their sums); absent with one. */
+  partitions?: PartitionStatus[];
+}
+
+/** One partition's queue, consumer state and lease. */
+export interface PartitionStatus {
+  index: number;
+  /** What the partition's meta says of the store (`StoreStatus.redis`). */
+  redis: StoreStatus['redis'];
+  queued: number;
+  /** Messages in its processing lists. */
+  inFlight: number;
+  /** Events applied in it (HLEN processed). */
+  processed: number;
+  parked: number;
+  deadLettered: number;
+  /** The consumer holding its lease, "<consumerId>#<token>", and the lease's ms left; null when none holds it. */
+  lease: { owner: string; ttlMs: number } | null;
 }
 
 export interface BlockedAggregate {
@@ -178,24 +198,19 @@ export function pgStatusReads(pool: Queryable, dir: string): StatusStoreReads {
   };
 }
 
-/**
- * Everything `outbox status` shows. Ages are measured at `now`, by default the time the reads are
- * done: a time taken before them would make what was written meanwhile (a relay pass that ended, a
- * row inserted) look younger than 0.
- */
-export async function collectStatus(source: Db | StatusStoreReads, redis: Redis, now?: number, options: StatusOptions = {}): Promise<SystemStatus> {
-  const reads = 'prepare' in source ? sqliteStatusReads(source) : source;
-  const consumers = await readHeartbeats(redis, now);
-  // Asked while Redis is read below; an app that is down or frozen costs at most the probe's timeout.
-  const expected = { dir: reads.dir, namespace: keyPrefixOfConnection(redis).slice(0, -1) };
-  const apps = options.probeApps === false ? Promise.resolve([]) : Promise.all(healthTargetsOf(consumers, options.env).map((target) => probeHealth(target, expected)));
-  const pending = await reads.pending();
+/** A connection's namespace: its key prefix without a partition's tag and the ':'. */
+function namespaceOf(redis: Redis): string {
+  return keyPrefixOfConnection(redis).replace(/\{[^{}]+\}:$/, '').slice(0, -1);
+}
+
+/** What one partition (or the one Redis) holds. */
+async function readPartition(redis: Redis) {
   const processing: Record<string, number> = {};
   for await (const list of processingLists(redis)) {
     const length = await redis.llen(list);
     if (length > 0) processing[list] = length;
   }
-  const [meta, queued, enqueued, processed, parked, deadLettered, retrying, stats, lastRun, settings] = await Promise.all([
+  const [meta, queued, enqueued, processed, parked, deadLettered, retrying, stats, lease, leaseTtl] = await Promise.all([
     redis.hgetall(keys.meta),
     redis.llen(keys.events),
     redis.get(keys.enqueued),
@@ -204,24 +219,73 @@ export async function collectStatus(source: Db | StatusStoreReads, redis: Redis,
     redis.llen(keys.deadLetter),
     redis.hlen(keys.attempts),
     redis.hgetall(keys.stats),
-    redis.hgetall(keys.relayLastRun),
-    readRedisSettings(redis),
+    redis.get(keys.partitionLease),
+    redis.pttl(keys.partitionLease),
   ]);
+  return { processing, meta, queued, enqueued: Number(enqueued ?? 0), processed, parked, deadLettered, retrying, stats, lease: lease === null ? null : { owner: lease, ttlMs: Math.max(0, leaseTtl) } };
+}
+
+/** How bad a partition's store state is: the whole store is shown as its worst partition's. */
+const SEVERITY: Record<StoreStatus['redis'], number> = { serves: 0, unclaimed: 1, lost: 2, foreign: 3 };
+
+/** Each consumer's heartbeats over the partitions (one per partition it consumed): the newest, its applied and queued summed. */
+function mergeHeartbeats(each: ConsumerHeartbeat[][]): ConsumerHeartbeat[] {
+  if (each.length === 1) return each[0];
+  const byId = new Map<string, ConsumerHeartbeat[]>();
+  for (const beat of each.flat()) byId.set(beat.consumerId, [...(byId.get(beat.consumerId) ?? []), beat]);
+  return [...byId.values()]
+    .map((beats) => {
+      const newest = beats.reduce((a, b) => ((b.at ?? -1) > (a.at ?? -1) ? b : a));
+      const sum = (pick: (b: ConsumerHeartbeat) => number | undefined) => beats.reduce((n, b) => n + (pick(b) ?? 0), 0);
+      return newest.state === 'unreadable' ? newest : { ...newest, applied: sum((b) => b.applied), queued: sum((b) => b.queued) };
+    })
+    .sort((a, b) => a.consumerId.localeCompare(b.consumerId));
+}
+
+/**
+ * Everything `outbox status` shows; with partitions, summed over them, each one's own figures in
+ * `partitions`. Ages are measured at `now`, by default the time the reads are done: a time taken
+ * before them would make what was written meanwhile (a relay pass that ended, a row inserted) look
+ * younger than 0.
+ */
+export async function collectStatus(source: Db | StatusStoreReads, queues: Redis | Partitions, now?: number, options: StatusOptions = {}): Promise<SystemStatus> {
+  const reads = 'prepare' in source ? sqliteStatusReads(source) : source;
+  const { count, clients } = partitionsOf(queues);
+  // Partition 0 holds what is not partitioned: the relay's last run.
+  const redis = clients[0];
+  const consumers = mergeHeartbeats(await Promise.all(clients.map((client) => readHeartbeats(client, now))));
+  const namespace = namespaceOf(redis);
+  // Asked while Redis is read below; an app that is down or frozen costs at most the probe's timeout.
+  const expected = { dir: reads.dir, namespace };
+  const apps = options.probeApps === false ? Promise.resolve([]) : Promise.all(healthTargetsOf(consumers, options.env).map((target) => probeHealth(target, expected)));
+  const pending = await reads.pending();
+  const each = await Promise.all(clients.map(readPartition));
+  // A cluster's settings are its first master's (each master was checked for noeviction on connect).
+  const [lastRun, settings] = await Promise.all([redis.hgetall(keys.relayLastRun), readRedisSettings(mastersOf(redis)[0])]);
   const readAt = now ?? Date.now();
-  const store = await storeStatusOf(reads, meta, keyPrefixOfConnection(redis).slice(0, -1));
+  const stores = await Promise.all(each.map((p) => storeStatusOf(reads, p.meta, namespace)));
+  const worst = stores.reduce((a, b) => (SEVERITY[b.redis] > SEVERITY[a.redis] ? b : a));
+  const store = { ...worst, unrecoverable: stores.reduce((n, s) => n + s.unrecoverable, 0) };
+  const total = (pick: (p: (typeof each)[number]) => number) => each.reduce((n, p) => n + pick(p), 0);
+  const processing: Record<string, number> = {};
+  for (const p of each) for (const [list, n] of Object.entries(p.processing)) processing[list] = (processing[list] ?? 0) + n;
+  const consumerStats: Record<string, number> = {};
+  for (const p of each) for (const [k, v] of Object.entries(p.stats)) consumerStats[k] = (consumerStats[k] ?? 0) + Number(v);
+  const deadLettered = total((p) => p.deadLettered);
+  const blocked = deadLettered === 0 ? [] : (await Promise.all(each.map((p, i) => (p.deadLettered > 0 ? blockedAggregates(clients[i], p.meta.store) : [])))).flat();
   return {
     store,
     pending: pending.n,
     oldestPendingAgeMs: pending.oldest === null ? null : Math.max(0, readAt - pending.oldest),
-    queued,
+    queued: total((p) => p.queued),
     processing,
-    enqueued: Number(enqueued ?? 0),
-    processed,
-    parked,
+    enqueued: total((p) => p.enqueued),
+    processed: total((p) => p.processed),
+    parked: total((p) => p.parked),
     deadLettered,
-    retrying,
-    blocked: deadLettered > 0 ? await blockedAggregates(redis, meta.store) : [],
-    consumerStats: Object.fromEntries(Object.entries(stats).map(([k, v]) => [k, Number(v)])),
+    retrying: total((p) => p.retrying),
+    blocked: blocked.sort((a, b) => (a.aggregateId < b.aggregateId ? -1 : a.aggregateId > b.aggregateId ? 1 : 0)),
+    consumerStats,
     relayLastRun: lastRun.at
       ? { ageMs: Math.max(0, readAt - Number(lastRun.at)), events: Number(lastRun.events), batches: Number(lastRun.batches), durationMs: Number(lastRun.durationMs) }
       : null,
@@ -229,6 +293,20 @@ export async function collectStatus(source: Db | StatusStoreReads, redis: Redis,
     apps: await apps,
     redis: settings,
     warnings: settingsWarnings(settings),
+    ...(count > 1
+      ? {
+          partitions: each.map((p, index) => ({
+            index,
+            redis: stores[index].redis,
+            queued: p.queued,
+            inFlight: Object.values(p.processing).reduce((n, v) => n + v, 0),
+            processed: p.processed,
+            parked: p.parked,
+            deadLettered: p.deadLettered,
+            lease: p.lease,
+          })),
+        }
+      : {}),
   };
 }
 
@@ -284,6 +362,12 @@ function formatHeartbeat(c: ConsumerHeartbeat, now: number): string {
   return `${c.consumerId} pid ${c.pid}: ${beat}, ${numbers}`;
 }
 
+function formatPartition(p: PartitionStatus): string {
+  const state = { serves: '', unclaimed: ', serves no store yet', lost: ', WARN lost its state', foreign: ', WARN serves another store' }[p.redis];
+  const lease = p.lease === null ? 'no consumer holds its lease' : `lease held by ${p.lease.owner} (${age(p.lease.ttlMs)} left)`;
+  return `${String(p.index).padEnd(3)} queued ${p.queued}, in flight ${p.inFlight}, applied ${p.processed}, parked ${p.parked}, dead-lettered ${p.deadLettered}${state}; ${lease}`;
+}
+
 function formatBlocked(b: BlockedAggregate): string {
   const waiting = b.waitingSeqs.length === 0 ? 'none waiting yet' : `${b.waitingSeqs.length} waiting: seq ${b.waitingSeqs.join(', ')}`;
   return `${b.aggregateId} (seq ${b.deadSeq} dead-lettered, ${waiting})`;
@@ -299,6 +383,7 @@ export function formatStatus(s: SystemStatus, now = Date.now()): string[] {
     `queue       ${keys.events} ${s.queued}, enqueued in total ${s.enqueued}`,
     `processing  ${lists.length === 0 ? 'none in flight' : lists.map(([key, n]) => `${key} ${n}`).join(', ')}`,
     `consumer    processed ${s.processed}, duplicates skipped ${stats.duplicates ?? 0}, parked ${s.parked} now (${stats.parked ?? 0} ever), dead-lettered ${s.deadLettered}, waiting for a handler retry ${s.retrying}`,
+    ...(s.partitions ?? []).map((p, i) => `${i === 0 ? 'partitions ' : '           '} ${formatPartition(p)}`),
     ...(s.blocked.length > 0 ? [`blocked     ${s.blocked.map(formatBlocked).join(', ')}: "outbox dead-letter retry" once the handler is fixed`] : []),
     ...s.apps.map((a, i) => `${i === 0 ? 'apps       ' : '           '} ${formatApp(a)}`),
     ...(s.consumers.length === 0

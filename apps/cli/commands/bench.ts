@@ -1,7 +1,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { configOf } from '../options.js';
-import { refuseOnPostgres } from '../stores.js';
+import { refuseOnPostgres, refusePartitioned } from '../stores.js';
 import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { formatBench } from '../../../shared/tooling/bench/format-bench.js';
 import { BENCH_STAGES, type BenchStage } from '../../../shared/tooling/bench/stages.js';
@@ -27,6 +27,8 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   // Its own workspace on app.db; the apps it starts would read OUTBOX_DATABASE_URL.
   refuseOnPostgres(configOf(argv), 'bench');
+  // Its own workspace, one Redis: the apps it starts would read OUTBOX_PARTITIONS / OUTBOX_REDIS_CLUSTER.
+  refusePartitioned(configOf(argv), 'bench');
   const stages = argv.only.split(',').map((s) => s.trim()) as BenchStage[];
   const unknown = stages.filter((s) => !BENCH_STAGES.includes(s));
   if (unknown.length > 0) throw new InvalidInputError(`--only takes ${BENCH_STAGES.join(', ')}, got ${JSON.stringify(argv.only)}`);

@@ -5,7 +5,7 @@ import { handlers } from '../../../shared/lab/orders/order-handlers.js';
 import { createConsumer } from '../../../shared/outbox/consumer/create-consumer.js';
 import { keys } from '../../../shared/outbox/redis/keys.js';
 import { configOf, type GlobalArgs } from '../options.js';
-import { withRedis } from '../stores.js';
+import { withPartitions } from '../stores.js';
 
 interface Args extends GlobalArgs {
   consumerId: string;
@@ -27,10 +27,10 @@ export const builder = (yargs: Argv<GlobalArgs>) => yargs.options(flagOptions(se
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const options = readSettings(settings, argv);
-  await withRedis(configOf(argv), async (redis) => {
+  await withPartitions(configOf(argv), async (partitions) => {
     const problems = new Set<string>();
     // The lab's handlers, in this thread: a drain of a few events does not pay for starting threads.
-    const consumer = await createConsumer({ redis, handlers, ...options, onProblem: (problem) => problems.add(problem) });
+    const consumer = await createConsumer({ redis: partitions, handlers, ...options, onProblem: (problem) => problems.add(problem) });
     const s = await consumer.drain();
     for (const problem of problems) console.error(`outbox: bad state in Redis: ${problem}`);
     console.log(
@@ -39,6 +39,8 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
         (s.retried > 0 ? `, handler failures retried ${s.retried}` : '') +
         (s.invalid > 0 ? `, left in ${consumer.processingList} for bad state in Redis ${s.invalid}` : ''),
     );
-    console.log(`HLEN ${keys.processed} = ${await redis.hlen(keys.processed)}`);
+    const processed = await Promise.all(partitions.clients.map((redis) => redis.hlen(keys.processed)));
+    const byPartition = partitions.count > 1 ? ` (${processed.join(', ')} by partition)` : '';
+    console.log(`HLEN ${keys.processed} = ${processed.reduce((sum, n) => sum + n, 0)}${byPartition}`);
   }, { requireNoEviction: true });
 }

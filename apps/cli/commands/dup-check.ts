@@ -3,14 +3,14 @@ import { writeArtifact } from '../../../shared/lab/artifacts.js';
 import { findDuplicates, formatDuplicates } from '../../../shared/lab/checks/dup-check.js';
 import { CheckFailedError } from '../../../shared/outbox/errors/check-failed-error.js';
 import { configOf, type GlobalArgs } from '../options.js';
-import { withRedis } from '../stores.js';
+import { withPartitions } from '../stores.js';
 
 export const command = 'dup-check';
 export const describe = 'find event_ids queued more than once (at-least-once delivery at work)';
 
 export async function handler(argv: ArgumentsCamelCase<GlobalArgs>): Promise<void> {
   const config = configOf(argv);
-  const { events, duplicates } = await withRedis(config, findDuplicates);
+  const { events, duplicates } = await withPartitions(config, findDuplicates);
   const lines = formatDuplicates(duplicates);
   const path = writeArtifact(config.dir, 'atleastonce.out', lines);
   console.log(lines.join('\n'));

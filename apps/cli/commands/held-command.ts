@@ -2,7 +2,7 @@ import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { assertAllDone, dropHeld, listHeld, retryHeld, selectHeld, type HeldKind, type HeldMessage } from '../../../shared/operations/recovery/held-messages.js';
 import { guard, guardOptions, SHOWN, withMore, type GuardArgs } from '../confirm.js';
 import { configOf, type GlobalArgs } from '../options.js';
-import { withRedis } from '../stores.js';
+import { withPartitions } from '../stores.js';
 
 export interface Args extends GlobalArgs, GuardArgs {
   action: 'list' | 'retry' | 'drop';
@@ -24,15 +24,15 @@ export function heldCommand(kind: HeldKind, what: string, idHelp: string, retryH
         .option('json', { type: 'boolean', default: false, describe: 'list as JSON' })
         .options(guardOptions),
     async handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
-      await withRedis(configOf(argv), async (redis) => {
+      await withPartitions(configOf(argv), async (partitions) => {
         if (argv.action === 'list') {
-          const held = await listHeld(redis, kind);
+          const held = await listHeld(partitions, kind);
           if (argv.json) return console.log(JSON.stringify(held.map(({ handle: _, ...h }) => h), null, 2));
           if (held.length === 0) return console.log(`no ${what}`);
           for (const h of held) console.log(heldLine(h));
           return;
         }
-        const held = await selectHeld(redis, kind, argv.id, argv.all);
+        const held = await selectHeld(partitions, kind, argv.id, argv.all);
         const goOn = await guard(argv, {
           command: `${kind} ${argv.action}`,
           change: argv.action === 'retry' ? `put ${held.length} ${kind} entr(ies) back on outbox.events` : `drop ${held.length} ${kind} entr(ies) for good`,
@@ -42,11 +42,11 @@ export function heldCommand(kind: HeldKind, what: string, idHelp: string, retryH
         });
         if (!goOn) return;
         if (argv.action === 'retry') {
-          const result = await retryHeld(redis, kind, held);
+          const result = await retryHeld(partitions, kind, held);
           console.log(`${result.done} ${kind} entr(ies) put back on outbox.events`);
           assertAllDone(kind, 'retry', held.length, result);
         } else {
-          const result = await dropHeld(redis, kind, held);
+          const result = await dropHeld(partitions, kind, held);
           console.log(`${result.done} ${kind} entr(ies) dropped`);
           assertAllDone(kind, 'drop', held.length, result);
         }
@@ -56,5 +56,6 @@ export function heldCommand(kind: HeldKind, what: string, idHelp: string, retryH
 }
 
 function heldLine(h: HeldMessage): string {
-  return `${h.id}  ${new Date(h.at).toISOString()}  ${h.reason}  ${h.message.slice(0, 120)}`;
+  const partition = h.partition === undefined ? '' : `  partition ${h.partition}`;
+  return `${h.id}${partition}  ${new Date(h.at).toISOString()}  ${h.reason}  ${h.message.slice(0, 120)}`;
 }

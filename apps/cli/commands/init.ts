@@ -4,7 +4,7 @@ import type { WipePlan } from '../../../shared/lab/init-stores.js';
 import { assertNoAttachedApps } from '../../../shared/runtime/attached-apps.js';
 import { guard, guardOptions, SHOWN, withMore, type GuardArgs } from '../confirm.js';
 import { configOf, ignoreAttachedOption, type GlobalArgs } from '../options.js';
-import { onPostgres, withPg, withRedis } from '../stores.js';
+import { onPostgres, withPartitions, withPg } from '../stores.js';
 import type { OutboxConfig } from '../../../shared/outbox/config.js';
 import { ConflictError } from '../../../shared/outbox/errors/conflict-error.js';
 
@@ -36,8 +36,8 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
     // Connected first: if Redis is unreachable, the database is left as it was. The new database
     // comes before the keys are cleared, so a relay still holding the old file cannot claim the
     // emptied Redis for the old store in between (it checks its file is still app.db first).
-    await withRedis(config, async (redis) => {
-      const plan = await planWipe(config.dir, redis, SHOWN);
+    await withPartitions(config, async (partitions) => {
+      const plan = await planWipe(config.dir, partitions, SHOWN);
       const goOn = await guard(argv, {
         command: 'init --force',
         change: `${describeWipe(databasePath(config.dir), plan)} and create a new, empty app.db`,
@@ -46,7 +46,7 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
       });
       if (!goOn) return;
       console.log(`created ${createDatabase(config.dir)}`);
-      console.log(`cleared ${await clearProjectKeys(redis)} Redis keys of this project`);
+      console.log(`cleared ${await clearProjectKeys(partitions)} Redis keys of this project`);
     });
     return;
   }
@@ -83,8 +83,8 @@ async function initPostgres(config: OutboxConfig, argv: ArgumentsCamelCase<Args>
         return void console.log(created);
       }
       // Connected first: if Redis is unreachable, the database is left as it was.
-      await withRedis(config, async (redis) => {
-        const plan = await planWipe(config.dir, redis, SHOWN, rows);
+      await withPartitions(config, async (partitions) => {
+        const plan = await planWipe(config.dir, partitions, SHOWN, rows);
         const goOn = await guard(argv, {
           command: 'init --force',
           change: `${describeWipe(`the outbox tables of ${name}`, plan)} and create new, empty ones`,
@@ -94,7 +94,7 @@ async function initPostgres(config: OutboxConfig, argv: ArgumentsCamelCase<Args>
         if (!goOn) return;
         await recreatePgLabSchema(pool);
         console.log(created);
-        console.log(`cleared ${await clearProjectKeys(redis)} Redis keys of this project`);
+        console.log(`cleared ${await clearProjectKeys(partitions)} Redis keys of this project`);
       });
     },
     { tables: false },

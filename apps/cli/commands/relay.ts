@@ -1,12 +1,12 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import type { Redis } from 'ioredis';
 import { relayBatchSize } from '../../../shared/runtime/config/relay-config.js';
 import { flagOptions, forCommand, readSettings } from '../../../shared/runtime/config/settings.js';
 import { keys } from '../../../shared/outbox/redis/keys.js';
 import { createRelay } from '../../../shared/outbox/relay/relay.js';
 import { describePairing } from '../../../shared/outbox/relay/store-pairing.js';
 import { configOf, type GlobalArgs } from '../options.js';
-import { onPostgres, withPgStores, withStores } from '../stores.js';
+import type { Partitions } from '../../../shared/outbox/redis/partitions.js';
+import { onPostgres, withPgPartitionStores, withPartitionStores } from '../stores.js';
 
 export interface RelayArgs extends GlobalArgs {
   batchSize: string;
@@ -26,21 +26,24 @@ export async function handler(argv: ArgumentsCamelCase<RelayArgs>): Promise<void
   const onPairing = (pairing: Parameters<typeof describePairing>[0]) => {
     if (pairing.kind === 'rebuilt') console.log(describePairing(pairing, onPostgres(config) ? 'PostgreSQL' : 'SQLite'));
   };
-  const report = async (redis: Redis, started: number, { events, batches }: { events: number; batches: number }) => {
+  const report = async (partitions: Partitions, started: number, { events, batches }: { events: number; batches: number }) => {
     const ms = (performance.now() - started).toFixed(1);
-    console.log(`relayed ${events} event${events === 1 ? '' : 's'} in ${batches} batch${batches === 1 ? '' : 'es'} (${ms} ms); LLEN ${keys.events} = ${await redis.llen(keys.events)}`);
+    const lengths = await Promise.all(partitions.clients.map((redis) => redis.llen(keys.events)));
+    const queued = lengths.reduce((sum, n) => sum + n, 0);
+    const byPartition = partitions.count > 1 ? ` (${lengths.join(', ')} by partition)` : '';
+    console.log(`relayed ${events} event${events === 1 ? '' : 's'} in ${batches} batch${batches === 1 ? '' : 'es'} (${ms} ms); LLEN ${keys.events} = ${queued}${byPartition}`);
   };
   if (onPostgres(config)) {
     // Any number of these at once, beside the relay apps: each batch claims rows no other relay holds.
     const { createPgRelay } = await import('../../../shared/outbox/postgres/pg-relay.js');
-    await withPgStores(config, async (pool, redis) => {
+    await withPgPartitionStores(config, async (pool, partitions) => {
       const started = performance.now();
-      await report(redis, started, await createPgRelay(pool, redis, { batchSize, onPairing }).relayAll());
+      await report(partitions, started, await createPgRelay(pool, partitions, { batchSize, onPairing }).relayAll());
     }, { requireNoEviction: true });
     return;
   }
-  await withStores(config, async (db, redis) => {
+  await withPartitionStores(config, async (db, partitions) => {
     const started = performance.now();
-    await report(redis, started, await createRelay(db, redis, { batchSize, onPairing }).relayAll());
+    await report(partitions, started, await createRelay(db, partitions, { batchSize, onPairing }).relayAll());
   }, { requireNoEviction: true });
 }

@@ -1,11 +1,11 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import type { Redis } from 'ioredis';
+import type { Partitions } from '../../../shared/outbox/redis/partitions.js';
 import type { Db } from '../../../shared/outbox/store/open-database.js';
 import { sleep } from '../../../shared/outbox/sleep.js';
 import { describeRefusal, readRefusals } from '../../../shared/runtime/refusals.js';
 import { collectStatus, formatStatus, type StatusStoreReads } from '../../../shared/operations/status.js';
 import { configOf, type GlobalArgs } from '../options.js';
-import { onPostgres, withDb, withPg, withRedis } from '../stores.js';
+import { onPostgres, withDb, withPartitions, withPg } from '../stores.js';
 
 interface Args extends GlobalArgs {
   json: boolean;
@@ -24,8 +24,8 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
 const WATCH_EVERY_MS = 1000;
 
 /** One screen (or one JSON document) of the stores and the apps now. */
-async function render(db: Db | StatusStoreReads, redis: Redis, dir: string, json: boolean, watch: boolean): Promise<string> {
-  const status = await collectStatus(db, redis);
+async function render(db: Db | StatusStoreReads, partitions: Partitions, dir: string, json: boolean, watch: boolean): Promise<string> {
+  const status = await collectStatus(db, partitions);
   // Apps that exited with EXIT_CONFIG (pm2 shows them stopped): why, from <dir>/refused/.
   const refused = readRefusals(dir);
   if (json) return watch ? JSON.stringify({ at: new Date().toISOString(), ...status, refused }) : JSON.stringify({ ...status, refused }, null, 2);
@@ -64,8 +64,8 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   // Not withStores: a Redis that serves another store is shown here, not refused.
   const config = configOf(argv);
   const show = (store: Db | StatusStoreReads) =>
-    withRedis(config, async (redis) => {
-      const draw = () => render(store, redis, config.dir, argv.json, argv.watch);
+    withPartitions(config, async (partitions) => {
+      const draw = () => render(store, partitions, config.dir, argv.json, argv.watch);
       if (argv.watch) await watch(draw, argv.json);
       else console.log(await draw());
     });

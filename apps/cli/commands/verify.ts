@@ -1,6 +1,6 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { existsSync } from 'node:fs';
-import type { Redis } from 'ioredis';
+import type { Partitions } from '../../../shared/outbox/redis/partitions.js';
 import { formatDuration, parseDuration } from '../../../shared/outbox/duration.js';
 import { formatChecks, verifyStores, type Ledger } from '../../../shared/operations/verify/verify.js';
 import type { Db } from '../../../shared/outbox/store/open-database.js';
@@ -12,7 +12,7 @@ import { guard, guardOptions, idRange, SHOWN, rowLine, withMore, type GuardArgs,
 import { configOf, type GlobalArgs } from '../options.js';
 import { loadCheckSet } from '../../../shared/operations/verify/load-check-set.js';
 import { checkSetStoreProblem, type VerifyCheckSet } from '../../../shared/outbox/verify/verify-checks.js';
-import { onPostgres, withPgStores, withStores } from '../stores.js';
+import { onPostgres, withPgPartitionStores, withPartitionStores } from '../stores.js';
 import { InvalidInputError } from '../../../shared/outbox/errors/invalid-input-error.js';
 import type { OutboxConfig } from '../../../shared/outbox/config.js';
 
@@ -62,7 +62,7 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   }
   if (onPostgres(config)) return verifyOnPostgres(config, argv, settleMs, userChecks);
   // The library's tables are what verify needs: a service's database (no lab `orders`) verifies too.
-  await withStores(config, async (db, redis) => {
+  await withPartitionStores(config, async (db, redis) => {
     const consumerDb = argv.consumerDb === undefined ? undefined : await openConsumerDb(argv.consumerDb);
     try {
       const checkSet = userChecks ?? (await labChecksFor(db));
@@ -81,7 +81,7 @@ async function verifyOnPostgres(config: OutboxConfig, argv: ArgumentsCamelCase<A
   const { pgVerifyReads } = await import('../../../shared/operations/verify/pg-verify-reads.js');
   const { pgRecovery } = await import('../../../shared/operations/recovery/pg-repair.js');
   const { isLabPgDatabase, labVerifyChecks } = await import('../../../shared/lab/checks/verify-checks.js');
-  await withPgStores(config, async (pool, redis) => {
+  await withPgPartitionStores(config, async (pool, redis) => {
     const consumerDb = argv.consumerDb === undefined ? undefined : await openConsumerDb(argv.consumerDb);
     try {
       const checkSet = userChecks ?? ((await isLabPgDatabase(pool)) ? (labVerifyChecks as VerifyCheckSet<any>) : undefined);
@@ -98,7 +98,7 @@ async function verifyOnPostgres(config: OutboxConfig, argv: ArgumentsCamelCase<A
  */
 async function judge(
   store: Parameters<typeof verifyStores>[0],
-  redis: Redis,
+  redis: Partitions,
   argv: ArgumentsCamelCase<Args>,
   settleMs: number,
   checkSet: VerifyCheckSet<any> | undefined,
@@ -117,7 +117,7 @@ async function judge(
   if (consumerDb) checks.push(...(await inboxChecks(consumerDb, redis)));
   console.log(formatChecks(checks).join('\n'));
   if (argv.repair && (figures.redisStateLost || lost.length > 0)) {
-    if (await guard(argv, await repairPlan(recovery, ledger))) return repair(recovery, redis, ledger);
+    if (await guard(argv, await repairPlan(recovery, ledger, await lostPartitions(redis)))) return repair(recovery, redis, ledger);
   } else if (argv.repair) {
     console.log('repair: no event is lost, nothing to republish');
   }
@@ -148,13 +148,13 @@ async function openConsumerDb(path: string): Promise<Db> {
 }
 
 /** What `--repair` would change: the rows a rebuild sets back to PENDING, or the lost events' rows. */
-async function repairPlan(recovery: RecoveryStore, { lost, figures }: Ledger): Promise<Plan> {
+async function repairPlan(recovery: RecoveryStore, { lost, figures }: Ledger, lostIn: LostPartitions): Promise<Plan> {
   if (figures.redisStateLost) {
-    const { count, firstId, lastId, firstRows } = await recovery.publishedRows(SHOWN);
+    const { count, firstId, lastId, firstRows } = await recovery.publishedRows(SHOWN, lostIn.inLost);
     return {
       command: 'verify --repair',
       change:
-        `rebuild Redis, which lost its state, from ${recovery.source}: set ${count} PUBLISHED row(s) (${idRange(firstId, lastId)}) back to PENDING, ` +
+        `rebuild Redis, which lost its state${lostIn.which}, from ${recovery.source}: set ${count} PUBLISHED row(s) (${idRange(firstId, lastId)}) back to PENDING, ` +
         'delete the consumer state left in Redis and relay every PENDING row',
       size: count,
       shown: withMore(firstRows.map(rowLine), count),
@@ -170,7 +170,7 @@ async function repairPlan(recovery: RecoveryStore, { lost, figures }: Ledger): P
 }
 
 /** Republishes the lost events or, when Redis lost its state, rebuilds every effect from the store, as the relay does on its own. */
-async function repair(recovery: RecoveryStore, redis: Redis, { lost, figures }: Ledger): Promise<void> {
+async function repair(recovery: RecoveryStore, redis: Partitions, { lost, figures }: Ledger): Promise<void> {
   if (figures.redisStateLost) {
     const { events } = await recovery.rebuild(redis, (pairing) => console.log(`repair: ${describeRebuild(recovery, pairing)}`));
     console.log(`repair: relayed ${events} event(s) to outbox.events; once the consumer has applied them, verify again`);
@@ -178,4 +178,22 @@ async function repair(recovery: RecoveryStore, redis: Redis, { lost, figures }: 
   }
   const { reset } = await recovery.republish(redis, lost);
   console.log(`repair: republished ${reset} lost event(s) to outbox.events; once the consumer has applied them, verify again`);
+}
+
+/** The partitions that lost their state (serve no store): " (partition 1)" for the plan, and a filter of their aggregates; none with one partition or all lost. */
+interface LostPartitions {
+  which: string;
+  inLost?: (aggregate: string) => boolean;
+}
+
+async function lostPartitions(partitions: Partitions): Promise<LostPartitions> {
+  if (partitions.count === 1) return { which: '' };
+  const { keys } = await import('../../../shared/outbox/redis/keys.js');
+  const { partitionOf } = await import('../../../shared/outbox/redis/partitions.js');
+  const served = await Promise.all(partitions.clients.map((redis) => redis.hget(keys.meta, 'store')));
+  const lost = served.flatMap((store, index) => (store === null ? [index] : []));
+  const which = ` (partition${lost.length > 1 ? 's' : ''} ${lost.join(', ')})`;
+  if (lost.length === partitions.count) return { which };
+  const set = new Set(lost);
+  return { which, inLost: (aggregate) => set.has(partitionOf(aggregate, partitions.count)) };
 }

@@ -4,10 +4,14 @@ import { NotFoundError } from '../../outbox/errors/not-found-error.js';
 import { readEnvelope, type Envelope } from '../../outbox/redis/envelope.js';
 import { keys } from '../../outbox/redis/keys.js';
 import { requeueDeadLetter, requeueParked } from '../../outbox/redis/scripts.js';
+import { partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
 
 /** A message the consumer set aside: dead-lettered (id = list index) or parked (id = "<aggregate>:<seq>"). */
 export interface HeldMessage {
+  /** With partitions, a dead letter's id is "<partition>:<index>" (a parked field names its aggregate, so it needs none). */
   id: string;
+  /** With partitions: the partition it was found in, where a retry puts it back and a drop deletes it. */
+  partition?: number;
   reason: string;
   at: number;
   /** The message, for display (bytes that are not UTF-8 show as U+FFFD). */
@@ -26,8 +30,24 @@ function shownEnvelope(stored: string): Envelope {
   return readEnvelope(stored) ?? { reason: 'not an envelope the consumer writes', message: stored, at: 0 };
 }
 
-/** The held messages, oldest first; the first `limit` only when given (the dashboard's tables). */
-export async function listHeld(redis: Redis, kind: HeldKind, limit = Infinity): Promise<HeldMessage[]> {
+/** The held messages, oldest first; the first `limit` only when given (the dashboard's tables). With partitions, every partition's. */
+export async function listHeld(redis: Redis | Partitions, kind: HeldKind, limit = Infinity): Promise<HeldMessage[]> {
+  const partitions = partitionsOf(redis);
+  if (partitions.count === 1) return listHeldIn(partitions.clients[0], kind, limit);
+  const each = await Promise.all(
+    partitions.clients.map(async (client, partition) =>
+      (await listHeldIn(client, kind, limit)).map((h) => ({ ...h, id: kind === 'dead-letter' ? `${partition}:${h.id}` : h.id, partition })),
+    ),
+  );
+  // Stable: a partition's dead letters stay in their list's order.
+  return each
+    .flat()
+    .sort((a, b) => a.at - b.at)
+    .slice(0, limit);
+}
+
+/** The held messages of one partition (or of the one Redis). */
+async function listHeldIn(redis: Redis, kind: HeldKind, limit: number): Promise<HeldMessage[]> {
   if (kind === 'dead-letter') {
     const entries = await redis.lrangeBuffer(keys.deadLetter, 0, Number.isFinite(limit) ? limit - 1 : -1);
     return entries.map((entry, index) => ({ id: String(index), ...shownEnvelope(entry.toString()), handle: entry }));
@@ -40,7 +60,7 @@ export async function listHeld(redis: Redis, kind: HeldKind, limit = Infinity): 
 }
 
 /** The held messages `ids` names (all of them when `all`); unknown ids are an error, before anything changes. */
-export async function selectHeld(redis: Redis, kind: HeldKind, ids: string[], all: boolean): Promise<HeldMessage[]> {
+export async function selectHeld(redis: Redis | Partitions, kind: HeldKind, ids: string[], all: boolean): Promise<HeldMessage[]> {
   const held = await listHeld(redis, kind);
   if (all) return held;
   if (ids.length === 0) throw new InvalidInputError(`name the ${kind} entries with --id (see "outbox ${kind} list"), or pass --all`);
@@ -59,10 +79,16 @@ export interface HeldResult {
   refused: number;
 }
 
+/** The connection of the partition a held message was found in. */
+function partitionOf(queues: Redis | Partitions, h: HeldMessage): Redis {
+  return partitionsOf(queues).clients[h.partition ?? 0];
+}
+
 /** Puts the messages back on the queue: dead letters at the tail, parked events at the head. */
-export async function retryHeld(redis: Redis, kind: HeldKind, held: HeldMessage[]): Promise<HeldResult> {
+export async function retryHeld(queues: Redis | Partitions, kind: HeldKind, held: HeldMessage[]): Promise<HeldResult> {
   const result: HeldResult = { done: 0, gone: 0, refused: 0 };
   for (const h of held) {
+    const redis = partitionOf(queues, h);
     const outcome = kind === 'dead-letter' ? await requeueDeadLetter(redis, h.handle as Buffer) : await requeueParked(redis, h.handle as string);
     if (outcome === 'moved') result.done += 1;
     else if (outcome === 'gone') result.gone += 1;
@@ -71,9 +97,10 @@ export async function retryHeld(redis: Redis, kind: HeldKind, held: HeldMessage[
   return result;
 }
 
-export async function dropHeld(redis: Redis, kind: HeldKind, held: HeldMessage[]): Promise<HeldResult> {
+export async function dropHeld(queues: Redis | Partitions, kind: HeldKind, held: HeldMessage[]): Promise<HeldResult> {
   const result: HeldResult = { done: 0, gone: 0, refused: 0 };
   for (const h of held) {
+    const redis = partitionOf(queues, h);
     const dropped = kind === 'dead-letter' ? await redis.lrem(keys.deadLetter, 1, h.handle) : await redis.hdel(keys.parked, h.handle as string);
     if (dropped > 0) result.done += 1;
     else result.gone += 1;

@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Pool, PoolClient } from 'pg';
+import type { Partitions } from '../../outbox/redis/partitions.js';
 import { REPLAY_LOCK } from '../../outbox/postgres/locks.js';
 import { createPgRelay } from '../../outbox/postgres/pg-relay.js';
 import { rangeColumn, type PublishedRows, type RecoveryStore, type ReplayPlan, type ReplayRange, type RowToChange } from './repair.js';
@@ -22,7 +23,7 @@ const toRow = (row: PgRowToChange): RowToChange => ({ ...row, id: Number(row.id)
  * meanwhile), then relays every PENDING row. The consumer's dedupe makes a republished event safe
  * even if it was not lost after all.
  */
-export async function pgRepublish(pool: Pool, redis: Redis, eventIds: string[]): Promise<{ reset: number; relayed: number }> {
+export async function pgRepublish(pool: Pool, redis: Redis | Partitions, eventIds: string[]): Promise<{ reset: number; relayed: number }> {
   const reset = await inReplayLock(pool, async (client) =>
     (await client.query("UPDATE outbox SET status = 'PENDING', published_at = NULL WHERE event_id = ANY($1) AND status = 'PUBLISHED'", [eventIds])).rowCount ?? 0,
   );
@@ -58,7 +59,23 @@ export async function pgRowsOfEvents(pool: Pool, eventIds: string[], shown: numb
 }
 
 /** The PUBLISHED rows a rebuild sets back to PENDING: how many, their id range, the first `shown`. */
-export async function pgPublishedRows(pool: Pool, shown: number): Promise<PublishedRows> {
+export async function pgPublishedRows(pool: Pool, shown: number, inLost?: (aggregate: string) => boolean): Promise<PublishedRows> {
+  if (inLost) {
+    // The partition function is the relay's (partitions.ts): the aggregates are picked here.
+    const { rows: perAggregate } = await pool.query<{ aggregate_id: string; count: string; first: string; last: string }>(
+      "SELECT aggregate_id, COUNT(*) AS count, MIN(id) AS first, MAX(id) AS last FROM outbox WHERE status = 'PUBLISHED' GROUP BY aggregate_id",
+    );
+    const mine = perAggregate.filter((a) => inLost(a.aggregate_id));
+    const firstRows = (
+      await pool.query<PgRowToChange>(`SELECT ${COLUMNS} FROM outbox WHERE status = 'PUBLISHED' AND aggregate_id = ANY($1) ORDER BY id LIMIT $2`, [mine.map((a) => a.aggregate_id), shown])
+    ).rows.map(toRow);
+    return {
+      count: mine.reduce((n, a) => n + Number(a.count), 0),
+      firstId: mine.reduce((min, a) => (min === 0 ? Number(a.first) : Math.min(min, Number(a.first))), 0),
+      lastId: mine.reduce((max, a) => Math.max(max, Number(a.last)), 0),
+      firstRows,
+    };
+  }
   const { rows } = await pool.query<{ count: string; first: string | null; last: string | null }>(
     "SELECT COUNT(*) AS count, MIN(id) AS first, MAX(id) AS last FROM outbox WHERE status = 'PUBLISHED'",
   );
@@ -99,7 +116,7 @@ export async function pgReplay(pool: Pool, range: ReplayRange, throughId = Numbe
 export function pgRecovery(pool: Pool): RecoveryStore {
   return {
     source: 'PostgreSQL',
-    publishedRows: (shown) => pgPublishedRows(pool, shown),
+    publishedRows: (shown, inLost) => pgPublishedRows(pool, shown, inLost),
     rowsOfEvents: (eventIds, shown) => pgRowsOfEvents(pool, eventIds, shown),
     republish: (redis, eventIds) => pgRepublish(pool, redis, eventIds),
     rebuild: (redis, onPairing) => createPgRelay(pool, redis, { onPairing }).relayAll(),

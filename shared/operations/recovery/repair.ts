@@ -5,6 +5,7 @@ import { InvalidInputError } from '../../outbox/errors/invalid-input-error.js';
 import { createRelay } from '../../outbox/relay/relay.js';
 import { describePairing, type Pairing } from '../../outbox/relay/store-pairing.js';
 import type { StoreSource } from '../status.js';
+import type { Partitions } from '../../outbox/redis/partitions.js';
 
 const CHUNK = 500;
 
@@ -12,7 +13,7 @@ const CHUNK = 500;
  * Sets the given events' rows back to PENDING and relays them (with any other PENDING row): the
  * consumer's dedupe makes a republished event safe even if it was not lost after all.
  */
-export async function republish(db: Db, redis: Redis, eventIds: string[]): Promise<{ reset: number; relayed: number }> {
+export async function republish(db: Db, redis: Redis | Partitions, eventIds: string[]): Promise<{ reset: number; relayed: number }> {
   const resetOne = db.prepare<[string]>("UPDATE outbox SET status = 'PENDING', published_at = NULL WHERE event_id = ? AND status = 'PUBLISHED'");
   const resetAll = db.transaction((ids: string[]) => {
     bumpReplayGeneration(db);
@@ -126,13 +127,13 @@ export interface PublishedRows {
  */
 export interface RecoveryStore {
   source: StoreSource;
-  /** The PUBLISHED rows, up to `shown` of them listed. */
-  publishedRows(shown: number): Promise<PublishedRows>;
+  /** The PUBLISHED rows, up to `shown` of them listed; `inLost`: of the aggregates it accepts only (the partitions that lost their state). */
+  publishedRows(shown: number, inLost?: (aggregate: string) => boolean): Promise<PublishedRows>;
   rowsOfEvents(eventIds: string[], shown: number): Promise<RowToChange[]>;
   /** Sets the events' rows back to PENDING and relays every PENDING row. */
-  republish(redis: Redis, eventIds: string[]): Promise<{ reset: number; relayed: number }>;
-  /** Relays every PENDING row, pairing first: a Redis that lost its state is rebuilt from the store. */
-  rebuild(redis: Redis, onPairing: (pairing: Exclude<Pairing, { kind: 'paired' }>) => void): Promise<{ events: number }>;
+  republish(redis: Redis | Partitions, eventIds: string[]): Promise<{ reset: number; relayed: number }>;
+  /** Relays every PENDING row, pairing first: a Redis (or the partitions of it) that lost its state is rebuilt from the store. */
+  rebuild(redis: Redis | Partitions, onPairing: (pairing: Exclude<Pairing, { kind: 'paired' }>) => void): Promise<{ events: number }>;
   planReplay(range: ReplayRange, shown: number): Promise<ReplayPlan>;
   replay(range: ReplayRange, throughId: number): Promise<number>;
 }
@@ -144,13 +145,14 @@ export const describeRebuild = (store: RecoveryStore, pairing: Exclude<Pairing, 
 export function sqliteRecovery(db: Db): RecoveryStore {
   return {
     source: 'SQLite',
-    async publishedRows(shown) {
+    async publishedRows(shown, inLost) {
+      // With partitions, the relay rebuilds the ones that lost their state only: their aggregates' rows.
+      if (inLost) db.function('outbox_in_lost_partition', { deterministic: true }, (aggregate) => (inLost(String(aggregate)) ? 1 : 0));
+      const where = `status = 'PUBLISHED'${inLost ? ' AND outbox_in_lost_partition(aggregate_id) = 1' : ''}`;
       const { count, firstId, lastId } = db
-        .prepare<[], { count: number; firstId: number | null; lastId: number | null }>(
-          "SELECT COUNT(*) AS count, MIN(id) AS firstId, MAX(id) AS lastId FROM outbox WHERE status = 'PUBLISHED'",
-        )
+        .prepare<[], { count: number; firstId: number | null; lastId: number | null }>(`SELECT COUNT(*) AS count, MIN(id) AS firstId, MAX(id) AS lastId FROM outbox WHERE ${where}`)
         .get()!;
-      const firstRows = db.prepare<[number], RowToChange>(`SELECT ${COLUMNS} FROM outbox WHERE status = 'PUBLISHED' ORDER BY id LIMIT ?`).all(shown);
+      const firstRows = db.prepare<[number], RowToChange>(`SELECT ${COLUMNS} FROM outbox WHERE ${where} ORDER BY id LIMIT ?`).all(shown);
       return { count, firstId: firstId ?? 0, lastId: lastId ?? 0, firstRows };
     },
     rowsOfEvents: async (eventIds, shown) => rowsOfEvents(db, eventIds, shown),

@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import { keys } from '../../outbox/redis/keys.js';
+import { partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
 import type { Db } from '../../outbox/store/open-database.js';
 import type { InvariantCheck } from '../../outbox/verify/verify-checks.js';
 
@@ -23,10 +24,10 @@ async function hashFields(redis: Redis, key: string): Promise<Set<string>> {
  * effect is in the database. An inbox row whose event is not processed yet is in flight: its
  * process died after the commit, and the next attempt (after the lease) completes it.
  */
-export async function inboxChecks(consumerDb: Db, redis: Redis): Promise<InvariantCheck[]> {
+export async function inboxChecks(consumerDb: Db, redis: Redis | Partitions): Promise<InvariantCheck[]> {
   // Processed first: an event completed between the two reads then shows as in flight, never as
-  // missing (its inbox row was committed before Redis recorded it).
-  const processed = await hashFields(redis, keys.processed);
+  // missing (its inbox row was committed before Redis recorded it). Every partition's.
+  const processed = new Set((await Promise.all(partitionsOf(redis).clients.map((client) => hashFields(client, keys.processed)))).flatMap((fields) => [...fields]));
   const inbox = new Set(consumerDb.prepare('SELECT event_id FROM outbox_inbox').pluck().all() as string[]);
   const missing = [...processed].filter((id) => !inbox.has(id));
   const pending = [...inbox].filter((id) => !processed.has(id));

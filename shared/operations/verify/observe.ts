@@ -7,6 +7,7 @@ import type { VerifiedEvent, VerifyCheckSet, VerifyProducer } from '../../outbox
 import { processingLists } from '../../outbox/redis/processing-lists.js';
 import { readEnvelope } from '../../outbox/redis/envelope.js';
 import { readList } from '../../outbox/redis/read-list.js';
+import { byPartition, partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
 
 const CHUNK = 1000;
 
@@ -55,14 +56,18 @@ export interface Observation {
   newerInSnapshot: NewerEvent[];
   /** Events beyond the horizon: in S1, and committed after S1 up to the second SQLite read (S2). */
   newer: NewerEvent[];
-  // Redis, one MULTI: the consumer's state at one instant.
-  meta: Record<string, string>;
-  /** The stats hash's `applied` counter at that instant: entries with applyOrder <= it were applied by then. */
-  appliedCounter: number;
+  // Redis, one MULTI per partition: each partition's consumer state at one instant. Below, the
+  // hashes of every partition merged (summed for counters); `partitionStates` keeps each one's own.
+  /** P: how many partitions (1: one Redis, the seed's keys). */
+  partitionCount: number;
+  /** Each partition's consumer state, as read. */
+  partitionStates: ConsumerState[];
+  /** The stats hashes' `applied` counter of each partition at its instant: its entries with applyOrder <= it were applied by then. */
+  appliedCounters: number[];
   processedCount: number;
   applyCounts: Record<string, string>;
   appliedSeqs: Record<string, string>;
-  /** The check set's counter hashes, read in the same MULTI. */
+  /** The check set's counter hashes, read in the same MULTI, each field summed over the partitions. */
   counters: Record<string, Record<string, string>>;
   stats: Record<string, string>;
   parked: Record<string, string>;
@@ -81,8 +86,18 @@ async function hashValues(redis: Redis, key: string, fields: string[]): Promise<
   return (await Promise.all(chunks)).flat();
 }
 
-/** Event ids on their way in a list: queued or in a processing list (parked ones are added later). */
-async function inFlight(redis: Redis): Promise<Observation['flight']> {
+/** Event ids on their way in a list of any partition: queued or in a processing list (parked ones are added later). */
+async function inFlight(partitions: Partitions): Promise<Observation['flight']> {
+  const flights = await Promise.all(partitions.clients.map((redis) => inFlightIn(redis)));
+  return {
+    ids: new Set(flights.flatMap((f) => [...f.ids])),
+    queued: flights.reduce((n, f) => n + f.queued, 0),
+    processing: flights.reduce((n, f) => n + f.processing, 0),
+  };
+}
+
+/** Event ids on their way in one partition's lists. */
+async function inFlightIn(redis: Redis): Promise<Observation['flight']> {
   const ids = new Set<string>();
   const add = (message: string) => {
     const id = eventIdOf(message);
@@ -239,8 +254,21 @@ async function execAll(multi: ReturnType<Redis['multi']>): Promise<unknown[]> {
   });
 }
 
+/** One partition's consumer state at one instant. */
+export interface ConsumerState {
+  meta: Record<string, string>;
+  processedCount: number;
+  applyCounts: Record<string, string>;
+  appliedSeqs: Record<string, string>;
+  counters: Record<string, Record<string, string>>;
+  stats: Record<string, string>;
+  parked: Record<string, string>;
+  dead: number;
+  appliedCounter: number;
+}
+
 /** The consumer's state at one instant: every hash the checks compare, in one MULTI. */
-async function readConsumerState(redis: Redis, counterHashes: readonly string[]) {
+async function readConsumerState(redis: Redis, counterHashes: readonly string[]): Promise<ConsumerState> {
   const multi = redis
     .multi()
     .hgetall(keys.meta)
@@ -267,6 +295,69 @@ async function readConsumerState(redis: Redis, counterHashes: readonly string[])
   return { meta, processedCount, applyCounts, appliedSeqs, counters, stats, parked, dead, appliedCounter: Number.isFinite(counter) ? counter : Infinity };
 }
 
+const INTEGER = /^-?\d+$/;
+
+/** Hashes of counters summed field by field; a value that is not an integer is kept as it is (a corrupt entry, named per partition). */
+function sumHashes(hashes: Record<string, string>[]): Record<string, string> {
+  if (hashes.length === 1) return hashes[0];
+  const sum: Record<string, string> = {};
+  for (const hash of hashes) {
+    for (const [field, value] of Object.entries(hash)) {
+      const before = sum[field];
+      sum[field] = before === undefined ? value : INTEGER.test(before) && INTEGER.test(value) ? String(Number(before) + Number(value)) : INTEGER.test(before) ? value : before;
+    }
+  }
+  return sum;
+}
+
+/** The applied seqs of every partition: an aggregate's own partition's value wins over one found elsewhere. */
+function mergeAppliedSeqs(states: ConsumerState[], partitionOfAggregate: (aggregate: string) => number): Record<string, string> {
+  if (states.length === 1) return states[0].appliedSeqs;
+  const merged: Record<string, string> = {};
+  states.forEach((state, index) => {
+    for (const [aggregate, seq] of Object.entries(state.appliedSeqs)) {
+      if (merged[aggregate] === undefined || partitionOfAggregate(aggregate) === index) merged[aggregate] = seq;
+    }
+  });
+  return merged;
+}
+
+/** The consumer states of the partitions, as one (see `Observation`). */
+function mergeStates(partitions: Partitions, states: ConsumerState[], counterHashes: readonly string[]) {
+  return {
+    partitionCount: partitions.count,
+    partitionStates: states,
+    appliedCounters: states.map((s) => s.appliedCounter),
+    processedCount: states.reduce((n, s) => n + s.processedCount, 0),
+    applyCounts: sumHashes(states.map((s) => s.applyCounts)),
+    appliedSeqs: mergeAppliedSeqs(states, partitions.indexOf),
+    counters: Object.fromEntries(counterHashes.map((key) => [key, sumHashes(states.map((s) => s.counters[key]))])),
+    stats: sumHashes(states.map((s) => s.stats)),
+    parked: Object.assign({}, ...states.map((s) => s.parked)) as Record<string, string>,
+    dead: states.reduce((n, s) => n + s.dead, 0),
+  };
+}
+
+/** The processed entries of `events`, each read in its aggregate's partition, in their order. */
+async function processedOf(partitions: Partitions, events: { event_id: string; aggregate_id: string }[]): Promise<(string | null)[]> {
+  if (partitions.count === 1) return hashValues(partitions.clients[0], keys.processed, events.map((e) => e.event_id));
+  const values: (string | null)[] = new Array(events.length).fill(null);
+  const groups = new Map<number, number[]>();
+  events.forEach((e, i) => {
+    const index = partitions.indexOf(e.aggregate_id);
+    const group = groups.get(index);
+    if (group) group.push(i);
+    else groups.set(index, [i]);
+  });
+  await Promise.all(
+    [...groups].map(async ([index, positions]) => {
+      const found = await hashValues(partitions.clients[index], keys.processed, positions.map((i) => events[i].event_id));
+      positions.forEach((position, j) => (values[position] = found[j]));
+    }),
+  );
+  return values;
+}
+
 /**
  * Looks at both stores, checking what SQLite held up to `horizon` (default: its newest row now).
  *
@@ -291,12 +382,20 @@ async function readConsumerState(redis: Redis, counterHashes: readonly string[])
  *    applied by the instant of step 3 (the apply script writes the entry and the counter in one
  *    step; entries are never removed), so the counter hashes, the applied seqs and the processed
  *    count are compared with exactly the events applied by then.
+ *
+ * With partitions, steps 2 and 3 are taken in every partition (its lists, then its MULTI) and step 5
+ * reads each event in its aggregate's partition: an event is judged by its own partition's counter
+ * at its own instant, and as each event's effects are written in its partition only, the counter
+ * hashes summed over the partitions are exactly the effects of the events applied by those instants.
  */
-export async function observe(store: Db | VerifyReads, redis: Redis, horizon?: number, checkSet?: VerifyCheckSet<unknown>): Promise<Observation> {
+export async function observe(store: Db | VerifyReads, redis: Redis | Partitions, horizon?: number, checkSet?: VerifyCheckSet<unknown>): Promise<Observation> {
   const reads = verifyReadsOf(store);
+  const partitions = partitionsOf(redis);
+  const counterHashes = checkSet?.snapshot?.counterHashes ?? [];
   const s1 = await reads.snapshot(horizon, checkSet);
-  const flight = await inFlight(redis);
-  const state = await readConsumerState(redis, checkSet?.snapshot?.counterHashes ?? []);
+  // With partitions, each one's lists before its MULTI: the order above holds in each.
+  const flight = await inFlight(partitions);
+  const state = mergeStates(partitions, await Promise.all(partitions.clients.map((client) => readConsumerState(client, counterHashes))), counterHashes);
   for (const envelope of Object.values(state.parked)) {
     const message = readEnvelope(envelope)?.message;
     const id = message === undefined ? undefined : eventIdOf(message);
@@ -304,10 +403,7 @@ export async function observe(store: Db | VerifyReads, redis: Redis, horizon?: n
   }
   const later = await reads.newerThan(s1.maxId);
   const newer = [...s1.newerInSnapshot, ...later];
-  const [processed, processedNewer] = await Promise.all([
-    hashValues(redis, keys.processed, s1.events.map((e) => e.event_id)),
-    hashValues(redis, keys.processed, newer.map((e) => e.event_id)),
-  ]);
+  const [processed, processedNewer] = await Promise.all([processedOf(partitions, s1.events), processedOf(partitions, newer)]);
   return { ...s1, newer, ...state, flight, processed, processedNewer };
 }
 
@@ -322,19 +418,31 @@ export function applyOrderOf(value: string | null): number | null {
   }
 }
 
-/** Of these events, the ones not applied yet and the rows still PENDING: what a settle waits for. */
-export async function stillInFlight(store: Db | VerifyReads, redis: Redis, eventIds: string[]): Promise<string[]> {
+/** Of these events, the ones not applied yet (in any partition) and the rows still PENDING: what a settle waits for. */
+export async function stillInFlight(store: Db | VerifyReads, redis: Redis | Partitions, eventIds: string[]): Promise<string[]> {
   if (eventIds.length === 0) return [];
-  const values = await hashValues(redis, keys.processed, eventIds);
+  const each = await Promise.all(partitionsOf(redis).clients.map((client) => hashValues(client, keys.processed, eventIds)));
   const pending = await verifyReadsOf(store).pendingOf(eventIds);
-  return eventIds.filter((id, i) => values[i] === null || pending.has(id));
+  return eventIds.filter((id, i) => each.every((values) => values[i] === null) || pending.has(id));
 }
 
+type Whereabouts = { event_id: string; aggregate_id: string; seq: number; message: string };
+
 /**
- * Where each event is, in one atomic look (MULTI): applied, queued, in a processing list or parked.
- * Resolves the ids found nowhere. `messages` are the events' messages exactly as the relay pushes them.
+ * Where each event is, in one atomic look (MULTI) at its aggregate's partition: applied, queued, in
+ * a processing list or parked. Resolves the ids found nowhere. `messages` are the events' messages
+ * exactly as the relay pushes them.
  */
-export async function whereIs(redis: Redis, events: { event_id: string; aggregate_id: string; seq: number; message: string }[]): Promise<string[]> {
+export async function whereIs(redis: Redis | Partitions, events: Whereabouts[]): Promise<string[]> {
+  const partitions = partitionsOf(redis);
+  if (partitions.count === 1) return whereIsIn(partitions.clients[0], events);
+  const groups = byPartition(partitions, events, (e) => e.aggregate_id);
+  const nowhere = new Set((await Promise.all([...groups].map(([index, group]) => whereIsIn(partitions.clients[index], group)))).flat());
+  return events.map((e) => e.event_id).filter((id) => nowhere.has(id));
+}
+
+/** `whereIs` in one partition. */
+async function whereIsIn(redis: Redis, events: Whereabouts[]): Promise<string[]> {
   const lists: string[] = [keys.events];
   for await (const list of processingLists(redis)) lists.push(list);
   const nowhere: string[] = [];

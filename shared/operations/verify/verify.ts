@@ -8,6 +8,7 @@ import { sleep } from '../../outbox/sleep.js';
 import { formatDuration } from '../../outbox/duration.js';
 import { applyOrderOf, observe, stillInFlight, verifyReadsOf, whereIs, type Observation, type VerifyReads } from './observe.js';
 import { runCheckSet } from './run-check-set.js';
+import { partitionOf, partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
 
 export type { InvariantCheck } from '../../outbox/verify/verify-checks.js';
 
@@ -96,9 +97,19 @@ export interface Ledger {
   };
 }
 
+/** The applied counter of an aggregate's partition at the observation's instant. */
+function counterOf(o: Observation, aggregate: string): number {
+  return o.appliedCounters[partitionOf(aggregate, o.partitionCount)];
+}
+
+/** " (partition <i>)" after what names a Redis-side problem, with partitions; '' with one. */
+function inPartition(o: Observation, aggregate: string): string {
+  return o.partitionCount > 1 ? ` (partition ${partitionOf(aggregate, o.partitionCount)})` : '';
+}
+
 /** Events of the snapshot still on their way: PENDING, or not applied by the observation's instant. */
 function inFlightOf(o: Observation): string[] {
-  return o.events.filter((e, i) => e.status === 'PENDING' || !appliedBy(o.processed[i], o.appliedCounter)).map((e) => e.event_id);
+  return o.events.filter((e, i) => e.status === 'PENDING' || !appliedBy(o.processed[i], counterOf(o, e.aggregate_id))).map((e) => e.event_id);
 }
 
 function appliedBy(value: string | null, counter: number): boolean {
@@ -118,7 +129,7 @@ const POLL_MS = 100;
  * or the window ended, then looks again with the same horizon and judges that look. A lost event
  * (never applied, in no list) does not become applied, so it fails after the window, named.
  */
-export async function verifyStores(store: Db | VerifyReads, redis: Redis, options: VerifyOptions = {}): Promise<Ledger> {
+export async function verifyStores(store: Db | VerifyReads, redis: Redis | Partitions, options: VerifyOptions = {}): Promise<Ledger> {
   const db = verifyReadsOf(store);
   const windowMs = options.settleMs ?? 0;
   const started = performance.now();
@@ -171,7 +182,7 @@ const MAX_LOST_LOOKUP = 500;
  * Of `eventIds`, those PUBLISHED, not applied and in no list nor parked, in one atomic look: lost,
  * not in flight (the list reads of a snapshot can miss a message that moves meanwhile; this cannot).
  */
-async function lostNow(db: VerifyReads, redis: Redis, eventIds: string[]): Promise<string[]> {
+async function lostNow(db: VerifyReads, redis: Redis | Partitions, eventIds: string[]): Promise<string[]> {
   if (eventIds.length === 0 || eventIds.length > MAX_LOST_LOOKUP) return [];
   const rows = await db.publishedRowsOf(eventIds);
   if (rows.length === 0) return [];
@@ -179,17 +190,21 @@ async function lostNow(db: VerifyReads, redis: Redis, eventIds: string[]): Promi
   return whereIs(redis, rows.map((row) => ({ ...row, message: toMessage(row, storeId) })));
 }
 
-async function judge(db: VerifyReads, redis: Redis, o: Observation, settle: SettleFigures, options: VerifyOptions): Promise<Ledger> {
-  const N = o.appliedCounter;
+async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation, settle: SettleFigures, options: VerifyOptions): Promise<Ledger> {
   const eventIds = o.events.map((e) => e.event_id);
-  const newerApplied = o.newer.filter((_, i) => appliedBy(o.processedNewer[i], N));
+  const newerApplied = o.newer.filter((e, i) => appliedBy(o.processedNewer[i], counterOf(o, e.aggregate_id)));
   const newerIds = new Set(o.newer.map((e) => e.event_id));
   const parkedOfSnapshot = Object.values(o.parked).filter((envelope) => {
     const message = readEnvelope(envelope)?.message;
     const id = message === undefined ? undefined : eventIdOf(message);
     return id === undefined || !newerIds.has(id);
   }).length;
-  const corrupt = corruptEntries({ [keys.appliedSeq]: o.appliedSeqs, ...o.counters, [keys.stats]: o.stats, [keys.applyCount]: o.applyCounts }, o.parked);
+  // Each partition's own hashes: a sum would hide which one holds the entry.
+  const corrupt = o.partitionStates.flatMap((p, index) =>
+    corruptEntries({ [keys.appliedSeq]: p.appliedSeqs, ...p.counters, [keys.stats]: p.stats, [keys.applyCount]: p.applyCounts }, p.parked).map((entry) =>
+      o.partitionCount > 1 ? `partition ${index}: ${entry}` : entry,
+    ),
+  );
 
   // Lost: PUBLISHED, not applied and in no list we read; confirmed by one atomic look, since the
   // list reads can miss a message that moves meanwhile.
@@ -200,9 +215,13 @@ async function judge(db: VerifyReads, redis: Redis, o: Observation, settle: Sett
   }
   const lostIds = lost.map((e) => e.event_id);
   // The per-event evidence, kept in the same step as the effect: more than 1 is a double effect.
-  const appliedTwice = eventIds.flatMap((id) => (Number(o.applyCounts[id] ?? 0) > 1 ? [`${id} (${o.applyCounts[id]} times)`] : []));
-  const redisStateLost = o.meta.store === undefined && (await db.hasPublished());
-  const unrecoverable = Number(o.meta.unrecoverable ?? 0);
+  const appliedTwice = o.events.flatMap(({ event_id: id, aggregate_id }) =>
+    Number(o.applyCounts[id] ?? 0) > 1 ? [`${id} (${o.applyCounts[id]} times${o.partitionCount > 1 ? `, partition ${partitionOf(aggregate_id, o.partitionCount)}` : ''})`] : [],
+  );
+  // With partitions, any one that serves no store: the relay rebuilds only those.
+  const unserved = o.partitionStates.flatMap((p, index) => (p.meta.store === undefined ? [index] : []));
+  const redisStateLost = unserved.length > 0 && (await db.hasPublished());
+  const unrecoverable = o.partitionStates.reduce((n, p) => n + Number(p.meta.unrecoverable ?? 0), 0);
   const disordered = outOfOrder(o.events, o.processed);
 
   // At the MULTI's instant: the snapshot's last seqs, raised by the newer events applied by then.
@@ -210,7 +229,7 @@ async function judge(db: VerifyReads, redis: Redis, o: Observation, settle: Sett
   for (const e of newerApplied) newerSeq.set(e.aggregate_id, Math.max(newerSeq.get(e.aggregate_id) ?? 0, e.seq));
   const seqMismatch = o.aggregates
     .filter((a) => Number(o.appliedSeqs[a.key] ?? 0) !== Math.max(a.lastSeq, newerSeq.get(a.key) ?? 0))
-    .map((a) => a.key);
+    .map((a) => a.key + inPartition(o, a.key));
   // Processed entries at that instant, less the newer events': the snapshot's events and the pruned ones.
   const processedUnique = o.processedCount - newerApplied.length;
 
@@ -218,14 +237,19 @@ async function judge(db: VerifyReads, redis: Redis, o: Observation, settle: Sett
     {
       name: 'Redis serves this store',
       expected: 'yes',
-      actual: redisStateLost ? 'no: Redis lost its state' : o.meta.store === undefined ? 'not yet (nothing published)' : 'yes',
+      actual: redisStateLost ? 'no: Redis lost its state' : unserved.length > 0 ? 'not yet (nothing published)' : 'yes',
       status: redisStateLost ? 'FAIL' : 'ok',
-      examples: redisStateLost ? [`the relay rebuilds it from ${db.producer.store === 'postgres' ? 'PostgreSQL' : 'SQLite'} on its next pass; by hand: outbox verify --repair`] : undefined,
+      examples: redisStateLost
+        ? [
+            ...(o.partitionCount > 1 ? [`partition${unserved.length > 1 ? 's' : ''} ${unserved.join(', ')}`] : []),
+            `the relay rebuilds it from ${db.producer.store === 'postgres' ? 'PostgreSQL' : 'SQLite'} on its next pass; by hand: outbox verify --repair`,
+          ]
+        : undefined,
     },
     check('pruned events Redis lost (effects cannot be rebuilt)', 0, unrecoverable, unrecoverable > 0 ? await db.prunedAggregates(EXAMPLES) : []),
     check('PENDING outbox rows', 0, o.pending.length, o.pending.map((id) => `row ${id}`)),
     check(o.pruned > 0 ? 'processed_unique = outbox rows + pruned' : 'processed_unique = outbox rows', eventIds.length + o.pruned, processedUnique),
-    check('events lost (never applied, not in Redis)', 0, lostIds.length, lostIds),
+    check('events lost (never applied, not in Redis)', 0, lostIds.length, lost.map((e) => e.event_id + inPartition(o, e.aggregate_id))),
     check('events applied more than once', 0, appliedTwice.length, appliedTwice),
     check('aggregates applied out of seq order', 0, disordered.length, disordered),
     check('aggregates whose applied seq != last seq', 0, seqMismatch.length, seqMismatch),
@@ -239,7 +263,8 @@ async function judge(db: VerifyReads, redis: Redis, o: Observation, settle: Sett
         {
           ...db.producer,
           consumer: options.consumer,
-          redis,
+          // With partitions, partition 0's connection; `counters` are summed over every partition.
+          redis: partitionsOf(redis).clients[0],
           counters: o.counters,
           pastHorizon: o.newerInSnapshot.map((e) => e.event),
           appliedPastHorizon: newerApplied.map((e) => e.event),
