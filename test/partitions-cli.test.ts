@@ -328,7 +328,8 @@ function partitionSuite(name: string, start: () => Promise<Setup>, { apps = fals
       }
     });
 
-    it('verify --settle 5s under traffic (producer, relay and consumer apps on 3 partitions): OK run after run, each partition judged at its own instant', { skip: !apps }, async () => {
+    // On one Redis only: the relay app on app.db refuses a cluster (its BullMQ job needs one Redis).
+    if (apps) it('verify --settle 5s under traffic (producer, relay and consumer apps on 3 partitions): OK run after run, each partition judged at its own instant', async () => {
       const partitionsEnv = { OUTBOX_PARTITIONS: String(P) };
       const port = await freePort();
       const running = [
@@ -419,7 +420,7 @@ describe('commands that do not run across partitions', () => {
         const result = await runCli(command, { ...env, env: setting });
         assert.equal(result.code, 2, `${command[0]}: ${result.stdout}${result.stderr}`);
         assert.equal(result.stdout, '');
-        assert.match(result.stderr, new RegExp(`^outbox: ${command[0]} does not run across partitions yet \\(.*\\): run it with one partition on one Redis\\n$`));
+        assert.match(result.stderr, new RegExp(`^outbox: ${command[0]} does not run across partitions yet \\(.*\\): run it with one partition on one Redis(, or give --database postgres://… for a run on its own Redis Cluster)?\\n$`));
       }
     }
     assert.equal(await snapshotStores(env.dir, server.url), before);

@@ -51,10 +51,10 @@ function thisCommand(): string {
 }
 
 /** Refuses (exit 2) a command that does not run across partitions yet, before anything is opened. */
-export function refusePartitioned(config: OutboxConfig, command = thisCommand()): void {
+export function refusePartitioned(config: OutboxConfig, command = thisCommand(), advice = 'run it with one partition on one Redis'): void {
   if (!partitioned(config)) return;
   const setting = config.redisCluster ? '--redis-cluster / OUTBOX_REDIS_CLUSTER is set' : `--partitions / OUTBOX_PARTITIONS is ${config.partitions}`;
-  throw new InvalidInputError(`${command} does not run across partitions yet (${setting}): run it with one partition on one Redis`);
+  throw new InvalidInputError(`${command} does not run across partitions yet (${setting}): ${advice}`);
 }
 
 /**

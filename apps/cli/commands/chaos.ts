@@ -1,5 +1,6 @@
 import { writeFileSync } from 'node:fs';
 import { configOf } from '../options.js';
+import { refusePartitioned } from '../stores.js';
 import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { parseDuration } from '../../../shared/outbox/duration.js';
 import { formatChaos } from '../../../shared/tooling/chaos/format-chaos.js';
@@ -46,7 +47,8 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const config = configOf(argv);
   if (config.databaseUrl) return scaleOut(argv, config.databaseUrl, config.partitions ?? 1);
   if (argv.relays !== undefined || argv.consumers !== undefined) throw new InvalidInputError('--relays and --consumers are for chaos on PostgreSQL (--database): the run on app.db has 2 relays and 1 consumer');
-  if (config.redisCluster || (config.partitions ?? 1) > 1) throw new InvalidInputError('chaos on app.db runs on one private Redis without partitions: for a Redis Cluster and partitions, give --database postgres://… (the run makes its own cluster)');
+  // On app.db the run has one private Redis; on PostgreSQL it makes its own cluster and partitions.
+  refusePartitioned(config, 'chaos', 'run it with one partition on one Redis, or give --database postgres://… for a run on its own Redis Cluster');
   const targets = (argv.targets ?? DEFAULT_CHAOS_TARGETS.join(',')).split(',').map((t) => t.trim()) as ChaosTarget[];
   const unknown = targets.filter((t) => !CHAOS_TARGETS.includes(t));
   if (unknown.length > 0 || targets.length === 0) {
