@@ -9,7 +9,7 @@ const met = (ok: boolean) => (ok ? 'yes' : '**no**');
 /** The markdown table of targets, measurements and ratios. */
 export function formatBench(r: BenchResult): string[] {
   const rows: Row[] = [];
-  const { producer, relay, consumer, growth, e2e, cli } = r;
+  const { producer, relay, consumer, growth, e2e, cli, scaleOut } = r;
   if (producer) {
     const ratio = producer.perTransaction.perSecond / producer.rawPerTransaction.perSecond;
     rows.push(['producer, 1 order per transaction', perS(producer.perTransaction.perSecond, 'orders'), '≥ 90 % of raw', `raw better-sqlite3, same statements (order, seq, event): ${perS(producer.rawPerTransaction.perSecond, 'orders')}`, `${n(ratio * 100, 1)} %`, met(ratio >= 0.9)]);
@@ -45,6 +45,22 @@ export function formatBench(r: BenchResult): string[] {
   if (cli) {
     const slowest = Math.max(cli.helpMs, cli.reportMs);
     rows.push([`CLI start-up, median of ${cli.runs}`, `--help ${n(cli.helpMs)} ms, report ${n(cli.reportMs)} ms`, '< 200 ms', `node alone (empty script): ${n(cli.nodeMs)} ms; load average ${n(cli.loadAverage, 2)}`, '', met(slowest < 200)]);
+  }
+  if (scaleOut) {
+    const { producer: pg, relays, consumers, loadAverage } = scaleOut;
+    const one = pg.oneConnection.perSecond;
+    rows.push(['scale-out producer, PostgreSQL, 8 connections', perS(pg.eightConnections.perSecond, 'transactions'), '', `1 connection: ${perS(one, 'transactions')}; same ${n(pg.eightConnections.count)} transactions (placeOrder, changeQty), synchronous_commit ${pg.synchronousCommit}; load average ${n(loadAverage.start, 1)} → ${n(loadAverage.end, 1)}`, `${n(pg.eightConnections.perSecond / one, 2)}×`, '']);
+    const single = relays[0].published.perSecond;
+    for (const run of relays) {
+      const compared = run.relays === 1 ? `${n(run.published.count)} rows to one Redis, LLEN = rows` : `1 relay: ${perS(single, 'events')}; busiest relay took ${n(run.busiestShare * 100)} %`;
+      rows.push([`scale-out relay, PostgreSQL, ${run.relays} relay${run.relays > 1 ? 's' : ''} at once`, `${perS(run.published.perSecond, 'events')} published`, '', compared, `${n(run.published.perSecond / single, 2)}×`, '']);
+    }
+    const base = consumers[0].applied.perSecond;
+    for (const run of consumers) {
+      const where = run.setup === 'redis' ? 'one Redis' : `the 3-master cluster (${run.masters} master${run.masters > 1 ? 's' : ''})`;
+      const compared = run.setup === 'redis' ? `${n(run.applied.count)} events + 10 % re-deliveries, 1 process` : `1 partition on one Redis: ${perS(base, 'events')}; ${run.partitions} process${run.partitions > 1 ? 'es' : ''}`;
+      rows.push([`scale-out consumer, ${run.partitions} partition${run.partitions > 1 ? 's' : ''} on ${where}`, `${perS(run.applied.perSecond, 'events')} applied`, '', compared, `${n(run.applied.perSecond / base, 2)}×`, '']);
+    }
   }
   const header: Row = ['stage', 'measured', 'target', 'compared with (same run)', 'ratio', 'met'];
   return [

@@ -1,0 +1,72 @@
+import { createPgOrderService, recreatePgLabSchema } from '../../lab/orders/pg-order-service.js';
+import type { BenchDatabase } from './bench-database.js';
+import { median, timed, type Rate } from './measure.js';
+import { progress } from './progress.js';
+
+export interface PgProducerFigures {
+  /** Transactions/s of one writer loop on one connection. */
+  oneConnection: Rate;
+  /** Transactions/s of eight writer loops, each on its own connection, the same total work. */
+  eightConnections: Rate;
+  /** The server's commit durability, as measured under (SHOW synchronous_commit, fsync). */
+  synchronousCommit: string;
+  fsync: string;
+}
+
+/**
+ * `transactions` lab-order transactions (createPgOrderService: each placeOrder and each changeQty
+ * is one transaction with its outbox row) split evenly over `writers` async loops, each on its own
+ * connection: half its share places orders, the other half changes their qty in turn (on its own
+ * orders: no writer waits on another's row lock).
+ */
+async function writeOrders(db: BenchDatabase, writers: number, transactions: number, tick: (n: number) => void): Promise<Rate> {
+  const pool = await db.pool(writers);
+  try {
+    await recreatePgLabSchema(pool);
+    const service = await createPgOrderService(pool);
+    const shares = Array.from({ length: writers }, (_, w) => Math.floor(transactions / writers) + (w < transactions % writers ? 1 : 0));
+    return await timed(transactions, () =>
+      Promise.all(
+        shares.map(async (share) => {
+          const orders: { id: number; qty: number }[] = [];
+          const placed = Math.max(1, Math.ceil(share / 2));
+          for (let i = 0; i < share; i += 1) {
+            if (i < placed) {
+              const { order } = await service.placeOrder({ sku: `SKU-${i % 50}`, qty: 1 + (i % 5) });
+              orders.push({ id: order.id, qty: order.qty });
+            } else {
+              const order = orders[(i - placed) % orders.length];
+              order.qty += 1;
+              await service.changeQty(order.id, order.qty);
+            }
+            tick(1);
+          }
+        }),
+      ),
+    );
+  } finally {
+    await pool.end();
+  }
+}
+
+/**
+ * The PostgreSQL producer with 1 and with 8 connections, `rounds` rounds in alternating order
+ * (1 then 8, 8 then 1, ...): median of each. Every run starts on freshly created tables.
+ */
+export async function benchPgProducer(db: BenchDatabase, transactions: number, rounds: number): Promise<PgProducerFigures> {
+  const bar = progress('scale-out: PostgreSQL producer', rounds * 2 * transactions);
+  const runs: Record<1 | 8, Rate[]> = { 1: [], 8: [] };
+  for (let round = 0; round < rounds; round += 1) {
+    for (const writers of round % 2 === 0 ? ([1, 8] as const) : ([8, 1] as const)) {
+      runs[writers].push(await writeOrders(db, writers, transactions, (n) => bar.tick(n)));
+    }
+  }
+  bar.finish();
+  const pool = await db.pool(1);
+  try {
+    const show = async (name: string) => String((await pool.query(`SHOW ${name}`)).rows[0][name]);
+    return { oneConnection: median(runs[1]), eightConnections: median(runs[8]), synchronousCommit: await show('synchronous_commit'), fsync: await show('fsync') };
+  } finally {
+    await pool.end();
+  }
+}
