@@ -5,6 +5,8 @@ import { redactUrl } from '../../outbox/config.js';
 import { waitFor } from '../local/wait-for.js';
 
 export interface BenchDatabase {
+  /** outbox_bench_<pid>_<random>. */
+  name: string;
   /** postgres://… of the bench's own database. */
   url: string;
   /** A new pool of `max` connections on it, all opened now (connecting is not measured); ended by the caller or by `drop`. */
@@ -32,6 +34,7 @@ export async function createBenchDatabase(serverUrl: string): Promise<BenchDatab
   url.pathname = `/${name}`;
   const open = new Set<pg.Pool>();
   return {
+    name,
     url: url.toString(),
     async pool(max) {
       const pool = new pg.Pool({ connectionString: url.toString(), max });

@@ -46,7 +46,7 @@ export const FULL: BenchSizes = {
   e2eRates: [2_000, 5_000],
   e2eDurationMs: 30_000,
   cliRuns: 20,
-  scaleOutTransactions: 20_000,
+  scaleOutTransactions: 10_000,
   scaleOutRelayRows: 100_000,
   scaleOutConsumerEvents: 100_000,
   scaleOutRounds: 3,

@@ -13,6 +13,8 @@ export interface ScaleOutFigures {
   relays: PgRelayRun[];
   /** 1 partition on one Redis, then 1, 2 and 4 partitions on the cluster, in that order. */
   consumers: PartitionRun[];
+  /** The database the stage created on the PostgreSQL server (and dropped at its end). */
+  database: string;
   /** 1-minute load average at the start and at the end of the stage (other work on the machine). */
   loadAverage: { start: number; end: number };
 }
@@ -46,7 +48,7 @@ export async function benchScaleOut(postgresUrl: string, redisUrl: string, redis
     try {
       await withoutPersistence(cluster.nodes);
       const consumers = await benchPartitionConsumers(redisUrl, cluster.nodes, sizes.consumerEvents, sizes.rounds);
-      return { producer, relays, consumers, loadAverage: { start, end: loadavg()[0] } };
+      return { producer, relays, consumers, database: db.name, loadAverage: { start, end: loadavg()[0] } };
     } finally {
       await cluster.stop();
       await redis.flushall();
