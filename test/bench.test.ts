@@ -39,6 +39,7 @@ describe('outbox bench', () => {
       'scale-out consumer, 1 partition on the 3-master cluster (1 master)',
       'scale-out consumer, 2 partitions on the 3-master cluster (2 masters)',
       'scale-out consumer, 4 partitions on the 3-master cluster (3 masters)',
+      'scale-out consumer, CPU ceiling of',
     ]) {
       assert.match(result.stdout, new RegExp(`^\\| ${stage.replace(/[()]/g, '\\$&')}`, 'm'), stage);
     }
@@ -90,7 +91,10 @@ describe('outbox bench', () => {
       assert.ok(run.busiestShare >= 1 / run.relays && run.busiestShare <= 1, `${run.relays} relays: busiest share ${run.busiestShare}`);
     }
     assert.deepEqual(consumers.map((run: { setup: string; partitions: number }) => `${run.setup} ${run.partitions}`), ['redis 1', 'cluster 1', 'cluster 2', 'cluster 4']);
-    for (const run of consumers) assert.equal(run.applied.count, figures.sizes.scaleOutConsumerEvents);
+    for (const run of consumers) {
+      assert.equal(run.applied.count, figures.sizes.scaleOutConsumerEvents);
+      assert.ok(run.consumerCpuUs > 0 && run.redisCpuUs > 0, `CPU per event: ${run.consumerCpuUs}, ${run.redisCpuUs}`);
+    }
     assert.match(database, /^outbox_bench_/);
     const server = new pg.Pool({ connectionString: PG_SERVER_URL, max: 1 });
     try {

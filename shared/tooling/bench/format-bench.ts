@@ -50,17 +50,22 @@ export function formatBench(r: BenchResult): string[] {
     const { producer: pg, relays, consumers, loadAverage } = scaleOut;
     const one = pg.oneConnection.perSecond;
     rows.push(['scale-out producer, PostgreSQL, 8 connections', perS(pg.eightConnections.perSecond, 'transactions'), '', `1 connection: ${perS(one, 'transactions')}; same ${n(pg.eightConnections.count)} transactions (placeOrder, changeQty), synchronous_commit ${pg.synchronousCommit}; load average ${n(loadAverage.start, 1)} → ${n(loadAverage.end, 1)}`, `${n(pg.eightConnections.perSecond / one, 2)}×`, '']);
-    const single = relays[0].published.perSecond;
+    const oneRelay = relays[0].published.perSecond;
     for (const run of relays) {
-      const compared = run.relays === 1 ? `${n(run.published.count)} rows to one Redis, LLEN = rows` : `1 relay: ${perS(single, 'events')}; busiest relay took ${n(run.busiestShare * 100)} %`;
-      rows.push([`scale-out relay, PostgreSQL, ${run.relays} relay${run.relays > 1 ? 's' : ''} at once`, `${perS(run.published.perSecond, 'events')} published`, '', compared, `${n(run.published.perSecond / single, 2)}×`, '']);
+      const compared = run.relays === 1 ? `${n(run.published.count)} rows to one Redis, LLEN = rows` : `1 relay: ${perS(oneRelay, 'events')}; busiest relay took ${n(run.busiestShare * 100)} %`;
+      rows.push([`scale-out relay, PostgreSQL, ${run.relays} relay${run.relays > 1 ? 's' : ''} at once`, `${perS(run.published.perSecond, 'events')} published`, '', compared, `${n(run.published.perSecond / oneRelay, 2)}×`, '']);
     }
     const base = consumers[0].applied.perSecond;
     for (const run of consumers) {
       const where = run.setup === 'redis' ? 'one Redis' : `the 3-master cluster (${run.masters} master${run.masters > 1 ? 's' : ''})`;
       const compared = run.setup === 'redis' ? `${n(run.applied.count)} events + 10 % re-deliveries, 1 process` : `1 partition on one Redis: ${perS(base, 'events')}; ${run.partitions} process${run.partitions > 1 ? 'es' : ''}`;
-      rows.push([`scale-out consumer, ${run.partitions} partition${run.partitions > 1 ? 's' : ''} on ${where}`, `${perS(run.applied.perSecond, 'events')} applied`, '', compared, `${n(run.applied.perSecond / base, 2)}×`, '']);
+      const cpu = `CPU per event: consumers ${n(run.consumerCpuUs, 1)} µs, Redis ${n(run.redisCpuUs, 1)} µs`;
+      rows.push([`scale-out consumer, ${run.partitions} partition${run.partitions > 1 ? 's' : ''} on ${where}`, `${perS(run.applied.perSecond, 'events')} applied`, '', `${compared}; ${cpu}`, `${n(run.applied.perSecond / base, 2)}×`, '']);
     }
+    // What the machine's cores could apply if this stage had them all: the CPU one event costs, client and Redis.
+    const [single] = consumers;
+    const ceiling = (r.machine.cpus * 1e6) / (single.consumerCpuUs + single.redisCpuUs);
+    rows.push([`scale-out consumer, CPU ceiling of ${r.machine.cpus} cores`, `${perS(ceiling, 'events')}`, '', `${r.machine.cpus} cores ÷ (consumer ${n(single.consumerCpuUs, 1)} µs + Redis ${n(single.redisCpuUs, 1)} µs CPU per event, 1 partition on one Redis)`, `measured ${n((base / ceiling) * 100)} % of it`, '']);
   }
   const header: Row = ['stage', 'measured', 'target', 'compared with (same run)', 'ratio', 'met'];
   return [

@@ -21,6 +21,19 @@ export interface PartitionRun {
   masters: number;
   /** Applied (distinct) events/s: all of them over the first drain's start to the last drain's end. */
   applied: Rate;
+  /**
+   * CPU time per applied event in that (median) run, µs: of the consumer processes together
+   * (process.cpuUsage over each drain), and of the Redis servers together (INFO cpu of the one Redis,
+   * or of every master, before the drains and after the last).
+   */
+  consumerCpuUs: number;
+  redisCpuUs: number;
+}
+
+interface Measured {
+  rate: Rate;
+  consumerCpuMs: number;
+  redisCpuMs: number;
 }
 
 const CONFIGS: { setup: ConsumerSetup; partitions: number }[] = [
@@ -45,8 +58,10 @@ function nextReport(child: ChildProcess): Promise<ChildReport> {
 }
 
 /** Deletes every key of every partition: FLUSHALL on the one Redis or on each cluster master. */
+const serversOf = (target: RedisTarget, nodes: string[]) => (target.redisCluster ? nodes.map((node) => `redis://${node}`) : [target.redisUrl]);
+
 async function flush(target: RedisTarget, nodes: string[]): Promise<void> {
-  for (const url of target.redisCluster ? nodes.map((node) => `redis://${node}`) : [target.redisUrl]) {
+  for (const url of serversOf(target, nodes)) {
     const client = testClient(url);
     try {
       await client.flushall();
@@ -60,6 +75,21 @@ async function flush(target: RedisTarget, nodes: string[]): Promise<void> {
 async function queue(redis: Redis, messages: string[]): Promise<void> {
   await redis.hset(keys.meta, 'store', BENCH_STORE);
   for (let i = 0; i < messages.length; i += 1000) await redis.rpush(keys.events, ...messages.slice(i, i + 1000));
+}
+
+/** CPU time the servers have used so far, ms (used_cpu_user + used_cpu_sys, all their threads). */
+async function serverCpuMs(urls: string[]): Promise<number> {
+  let total = 0;
+  for (const url of urls) {
+    const client = testClient(url);
+    try {
+      const info = await client.info('cpu');
+      for (const field of ['used_cpu_user', 'used_cpu_sys']) total += Number(new RegExp(`^${field}:([\\d.]+)`, 'm').exec(info)?.[1] ?? NaN) * 1000;
+    } finally {
+      client.disconnect();
+    }
+  }
+  return total;
 }
 
 /** Each partition given its share of `messages` (grouped by aggregate, order kept). */
@@ -84,7 +114,7 @@ async function check(partitions: Partitions, events: number, where: string): Pro
  * One run: the partitions filled with their share of `messages`, one consumer process per partition
  * (forked, connected and ready before the clock starts), all told to drain at once.
  */
-async function runOnce(target: RedisTarget, nodes: string[], events: number, messages: string[], warmUp: string[], tick: (n: number) => void): Promise<Rate> {
+async function runOnce(target: RedisTarget, nodes: string[], events: number, messages: string[], warmUp: string[], tick: (n: number) => void): Promise<Measured> {
   await flush(target, nodes);
   const partitions = await connectTargetPartitions(target, (options) => connectTarget(target, options));
   const warmUpTarget = { ...target, namespace: WARM_UP_NAMESPACE };
@@ -104,13 +134,15 @@ async function runOnce(target: RedisTarget, nodes: string[], events: number, mes
     });
     await Promise.all(ready);
     const done = children.map((child) => nextReport(child));
+    const redisCpuBefore = await serverCpuMs(serversOf(target, nodes));
     for (const child of children) child.send('go');
-    const reports = (await Promise.all(done)) as { startedAt: number; endedAt: number; applied: number }[];
+    const reports = (await Promise.all(done)) as { startedAt: number; endedAt: number; applied: number; cpuMs: number }[];
+    const redisCpuMs = (await serverCpuMs(serversOf(target, nodes))) - redisCpuBefore;
     tick(messages.length);
     await check(partitions, events, `${count} partition${count > 1 ? 's' : ''} on ${target.redisCluster ? 'the cluster' : 'one Redis'}`);
     const startedAt = Math.min(...reports.map((r) => r.startedAt));
     const endedAt = Math.max(...reports.map((r) => r.endedAt));
-    return rate(events, endedAt - startedAt);
+    return { rate: rate(events, endedAt - startedAt), consumerCpuMs: reports.reduce((sum, r) => sum + r.cpuMs, 0), redisCpuMs };
   } finally {
     for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     await closePartitions(partitions);
@@ -129,7 +161,7 @@ export async function benchPartitionConsumers(redisUrl: string, clusterNodes: st
   const messages = benchMessages(events);
   const warmUp = benchMessages(Math.min(2000, Math.ceil(events / 4)));
   const bar = progress('scale-out: consumers per partition', rounds * CONFIGS.length * messages.length);
-  const runs = CONFIGS.map(() => [] as Rate[]);
+  const runs = CONFIGS.map(() => [] as Measured[]);
   const targetOf = ({ setup, partitions }: (typeof CONFIGS)[number]): RedisTarget =>
     setup === 'redis' ? { redisUrl, partitions } : { redisUrl: '', redisCluster: clusterNodes.join(','), partitions };
   for (let round = 0; round < rounds; round += 1) {
@@ -141,7 +173,9 @@ export async function benchPartitionConsumers(redisUrl: string, clusterNodes: st
   const result: PartitionRun[] = [];
   for (const [i, config] of CONFIGS.entries()) {
     const masters = config.setup === 'redis' ? 1 : new Set(await mastersOfPartitions(clusterNodes, config.partitions)).size;
-    result.push({ ...config, masters, applied: median(runs[i]) });
+    const applied = median(runs[i].map((run) => run.rate));
+    const { consumerCpuMs, redisCpuMs } = runs[i].find((run) => run.rate === applied)!;
+    result.push({ ...config, masters, applied, consumerCpuUs: (consumerCpuMs * 1000) / events, redisCpuUs: (redisCpuMs * 1000) / events });
   }
   return result;
 }

@@ -1,7 +1,7 @@
 // One consumer process of the scale-out stage (partition-consumer-bench.ts forks one per partition):
 // it connects to its partition, warms up, creates the lab's consumer, says it is ready, drains when told to go,
 // and reports when its drain started and ended (this process's clock on the machine's time line:
-// performance.timeOrigin + performance.now()) and what it applied. Nothing else runs in it.
+// performance.timeOrigin + performance.now()), the CPU time it used meanwhile and what it applied. Nothing else runs in it.
 import { handlers } from '../../lab/orders/order-handlers.js';
 import { createConsumer } from '../../outbox/consumer/create-consumer.js';
 import { closeRedis } from '../../outbox/redis/connect.js';
@@ -17,7 +17,7 @@ export interface ChildTask {
 /** The namespace of the warm-up queue each process drains before it says it is ready. */
 export const WARM_UP_NAMESPACE = 'bench-warm-up';
 
-export type ChildReport = { ready: true } | { startedAt: number; endedAt: number; applied: number; received: number } | { error: string };
+export type ChildReport = { ready: true } | { startedAt: number; endedAt: number; applied: number; received: number; cpuMs: number } | { error: string };
 
 const now = () => performance.timeOrigin + performance.now();
 const send = (report: ChildReport) => new Promise<void>((resolve) => process.send!(report, () => resolve()));
@@ -32,10 +32,12 @@ process.once('message', async (task: ChildTask) => {
     const consumer = await createConsumer({ redis, handlers, consumerId: task.consumerId, batchSize: 1000 });
     await send({ ready: true });
     await new Promise((resolve) => process.once('message', resolve));
+    const cpu = process.cpuUsage();
     const startedAt = now();
     const stats = await consumer.drain();
     const endedAt = now();
-    await send({ startedAt, endedAt, applied: stats.applied, received: stats.received });
+    const { user, system } = process.cpuUsage(cpu);
+    await send({ startedAt, endedAt, applied: stats.applied, received: stats.received, cpuMs: (user + system) / 1000 });
     await consumer.close();
     await closeRedis(redis);
   } catch (error) {
