@@ -31,6 +31,7 @@ describe('outbox bench', () => {
       'consumer RSS over',
       'prune',
       'CLI start-up, median of',
+      'scale-out producer, PostgreSQL, 1 connection',
       'scale-out producer, PostgreSQL, 8 connections',
       'scale-out relay, PostgreSQL, 1 relay at once',
       'scale-out relay, PostgreSQL, 2 relays at once',
@@ -89,6 +90,7 @@ describe('outbox bench', () => {
     for (const run of relays) {
       assert.equal(run.published.count, figures.sizes.scaleOutRelayRows);
       assert.ok(run.busiestShare >= 1 / run.relays && run.busiestShare <= 1, `${run.relays} relays: busiest share ${run.busiestShare}`);
+      assert.ok(run.cpu.clientUs > 0 && run.cpu.postgresUs >= 0 && run.cpu.redisUs > 0, JSON.stringify(run.cpu));
     }
     assert.deepEqual(consumers.map((run: { setup: string; partitions: number }) => `${run.setup} ${run.partitions}`), ['redis 1', 'cluster 1', 'cluster 2', 'cluster 4']);
     for (const run of consumers) {

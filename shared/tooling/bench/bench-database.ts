@@ -3,6 +3,7 @@ import pg from 'pg';
 import { StoreUnavailableError } from '../../outbox/errors/store-unavailable-error.js';
 import { redactUrl } from '../../outbox/config.js';
 import { waitFor } from '../local/wait-for.js';
+import { backendsCpuMs } from './cpu-time.js';
 
 export interface BenchDatabase {
   /** outbox_bench_<pid>_<random>. */
@@ -11,6 +12,8 @@ export interface BenchDatabase {
   url: string;
   /** A new pool of `max` connections on it, all opened now (connecting is not measured); ended by the caller or by `drop`. */
   pool(max: number): Promise<pg.Pool>;
+  /** CPU time the server processes of the database's sessions have used so far, ms (see backendsCpuMs). */
+  cpuMs(): Promise<number>;
   /** Ends the pools still open and drops the database. */
   drop(): Promise<void>;
 }
@@ -37,13 +40,15 @@ export async function createBenchDatabase(serverUrl: string): Promise<BenchDatab
     name,
     url: url.toString(),
     async pool(max) {
-      const pool = new pg.Pool({ connectionString: url.toString(), max });
+      // Never closed when idle: a session's CPU time is read from its server process while it lives.
+      const pool = new pg.Pool({ connectionString: url.toString(), max, idleTimeoutMillis: 0 });
       pool.on('error', () => {});
       open.add(pool);
       const clients = await Promise.all(Array.from({ length: max }, () => pool.connect()));
       for (const client of clients) client.release();
       return pool;
     },
+    cpuMs: () => backendsCpuMs(admin, name),
     async drop() {
       for (const pool of open) if (!pool.ended) await pool.end().catch(() => {});
       // pool.end() resolves before its sessions are gone: wait for them, FORCE only for a straggler.

@@ -9,6 +9,7 @@ import { benchMessages, BENCH_STORE, checkReserved, expectedReserved } from './c
 import { median, rate, type Rate } from './measure.js';
 import { WARM_UP_NAMESPACE, type ChildReport, type ChildTask } from './partition-consumer-child.js';
 import { progress } from './progress.js';
+import { redisCpuMs } from './cpu-time.js';
 import { mastersOfPartitions, spreadPartitions } from './spread-partitions.js';
 
 /** Where a run's partitions live: one Redis, or the cluster. */
@@ -77,21 +78,6 @@ async function queue(redis: Redis, messages: string[]): Promise<void> {
   for (let i = 0; i < messages.length; i += 1000) await redis.rpush(keys.events, ...messages.slice(i, i + 1000));
 }
 
-/** CPU time the servers have used so far, ms (used_cpu_user + used_cpu_sys, all their threads). */
-async function serverCpuMs(urls: string[]): Promise<number> {
-  let total = 0;
-  for (const url of urls) {
-    const client = testClient(url);
-    try {
-      const info = await client.info('cpu');
-      for (const field of ['used_cpu_user', 'used_cpu_sys']) total += Number(new RegExp(`^${field}:([\\d.]+)`, 'm').exec(info)?.[1] ?? NaN) * 1000;
-    } finally {
-      client.disconnect();
-    }
-  }
-  return total;
-}
-
 /** Each partition given its share of `messages` (grouped by aggregate, order kept). */
 async function fill(partitions: Partitions, messages: string[]): Promise<void> {
   const groups = byPartition(partitions, messages, (message) => (JSON.parse(message) as { aggregate_id: string }).aggregate_id);
@@ -134,15 +120,15 @@ async function runOnce(target: RedisTarget, nodes: string[], events: number, mes
     });
     await Promise.all(ready);
     const done = children.map((child) => nextReport(child));
-    const redisCpuBefore = await serverCpuMs(serversOf(target, nodes));
+    const redisCpuBefore = await redisCpuMs(serversOf(target, nodes));
     for (const child of children) child.send('go');
     const reports = (await Promise.all(done)) as { startedAt: number; endedAt: number; applied: number; cpuMs: number }[];
-    const redisCpuMs = (await serverCpuMs(serversOf(target, nodes))) - redisCpuBefore;
+    const redisUsed = (await redisCpuMs(serversOf(target, nodes))) - redisCpuBefore;
     tick(messages.length);
     await check(partitions, events, `${count} partition${count > 1 ? 's' : ''} on ${target.redisCluster ? 'the cluster' : 'one Redis'}`);
     const startedAt = Math.min(...reports.map((r) => r.startedAt));
     const endedAt = Math.max(...reports.map((r) => r.endedAt));
-    return { rate: rate(events, endedAt - startedAt), consumerCpuMs: reports.reduce((sum, r) => sum + r.cpuMs, 0), redisCpuMs };
+    return { rate: rate(events, endedAt - startedAt), consumerCpuMs: reports.reduce((sum, r) => sum + r.cpuMs, 0), redisCpuMs: redisUsed };
   } finally {
     for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     await closePartitions(partitions);

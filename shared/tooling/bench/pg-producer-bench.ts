@@ -1,13 +1,22 @@
 import { createPgOrderService, recreatePgLabSchema } from '../../lab/orders/pg-order-service.js';
 import type { BenchDatabase } from './bench-database.js';
+import { processCpuMs } from './cpu-time.js';
 import { median, timed, type Rate } from './measure.js';
 import { progress } from './progress.js';
+
+/** CPU time per transaction of a (median) run, µs: this process (the writers), and the PostgreSQL server processes of their sessions. */
+export interface ProducerCpu {
+  clientUs: number;
+  postgresUs: number;
+}
 
 export interface PgProducerFigures {
   /** Transactions/s of one writer loop on one connection. */
   oneConnection: Rate;
   /** Transactions/s of eight writer loops, each on its own connection, the same total work. */
   eightConnections: Rate;
+  oneConnectionCpu: ProducerCpu;
+  eightConnectionsCpu: ProducerCpu;
   /** The server's commit durability, as measured under (SHOW synchronous_commit, fsync). */
   synchronousCommit: string;
   fsync: string;
@@ -19,13 +28,14 @@ export interface PgProducerFigures {
  * connection: half its share places orders, the other half changes their qty in turn (on its own
  * orders: no writer waits on another's row lock).
  */
-async function writeOrders(db: BenchDatabase, writers: number, transactions: number, tick: (n: number) => void): Promise<Rate> {
+async function writeOrders(db: BenchDatabase, writers: number, transactions: number, tick: (n: number) => void): Promise<{ rate: Rate; cpu: ProducerCpu }> {
   const pool = await db.pool(writers);
   try {
     await recreatePgLabSchema(pool);
     const service = await createPgOrderService(pool);
     const shares = Array.from({ length: writers }, (_, w) => Math.floor(transactions / writers) + (w < transactions % writers ? 1 : 0));
-    return await timed(transactions, () =>
+    const [client, server] = [processCpuMs(), await db.cpuMs()];
+    const rate = await timed(transactions, () =>
       Promise.all(
         shares.map(async (share) => {
           const orders: { id: number; qty: number }[] = [];
@@ -44,6 +54,8 @@ async function writeOrders(db: BenchDatabase, writers: number, transactions: num
         }),
       ),
     );
+    const cpu = { clientUs: ((processCpuMs() - client) * 1000) / transactions, postgresUs: (((await db.cpuMs()) - server) * 1000) / transactions };
+    return { rate, cpu };
   } finally {
     await pool.end();
   }
@@ -55,7 +67,7 @@ async function writeOrders(db: BenchDatabase, writers: number, transactions: num
  */
 export async function benchPgProducer(db: BenchDatabase, transactions: number, rounds: number): Promise<PgProducerFigures> {
   const bar = progress('scale-out: PostgreSQL producer', rounds * 2 * transactions);
-  const runs: Record<1 | 8, Rate[]> = { 1: [], 8: [] };
+  const runs: Record<1 | 8, { rate: Rate; cpu: ProducerCpu }[]> = { 1: [], 8: [] };
   for (let round = 0; round < rounds; round += 1) {
     for (const writers of round % 2 === 0 ? ([1, 8] as const) : ([8, 1] as const)) {
       runs[writers].push(await writeOrders(db, writers, transactions, (n) => bar.tick(n)));
@@ -65,7 +77,12 @@ export async function benchPgProducer(db: BenchDatabase, transactions: number, r
   const pool = await db.pool(1);
   try {
     const show = async (name: string) => String((await pool.query(`SHOW ${name}`)).rows[0][name]);
-    return { oneConnection: median(runs[1]), eightConnections: median(runs[8]), synchronousCommit: await show('synchronous_commit'), fsync: await show('fsync') };
+    const middle = (writers: 1 | 8) => {
+      const rate = median(runs[writers].map((run) => run.rate));
+      return { rate, cpu: runs[writers].find((run) => run.rate === rate)!.cpu };
+    };
+    const [one, eight] = [middle(1), middle(8)];
+    return { oneConnection: one.rate, eightConnections: eight.rate, oneConnectionCpu: one.cpu, eightConnectionsCpu: eight.cpu, synchronousCommit: await show('synchronous_commit'), fsync: await show('fsync') };
   } finally {
     await pool.end();
   }

@@ -4,6 +4,7 @@ import { createPgRelay } from '../../outbox/postgres/pg-relay.js';
 import { keys } from '../../outbox/redis/keys.js';
 import { closeRedis, connectRedis } from '../../outbox/redis/connect.js';
 import type { BenchDatabase } from './bench-database.js';
+import { processCpuMs, redisCpuMs } from './cpu-time.js';
 import { median, timed, type Rate } from './measure.js';
 import { progress } from './progress.js';
 
@@ -11,6 +12,8 @@ export interface PgRelayRun {
   relays: number;
   /** Rows marked PUBLISHED per second: all `rows` over the time until every relay found nothing left. */
   published: Rate;
+  /** CPU time per published row of that (median) run, µs: this process (the relays), the PostgreSQL server processes of their sessions, Redis. */
+  cpu: { clientUs: number; postgresUs: number; redisUs: number };
   /** The share of the rows the busiest relay of the median run published (1 / relays when even). */
   busiestShare: number;
 }
@@ -54,7 +57,7 @@ async function reset(db: BenchDatabase, redis: Redis): Promise<void> {
  * before the clock starts. Checks after: every row PUBLISHED, and exactly `rows` messages in the
  * queue (a row pushed twice would show as more).
  */
-async function runOnce(db: BenchDatabase, redisUrl: string, admin: Redis, count: number, rows: number, tick: (n: number) => void): Promise<{ rate: Rate; busiestShare: number }> {
+async function runOnce(db: BenchDatabase, redisUrl: string, admin: Redis, count: number, rows: number, tick: (n: number) => void): Promise<Omit<PgRelayRun, 'relays'>> {
   await reset(db, admin);
   const pool = await db.pool(count);
   const connections = await Promise.all(Array.from({ length: count }, () => connectRedis(redisUrl)));
@@ -62,11 +65,14 @@ async function runOnce(db: BenchDatabase, redisUrl: string, admin: Redis, count:
     const relays = connections.map((redis) => createPgRelay(pool, redis, { batchSize: 1000 }));
     for (const relay of relays) await relay.pair();
     const shares = relays.map(() => 0);
+    const before = { client: processCpuMs(), postgres: await db.cpuMs(), redis: await redisCpuMs([redisUrl]) };
     const result = await timed(rows, () => Promise.all(relays.map(async (relay, i) => (shares[i] = (await relay.relayAll({ onBatch: (batch) => tick(batch.count) })).events))));
+    const perRow = (ms: number) => (ms * 1000) / rows;
+    const cpu = { clientUs: perRow(processCpuMs() - before.client), postgresUs: perRow((await db.cpuMs()) - before.postgres), redisUs: perRow((await redisCpuMs([redisUrl])) - before.redis) };
     const published = Number((await pool.query("SELECT COUNT(*) AS n FROM outbox WHERE status = 'PUBLISHED'")).rows[0].n);
     const queued = await admin.llen(keys.events);
     if (published !== rows || queued !== rows) throw new Error(`${count} relays: ${published} of ${rows} rows PUBLISHED, ${queued} messages in the queue`);
-    return { rate: result, busiestShare: Math.max(...shares) / rows };
+    return { published: result, cpu, busiestShare: Math.max(...shares) / rows };
   } finally {
     await Promise.all(connections.map((redis) => closeRedis(redis)));
     await pool.end();
@@ -77,7 +83,7 @@ async function runOnce(db: BenchDatabase, redisUrl: string, admin: Redis, count:
 export async function benchPgRelays(db: BenchDatabase, redisUrl: string, admin: Redis, rows: number, rounds: number): Promise<PgRelayRun[]> {
   await seed(db, rows);
   const bar = progress('scale-out: relays on PostgreSQL', rounds * RELAYS.length * rows);
-  const runs = RELAYS.map(() => [] as { rate: Rate; busiestShare: number }[]);
+  const runs = RELAYS.map(() => [] as Omit<PgRelayRun, 'relays'>[]);
   for (let round = 0; round < rounds; round += 1) {
     const order = RELAYS.map((_, i) => i);
     if (round % 2 === 1) order.reverse();
@@ -86,7 +92,7 @@ export async function benchPgRelays(db: BenchDatabase, redisUrl: string, admin: 
   bar.finish();
   await admin.flushall();
   return RELAYS.map((relays, i) => {
-    const middle = median(runs[i].map((run) => run.rate));
-    return { relays, published: middle, busiestShare: runs[i].find((run) => run.rate === middle)!.busiestShare };
+    const middle = median(runs[i].map((run) => run.published));
+    return { relays, ...runs[i].find((run) => run.published === middle)! };
   });
 }
