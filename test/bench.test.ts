@@ -96,6 +96,7 @@ describe('outbox bench', () => {
     for (const run of consumers) {
       assert.equal(run.applied.count, figures.sizes.scaleOutConsumerEvents);
       assert.ok(run.consumerCpuUs > 0 && run.redisCpuUs > 0, `CPU per event: ${run.consumerCpuUs}, ${run.redisCpuUs}`);
+      assert.ok(run.machineIdle >= 0 && run.machineIdle <= 1, `machine idle ${run.machineIdle}`);
     }
     assert.match(database, /^outbox_bench_/);
     const server = new pg.Pool({ connectionString: PG_SERVER_URL, max: 1 });

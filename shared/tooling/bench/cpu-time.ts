@@ -46,3 +46,19 @@ export async function backendsCpuMs(pool: pg.Pool, database: string): Promise<nu
   }
   return (ticks * 1000) / ticksPerSecond;
 }
+
+/** The machine's CPU time so far from /proc/stat, in ticks: all of it, and the idle part (idle + iowait). */
+function machineTicks(): { total: number; idle: number } {
+  const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1, 9).map(Number);
+  return { total: fields.reduce((sum, value) => sum + value, 0), idle: fields[3] + fields[4] };
+}
+
+/** Starts watching the whole machine's CPU; the function returned tells the share of it that stayed idle since (0-1). */
+export function machineIdle(): () => number {
+  const before = machineTicks();
+  return () => {
+    const after = machineTicks();
+    const total = after.total - before.total;
+    return total > 0 ? (after.idle - before.idle) / total : NaN;
+  };
+}

@@ -49,15 +49,15 @@ export function formatBench(r: BenchResult): string[] {
   if (scaleOut) {
     const { producer: pg, relays, consumers, loadAverage } = scaleOut;
     // Cores kept busy: CPU time per item × items per second.
-    const busy = (us: number, perSecond: number) => `${n((us * perSecond) / 1e6, 2)} cores busy`;
+    const busy = (us: number, perSecond: number, idle: number) => `${n((us * perSecond) / 1e6, 2)} cores busy, machine ${n(idle * 100)} % idle`;
     const one = pg.oneConnection.perSecond;
     const [cpu1, cpu8] = [pg.oneConnectionCpu, pg.eightConnectionsCpu];
-    rows.push(['scale-out producer, PostgreSQL, 1 connection', perS(one, 'transactions'), '', `${n(pg.oneConnection.count)} transactions (placeOrder, changeQty), synchronous_commit ${pg.synchronousCommit}; CPU per transaction: node ${n(cpu1.clientUs)} µs, PostgreSQL ${n(cpu1.postgresUs)} µs, ${busy(cpu1.clientUs + cpu1.postgresUs, one)}; load average ${n(loadAverage.start, 1)} → ${n(loadAverage.end, 1)}`, '1.00×', '']);
-    rows.push(['scale-out producer, PostgreSQL, 8 connections', perS(pg.eightConnections.perSecond, 'transactions'), '', `1 connection, same transactions: ${perS(one, 'transactions')}; CPU per transaction: node ${n(cpu8.clientUs)} µs, PostgreSQL ${n(cpu8.postgresUs)} µs, ${busy(cpu8.clientUs + cpu8.postgresUs, pg.eightConnections.perSecond)}`, `${n(pg.eightConnections.perSecond / one, 2)}×`, '']);
+    rows.push(['scale-out producer, PostgreSQL, 1 connection', perS(one, 'transactions'), '', `${n(pg.oneConnection.count)} transactions (placeOrder, changeQty), synchronous_commit ${pg.synchronousCommit}; CPU per transaction: node ${n(cpu1.clientUs)} µs, PostgreSQL ${n(cpu1.postgresUs)} µs, ${busy(cpu1.clientUs + cpu1.postgresUs, one, cpu1.machineIdle)}; load average ${n(loadAverage.start, 1)} → ${n(loadAverage.end, 1)}`, '1.00×', '']);
+    rows.push(['scale-out producer, PostgreSQL, 8 connections', perS(pg.eightConnections.perSecond, 'transactions'), '', `1 connection, same transactions: ${perS(one, 'transactions')}; CPU per transaction: node ${n(cpu8.clientUs)} µs, PostgreSQL ${n(cpu8.postgresUs)} µs, ${busy(cpu8.clientUs + cpu8.postgresUs, pg.eightConnections.perSecond, cpu8.machineIdle)}`, `${n(pg.eightConnections.perSecond / one, 2)}×`, '']);
     const oneRelay = relays[0].published.perSecond;
     for (const run of relays) {
-      const { clientUs, postgresUs, redisUs } = run.cpu;
-      const cpu = `CPU per row: node ${n(clientUs, 1)} µs, PostgreSQL ${n(postgresUs, 1)} µs, Redis ${n(redisUs, 1)} µs, ${busy(clientUs + postgresUs + redisUs, run.published.perSecond)}`;
+      const { clientUs, postgresUs, redisUs, machineIdle } = run.cpu;
+      const cpu = `CPU per row: node ${n(clientUs, 1)} µs, PostgreSQL ${n(postgresUs, 1)} µs, Redis ${n(redisUs, 1)} µs, ${busy(clientUs + postgresUs + redisUs, run.published.perSecond, machineIdle)}`;
       const compared = run.relays === 1 ? `${n(run.published.count)} rows to one Redis, LLEN = rows; ${cpu}` : `1 relay: ${perS(oneRelay, 'events')}; busiest relay took ${n(run.busiestShare * 100)} %; ${cpu}`;
       rows.push([`scale-out relay, PostgreSQL, ${run.relays} relay${run.relays > 1 ? 's' : ''} at once`, `${perS(run.published.perSecond, 'events')} published`, '', compared, `${n(run.published.perSecond / oneRelay, 2)}×`, '']);
     }
@@ -65,7 +65,7 @@ export function formatBench(r: BenchResult): string[] {
     for (const run of consumers) {
       const where = run.setup === 'redis' ? 'one Redis' : `the 3-master cluster (${run.masters} master${run.masters > 1 ? 's' : ''})`;
       const compared = run.setup === 'redis' ? `${n(run.applied.count)} events + 10 % re-deliveries, 1 process` : `1 partition on one Redis: ${perS(base, 'events')}; ${run.partitions} process${run.partitions > 1 ? 'es' : ''}`;
-      const cpu = `CPU per event: consumers ${n(run.consumerCpuUs, 1)} µs, Redis ${n(run.redisCpuUs, 1)} µs, ${busy(run.consumerCpuUs + run.redisCpuUs, run.applied.perSecond)}`;
+      const cpu = `CPU per event: consumers ${n(run.consumerCpuUs, 1)} µs, Redis ${n(run.redisCpuUs, 1)} µs, ${busy(run.consumerCpuUs + run.redisCpuUs, run.applied.perSecond, run.machineIdle)}`;
       rows.push([`scale-out consumer, ${run.partitions} partition${run.partitions > 1 ? 's' : ''} on ${where}`, `${perS(run.applied.perSecond, 'events')} applied`, '', `${compared}; ${cpu}`, `${n(run.applied.perSecond / base, 2)}×`, '']);
     }
     // What the machine's cores could apply if this stage had them all: the CPU one event costs, client and Redis.

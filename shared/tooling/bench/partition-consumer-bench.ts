@@ -9,7 +9,7 @@ import { benchMessages, BENCH_STORE, checkReserved, expectedReserved } from './c
 import { median, rate, type Rate } from './measure.js';
 import { WARM_UP_NAMESPACE, type ChildReport, type ChildTask } from './partition-consumer-child.js';
 import { progress } from './progress.js';
-import { redisCpuMs } from './cpu-time.js';
+import { machineIdle, redisCpuMs } from './cpu-time.js';
 import { mastersOfPartitions, spreadPartitions } from './spread-partitions.js';
 
 /** Where a run's partitions live: one Redis, or the cluster. */
@@ -29,12 +29,15 @@ export interface PartitionRun {
    */
   consumerCpuUs: number;
   redisCpuUs: number;
+  /** The share of the whole machine's CPU that stayed idle during that run (0-1): other work on it counts too. */
+  machineIdle: number;
 }
 
 interface Measured {
   rate: Rate;
   consumerCpuMs: number;
   redisCpuMs: number;
+  machineIdle: number;
 }
 
 const CONFIGS: { setup: ConsumerSetup; partitions: number }[] = [
@@ -121,14 +124,16 @@ async function runOnce(target: RedisTarget, nodes: string[], events: number, mes
     await Promise.all(ready);
     const done = children.map((child) => nextReport(child));
     const redisCpuBefore = await redisCpuMs(serversOf(target, nodes));
+    const idle = machineIdle();
     for (const child of children) child.send('go');
     const reports = (await Promise.all(done)) as { startedAt: number; endedAt: number; applied: number; cpuMs: number }[];
+    const idleShare = idle();
     const redisUsed = (await redisCpuMs(serversOf(target, nodes))) - redisCpuBefore;
     tick(messages.length);
     await check(partitions, events, `${count} partition${count > 1 ? 's' : ''} on ${target.redisCluster ? 'the cluster' : 'one Redis'}`);
     const startedAt = Math.min(...reports.map((r) => r.startedAt));
     const endedAt = Math.max(...reports.map((r) => r.endedAt));
-    return { rate: rate(events, endedAt - startedAt), consumerCpuMs: reports.reduce((sum, r) => sum + r.cpuMs, 0), redisCpuMs: redisUsed };
+    return { rate: rate(events, endedAt - startedAt), consumerCpuMs: reports.reduce((sum, r) => sum + r.cpuMs, 0), redisCpuMs: redisUsed, machineIdle: idleShare };
   } finally {
     for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     await closePartitions(partitions);
@@ -160,8 +165,8 @@ export async function benchPartitionConsumers(redisUrl: string, clusterNodes: st
   for (const [i, config] of CONFIGS.entries()) {
     const masters = config.setup === 'redis' ? 1 : new Set(await mastersOfPartitions(clusterNodes, config.partitions)).size;
     const applied = median(runs[i].map((run) => run.rate));
-    const { consumerCpuMs, redisCpuMs } = runs[i].find((run) => run.rate === applied)!;
-    result.push({ ...config, masters, applied, consumerCpuUs: (consumerCpuMs * 1000) / events, redisCpuUs: (redisCpuMs * 1000) / events });
+    const { consumerCpuMs, redisCpuMs: redisMs, machineIdle: idleShare } = runs[i].find((run) => run.rate === applied)!;
+    result.push({ ...config, masters, applied, consumerCpuUs: (consumerCpuMs * 1000) / events, redisCpuUs: (redisMs * 1000) / events, machineIdle: idleShare });
   }
   return result;
 }

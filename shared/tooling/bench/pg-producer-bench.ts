@@ -1,6 +1,6 @@
 import { createPgOrderService, recreatePgLabSchema } from '../../lab/orders/pg-order-service.js';
 import type { BenchDatabase } from './bench-database.js';
-import { processCpuMs } from './cpu-time.js';
+import { machineIdle, processCpuMs } from './cpu-time.js';
 import { median, timed, type Rate } from './measure.js';
 import { progress } from './progress.js';
 
@@ -8,6 +8,8 @@ import { progress } from './progress.js';
 export interface ProducerCpu {
   clientUs: number;
   postgresUs: number;
+  /** The share of the whole machine's CPU that stayed idle during the run (0-1): other work on it counts too. */
+  machineIdle: number;
 }
 
 export interface PgProducerFigures {
@@ -35,6 +37,7 @@ async function writeOrders(db: BenchDatabase, writers: number, transactions: num
     const service = await createPgOrderService(pool);
     const shares = Array.from({ length: writers }, (_, w) => Math.floor(transactions / writers) + (w < transactions % writers ? 1 : 0));
     const [client, server] = [processCpuMs(), await db.cpuMs()];
+    const idle = machineIdle();
     const rate = await timed(transactions, () =>
       Promise.all(
         shares.map(async (share) => {
@@ -54,7 +57,7 @@ async function writeOrders(db: BenchDatabase, writers: number, transactions: num
         }),
       ),
     );
-    const cpu = { clientUs: ((processCpuMs() - client) * 1000) / transactions, postgresUs: (((await db.cpuMs()) - server) * 1000) / transactions };
+    const cpu = { machineIdle: idle(), clientUs: ((processCpuMs() - client) * 1000) / transactions, postgresUs: (((await db.cpuMs()) - server) * 1000) / transactions };
     return { rate, cpu };
   } finally {
     await pool.end();

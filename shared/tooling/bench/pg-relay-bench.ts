@@ -4,7 +4,7 @@ import { createPgRelay } from '../../outbox/postgres/pg-relay.js';
 import { keys } from '../../outbox/redis/keys.js';
 import { closeRedis, connectRedis } from '../../outbox/redis/connect.js';
 import type { BenchDatabase } from './bench-database.js';
-import { processCpuMs, redisCpuMs } from './cpu-time.js';
+import { machineIdle, processCpuMs, redisCpuMs } from './cpu-time.js';
 import { median, timed, type Rate } from './measure.js';
 import { progress } from './progress.js';
 
@@ -12,8 +12,8 @@ export interface PgRelayRun {
   relays: number;
   /** Rows marked PUBLISHED per second: all `rows` over the time until every relay found nothing left. */
   published: Rate;
-  /** CPU time per published row of that (median) run, µs: this process (the relays), the PostgreSQL server processes of their sessions, Redis. */
-  cpu: { clientUs: number; postgresUs: number; redisUs: number };
+  /** CPU time per published row of that (median) run, µs: this process (the relays), the PostgreSQL server processes of their sessions, Redis; and the share of the whole machine's CPU that stayed idle (0-1). */
+  cpu: { clientUs: number; postgresUs: number; redisUs: number; machineIdle: number };
   /** The share of the rows the busiest relay of the median run published (1 / relays when even). */
   busiestShare: number;
 }
@@ -66,9 +66,10 @@ async function runOnce(db: BenchDatabase, redisUrl: string, admin: Redis, count:
     for (const relay of relays) await relay.pair();
     const shares = relays.map(() => 0);
     const before = { client: processCpuMs(), postgres: await db.cpuMs(), redis: await redisCpuMs([redisUrl]) };
+    const idle = machineIdle();
     const result = await timed(rows, () => Promise.all(relays.map(async (relay, i) => (shares[i] = (await relay.relayAll({ onBatch: (batch) => tick(batch.count) })).events))));
     const perRow = (ms: number) => (ms * 1000) / rows;
-    const cpu = { clientUs: perRow(processCpuMs() - before.client), postgresUs: perRow((await db.cpuMs()) - before.postgres), redisUs: perRow((await redisCpuMs([redisUrl])) - before.redis) };
+    const cpu = { machineIdle: idle(), clientUs: perRow(processCpuMs() - before.client), postgresUs: perRow((await db.cpuMs()) - before.postgres), redisUs: perRow((await redisCpuMs([redisUrl])) - before.redis) };
     const published = Number((await pool.query("SELECT COUNT(*) AS n FROM outbox WHERE status = 'PUBLISHED'")).rows[0].n);
     const queued = await admin.llen(keys.events);
     if (published !== rows || queued !== rows) throw new Error(`${count} relays: ${published} of ${rows} rows PUBLISHED, ${queued} messages in the queue`);
