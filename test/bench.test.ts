@@ -2,17 +2,20 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import pg from 'pg';
 import { runCli } from './helpers/cli.js';
+import { PG_SERVER_URL } from './helpers/postgres.js';
 import { tempDir } from './helpers/stores.js';
 
-// outbox bench brings its own redis-server, data and pm2 home. A smoke run: it checks that every
-// stage runs and reports, never how fast (benchmarks are not timed tests).
+// outbox bench brings its own redis-server, data, pm2 home, Redis Cluster and PostgreSQL database
+// (outbox_bench_*, on the test server). A smoke run: it checks that every stage runs and reports,
+// never how fast (benchmarks are not timed tests).
 const env = { dir: '/nonexistent', redisUrl: 'redis://127.0.0.1:1' };
 
 describe('outbox bench', () => {
   it('--quick runs every stage and writes the figures as JSON and a markdown table', async () => {
     const out = tempDir();
-    const result = await runCli(['bench', '--quick', '--out', out], env);
+    const result = await runCli(['bench', '--quick', '--out', out, '--postgres', PG_SERVER_URL], env);
     assert.equal(result.code, 0, result.stderr);
     for (const stage of [
       'producer, 1 order per transaction',
@@ -28,6 +31,16 @@ describe('outbox bench', () => {
       'consumer RSS over',
       'prune',
       'CLI start-up, median of',
+      'scale-out producer, PostgreSQL, 1 connection',
+      'scale-out producer, PostgreSQL, 8 connections',
+      'scale-out relay, PostgreSQL, 1 relay at once',
+      'scale-out relay, PostgreSQL, 2 relays at once',
+      'scale-out relay, PostgreSQL, 4 relays at once',
+      'scale-out consumer, 1 partition on one Redis',
+      'scale-out consumer, 1 partition on the 3-master cluster (1 master)',
+      'scale-out consumer, 2 partitions on the 3-master cluster (2 masters)',
+      'scale-out consumer, 4 partitions on the 3-master cluster (3 masters)',
+      'scale-out consumer, CPU ceiling of',
     ]) {
       assert.match(result.stdout, new RegExp(`^\\| ${stage.replace(/[()]/g, '\\$&')}`, 'm'), stage);
     }
@@ -52,6 +65,10 @@ describe('outbox bench', () => {
       figures.cli.nodeMs,
       figures.cli.helpMs,
       figures.cli.reportMs,
+      figures.scaleOut.producer.oneConnection.perSecond,
+      figures.scaleOut.producer.eightConnections.perSecond,
+      ...figures.scaleOut.relays.map((run: { published: { perSecond: number } }) => run.published.perSecond),
+      ...figures.scaleOut.consumers.map((run: { applied: { perSecond: number } }) => run.applied.perSecond),
     ]) {
       assert.ok(Number.isFinite(value) && value > 0, `${value}`);
     }
@@ -65,11 +82,41 @@ describe('outbox bench', () => {
     // Applied events/s leave the re-deliveries out: fewer than the messages taken.
     assert.ok(figures.consumer.consumer.perSecond < figures.consumer.consumerMessages.perSecond);
     assert.ok(figures.consumer.database.perSecond < figures.consumer.databaseMessages.perSecond);
+    // Scale-out: the same work for each count (the relays' runs checked every row PUBLISHED and as
+    // many messages queued), and the stage's own database is gone.
+    const { producer, relays, consumers, database } = figures.scaleOut;
+    assert.equal(producer.oneConnection.count, producer.eightConnections.count);
+    assert.deepEqual(relays.map((run: { relays: number }) => run.relays), [1, 2, 4]);
+    for (const run of relays) {
+      assert.equal(run.published.count, figures.sizes.scaleOutRelayRows);
+      assert.ok(run.busiestShare >= 1 / run.relays && run.busiestShare <= 1, `${run.relays} relays: busiest share ${run.busiestShare}`);
+      assert.ok(run.cpu.clientUs > 0 && run.cpu.postgresUs >= 0 && run.cpu.redisUs > 0, JSON.stringify(run.cpu));
+    }
+    assert.deepEqual(consumers.map((run: { setup: string; partitions: number }) => `${run.setup} ${run.partitions}`), ['redis 1', 'cluster 1', 'cluster 2', 'cluster 4']);
+    for (const run of consumers) {
+      assert.equal(run.applied.count, figures.sizes.scaleOutConsumerEvents);
+      assert.ok(run.consumerCpuUs > 0 && run.redisCpuUs > 0, `CPU per event: ${run.consumerCpuUs}, ${run.redisCpuUs}`);
+      assert.ok(run.machineIdle >= 0 && run.machineIdle <= 1, `machine idle ${run.machineIdle}`);
+    }
+    assert.match(database, /^outbox_bench_/);
+    const server = new pg.Pool({ connectionString: PG_SERVER_URL, max: 1 });
+    try {
+      assert.equal((await server.query('SELECT COUNT(*)::int AS n FROM pg_database WHERE datname = $1', [database])).rows[0].n, 0);
+    } finally {
+      await server.end();
+    }
+  });
+
+  it('--only scale-out without a PostgreSQL server: one line saying what to do, exit 5', async () => {
+    const result = await runCli(['bench', '--only', 'scale-out', '--postgres', 'postgres://postgres@127.0.0.1:1/postgres', '--out', tempDir()], env);
+    assert.equal(result.code, 5, result.stderr);
+    assert.match(result.stderr, /^outbox: the scale-out stage cannot create its database on PostgreSQL at postgres:\/\/postgres@127\.0\.0\.1:1\/postgres \(.+\): start one there or pass --postgres/m);
+    assert.doesNotMatch(result.stderr, /\n\s+at /);
   });
 
   it('rejects an unknown stage before measuring anything', async () => {
     const result = await runCli(['bench', '--only', 'relay,disk'], env);
     assert.equal(result.code, 2);
-    assert.match(result.stderr, /--only takes producer, relay, consumer, growth, e2e, cli, got "relay,disk"/);
+    assert.match(result.stderr, /--only takes producer, relay, consumer, growth, e2e, cli, scale-out, got "relay,disk"/);
   });
 });

@@ -4,7 +4,7 @@ import { configOf } from '../options.js';
 import { refuseOnPostgres, refusePartitioned } from '../stores.js';
 import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { formatBench } from '../../../shared/tooling/bench/format-bench.js';
-import { BENCH_STAGES, type BenchStage } from '../../../shared/tooling/bench/stages.js';
+import { BENCH_STAGES, DEFAULT_BENCH_POSTGRES, type BenchStage } from '../../../shared/tooling/bench/stages.js';
 import { InvalidInputError } from '../../../shared/outbox/errors/invalid-input-error.js';
 import { REPO_ROOT } from '../../../shared/tooling/local/pm2.js';
 import type { GlobalArgs } from '../options.js';
@@ -13,6 +13,7 @@ interface Args extends GlobalArgs {
   only: string;
   quick: boolean;
   out: string;
+  postgres: string;
 }
 
 export const command = 'bench';
@@ -22,7 +23,8 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
   yargs
     .option('only', { type: 'string', default: BENCH_STAGES.join(','), describe: `stages to run: ${BENCH_STAGES.join(',')}` })
     .option('quick', { type: 'boolean', default: false, describe: 'small sizes: a smoke run, not a measurement' })
-    .option('out', { type: 'string', default: join(REPO_ROOT, 'bench', 'results'), describe: 'directory for the JSON figures' });
+    .option('out', { type: 'string', default: join(REPO_ROOT, 'bench', 'results'), describe: 'directory for the JSON figures' })
+    .option('postgres', { type: 'string', default: DEFAULT_BENCH_POSTGRES, describe: 'PostgreSQL server for the scale-out stage: it creates a database of its own there (outbox_bench_*) and drops it' });
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   // Its own workspace on app.db; the apps it starts would read OUTBOX_DATABASE_URL.
@@ -33,7 +35,7 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const unknown = stages.filter((s) => !BENCH_STAGES.includes(s));
   if (unknown.length > 0) throw new InvalidInputError(`--only takes ${BENCH_STAGES.join(', ')}, got ${JSON.stringify(argv.only)}`);
   const { FULL, QUICK, runBench } = await import('../../../shared/tooling/bench/run-bench.js');
-  const result = await runBench(stages, argv.quick ? QUICK : FULL);
+  const result = await runBench(stages, argv.quick ? QUICK : FULL, argv.postgres);
   console.log(formatBench(result).join('\n'));
   mkdirSync(argv.out, { recursive: true });
   const file = join(argv.out, `bench-${result.at.replace(/[:.]/g, '-')}.json`);

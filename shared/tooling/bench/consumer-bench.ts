@@ -36,7 +36,7 @@ const ROUNDS = 3;
 const DUPLICATE_SHARE = 0.1;
 
 /** The store the bench's messages come from, which its Redis is made to serve. */
-const BENCH_STORE = 'bench';
+export const BENCH_STORE = 'bench';
 
 /** The distinct event `i` of the bench: order `i + 1` placed, 50 SKUs, quantities 1-5. */
 function original(i: number) {
@@ -57,7 +57,7 @@ export function benchMessages(events: number): string[] {
 }
 
 /** SKU -> reserved quantity the distinct events add up to: what either mode's effect must hold. */
-function expectedReserved(events: number): Map<string, number> {
+export function expectedReserved(events: number): Map<string, number> {
   const reserved = new Map<string, number>();
   for (let i = 0; i < events; i += 1) {
     const { sku, qty } = original(i).payload;
@@ -67,7 +67,7 @@ function expectedReserved(events: number): Map<string, number> {
 }
 
 /** Throws unless `actual` holds exactly the expected reservation per SKU. */
-function checkReserved(where: string, actual: Map<string, number>, expected: Map<string, number>): void {
+export function checkReserved(where: string, actual: Map<string, number>, expected: Map<string, number>): void {
   const wrong = [...new Set([...expected.keys(), ...actual.keys()])].filter((sku) => actual.get(sku) !== expected.get(sku));
   if (wrong.length > 0) throw new Error(`${where}: ${wrong.length} SKUs reserved wrong, e.g. ${wrong[0]}: ${actual.get(wrong[0])} instead of ${expected.get(wrong[0])}`);
 }

@@ -9,7 +9,7 @@ const met = (ok: boolean) => (ok ? 'yes' : '**no**');
 /** The markdown table of targets, measurements and ratios. */
 export function formatBench(r: BenchResult): string[] {
   const rows: Row[] = [];
-  const { producer, relay, consumer, growth, e2e, cli } = r;
+  const { producer, relay, consumer, growth, e2e, cli, scaleOut } = r;
   if (producer) {
     const ratio = producer.perTransaction.perSecond / producer.rawPerTransaction.perSecond;
     rows.push(['producer, 1 order per transaction', perS(producer.perTransaction.perSecond, 'orders'), '≥ 90 % of raw', `raw better-sqlite3, same statements (order, seq, event): ${perS(producer.rawPerTransaction.perSecond, 'orders')}`, `${n(ratio * 100, 1)} %`, met(ratio >= 0.9)]);
@@ -45,6 +45,33 @@ export function formatBench(r: BenchResult): string[] {
   if (cli) {
     const slowest = Math.max(cli.helpMs, cli.reportMs);
     rows.push([`CLI start-up, median of ${cli.runs}`, `--help ${n(cli.helpMs)} ms, report ${n(cli.reportMs)} ms`, '< 200 ms', `node alone (empty script): ${n(cli.nodeMs)} ms; load average ${n(cli.loadAverage, 2)}`, '', met(slowest < 200)]);
+  }
+  if (scaleOut) {
+    const { producer: pg, relays, consumers, loadAverage } = scaleOut;
+    // Cores kept busy: CPU time per item × items per second.
+    const busy = (us: number, perSecond: number, idle: number) => `${n((us * perSecond) / 1e6, 2)} cores busy, machine ${n(idle * 100)} % idle`;
+    const one = pg.oneConnection.perSecond;
+    const [cpu1, cpu8] = [pg.oneConnectionCpu, pg.eightConnectionsCpu];
+    rows.push(['scale-out producer, PostgreSQL, 1 connection', perS(one, 'transactions'), '', `${n(pg.oneConnection.count)} transactions (placeOrder, changeQty), synchronous_commit ${pg.synchronousCommit}; CPU per transaction: node ${n(cpu1.clientUs)} µs, PostgreSQL ${n(cpu1.postgresUs)} µs, ${busy(cpu1.clientUs + cpu1.postgresUs, one, cpu1.machineIdle)}; load average ${n(loadAverage.start, 1)} → ${n(loadAverage.end, 1)}`, '1.00×', '']);
+    rows.push(['scale-out producer, PostgreSQL, 8 connections', perS(pg.eightConnections.perSecond, 'transactions'), '', `1 connection, same transactions: ${perS(one, 'transactions')}; CPU per transaction: node ${n(cpu8.clientUs)} µs, PostgreSQL ${n(cpu8.postgresUs)} µs, ${busy(cpu8.clientUs + cpu8.postgresUs, pg.eightConnections.perSecond, cpu8.machineIdle)}`, `${n(pg.eightConnections.perSecond / one, 2)}×`, '']);
+    const oneRelay = relays[0].published.perSecond;
+    for (const run of relays) {
+      const { clientUs, postgresUs, redisUs, machineIdle } = run.cpu;
+      const cpu = `CPU per row: node ${n(clientUs, 1)} µs, PostgreSQL ${n(postgresUs, 1)} µs, Redis ${n(redisUs, 1)} µs, ${busy(clientUs + postgresUs + redisUs, run.published.perSecond, machineIdle)}`;
+      const compared = run.relays === 1 ? `${n(run.published.count)} rows to one Redis, LLEN = rows; ${cpu}` : `1 relay: ${perS(oneRelay, 'events')}; busiest relay took ${n(run.busiestShare * 100)} %; ${cpu}`;
+      rows.push([`scale-out relay, PostgreSQL, ${run.relays} relay${run.relays > 1 ? 's' : ''} at once`, `${perS(run.published.perSecond, 'events')} published`, '', compared, `${n(run.published.perSecond / oneRelay, 2)}×`, '']);
+    }
+    const base = consumers[0].applied.perSecond;
+    for (const run of consumers) {
+      const where = run.setup === 'redis' ? 'one Redis' : `the 3-master cluster (${run.masters} master${run.masters > 1 ? 's' : ''})`;
+      const compared = run.setup === 'redis' ? `${n(run.applied.count)} events + 10 % re-deliveries, 1 process` : `1 partition on one Redis: ${perS(base, 'events')}; ${run.partitions} process${run.partitions > 1 ? 'es' : ''}`;
+      const cpu = `CPU per event: consumers ${n(run.consumerCpuUs, 1)} µs, Redis ${n(run.redisCpuUs, 1)} µs, ${busy(run.consumerCpuUs + run.redisCpuUs, run.applied.perSecond, run.machineIdle)}`;
+      rows.push([`scale-out consumer, ${run.partitions} partition${run.partitions > 1 ? 's' : ''} on ${where}`, `${perS(run.applied.perSecond, 'events')} applied`, '', `${compared}; ${cpu}`, `${n(run.applied.perSecond / base, 2)}×`, '']);
+    }
+    // What the machine's cores could apply if this stage had them all: the CPU one event costs, client and Redis.
+    const [single] = consumers;
+    const ceiling = (r.machine.cpus * 1e6) / (single.consumerCpuUs + single.redisCpuUs);
+    rows.push([`scale-out consumer, CPU ceiling of ${r.machine.cpus} cores`, `${perS(ceiling, 'events')}`, '', `${r.machine.cpus} cores ÷ (consumer ${n(single.consumerCpuUs, 1)} µs + Redis ${n(single.redisCpuUs, 1)} µs CPU per event, 1 partition on one Redis)`, `measured ${n((base / ceiling) * 100)} % of it`, '']);
   }
   const header: Row = ['stage', 'measured', 'target', 'compared with (same run)', 'ratio', 'met'];
   return [

@@ -9,8 +9,8 @@ import { benchEndToEnd, type EndToEndFigures } from './end-to-end-bench.js';
 import { benchGrowth, type GrowthFigures } from './growth-bench.js';
 import { benchProducer, type ProducerFigures } from './producer-bench.js';
 import { benchRelay, type RelayFigures } from './relay-bench.js';
+import { benchScaleOut, type ScaleOutFigures } from './scale-out-bench.js';
 import type { BenchStage } from './stages.js';
-
 
 export interface BenchSizes {
   producerOrders: number;
@@ -25,6 +25,12 @@ export interface BenchSizes {
   e2eRates: number[];
   e2eDurationMs: number;
   cliRuns: number;
+  /** Scale-out: PostgreSQL producer transactions (each connection count), rows for the relays, distinct events for the consumers. */
+  scaleOutTransactions: number;
+  scaleOutRelayRows: number;
+  scaleOutConsumerEvents: number;
+  /** Scale-out: rounds of each comparison, alternating the order (median). */
+  scaleOutRounds: number;
 }
 
 /** The sizes the issue asks for; --quick shrinks them for a smoke run. */
@@ -40,6 +46,10 @@ export const FULL: BenchSizes = {
   e2eRates: [2_000, 5_000],
   e2eDurationMs: 30_000,
   cliRuns: 20,
+  scaleOutTransactions: 10_000,
+  scaleOutRelayRows: 100_000,
+  scaleOutConsumerEvents: 100_000,
+  scaleOutRounds: 3,
 };
 
 export const QUICK: BenchSizes = {
@@ -54,6 +64,10 @@ export const QUICK: BenchSizes = {
   e2eRates: [300, 600],
   e2eDurationMs: 5_000,
   cliRuns: 3,
+  scaleOutTransactions: 800,
+  scaleOutRelayRows: 4_000,
+  scaleOutConsumerEvents: 4_000,
+  scaleOutRounds: 1,
 };
 
 export interface BenchResult {
@@ -67,6 +81,7 @@ export interface BenchResult {
   /** One per rate of `sizes.e2eRates`, in that order. */
   e2e?: EndToEndFigures[];
   cli?: CliFigures;
+  scaleOut?: ScaleOutFigures;
 }
 
 /**
@@ -74,7 +89,7 @@ export interface BenchResult {
  * redis-server (no persistence: the code is measured, not the disk), the raw limit and a naive
  * implementation, so that machine noise cancels in the ratios.
  */
-export async function runBench(stages: BenchStage[], sizes: BenchSizes): Promise<BenchResult> {
+export async function runBench(stages: BenchStage[], sizes: BenchSizes, postgresUrl: string): Promise<BenchResult> {
   const workspace = mkdtempSync(join(tmpdir(), 'outbox-bench-'));
   const redis = await RedisServer.start([], join(workspace, 'redis'));
   const client = testClient(redis.url);
@@ -98,6 +113,14 @@ export async function runBench(stages: BenchStage[], sizes: BenchSizes): Promise
       for (const rate of sizes.e2eRates) result.e2e.push(await benchEndToEnd(join(workspace, `e2e-${rate}`), rate, sizes.e2eDurationMs));
     }
     if (stages.includes('cli')) result.cli = await benchCli(workspace, client, redis.url, sizes.cliRuns);
+    if (stages.includes('scale-out')) {
+      result.scaleOut = await benchScaleOut(postgresUrl, redis.url, client, {
+        transactions: sizes.scaleOutTransactions,
+        relayRows: sizes.scaleOutRelayRows,
+        consumerEvents: sizes.scaleOutConsumerEvents,
+        rounds: sizes.scaleOutRounds,
+      });
+    }
     return result;
   } finally {
     client.disconnect();
