@@ -18,6 +18,7 @@ import { startApp, stopApp, type App } from './helpers/apps.js';
 import { runCli, type CliEnv } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
 import { usePostgres } from './helpers/postgres.js';
+import { startRedisCluster } from './helpers/redis-cluster.js';
 import { count } from './helpers/stores.js';
 
 // Issue 12: the dashboard app (its HTTP API: the page draws what /api/state answers) across
@@ -125,6 +126,38 @@ describe('the dashboard across partitions', () => {
       assert.match(wrong.problems.join('\n'), /holds 3 partitions, not 1: set --partitions \/ OUTBOX_PARTITIONS to 3/);
     } finally {
       for (const app of apps) assert.equal((await stopApp(app)).code, 0, app.output());
+    }
+  });
+});
+
+describe('the dashboard on a Redis Cluster', () => {
+  it("3 partitions on a 3-master cluster: each partition's queue on its row, their sum above, the store served", async () => {
+    const cluster = await startRedisCluster();
+    const target = { redisUrl: 'redis://127.0.0.1:1', redisCluster: cluster.nodes.join(','), partitions: PARTITIONS };
+    const env = { dir: h.env.dir, redisUrl: target.redisUrl };
+    const settings = { OUTBOX_PARTITIONS: String(PARTITIONS), OUTBOX_REDIS_CLUSTER: target.redisCluster };
+    const clusterParts = await connectTargetPartitions(target, (options) => connectTarget(target, options));
+    let dashboard: Awaited<ReturnType<typeof startDashboard>> | undefined;
+    try {
+      createDatabase(env.dir);
+      const db = openDatabase(env.dir);
+      const service = createOrderService(db);
+      for (let i = 0; i < 12; i += 1) service.placeOrder({ sku: 'SKU-A', qty: 1 });
+      db.close();
+      const relayed = await runCli(['relay'], { ...env, env: settings });
+      assert.equal(relayed.code, 0, relayed.stdout + relayed.stderr);
+      const queued = await Promise.all(clusterParts.clients.map((redis) => redis.llen(keys.events)));
+      assert.equal(queued.reduce((a, b) => a + b, 0), 12);
+      dashboard = await startDashboard(env, settings);
+      const s = await stateWhere(dashboard, (s) => s.pipeline.queued === 12, 'the queued events are not shown');
+      assert.deepEqual(s.partitions?.map((p) => p.queued), queued);
+      assert.deepEqual(s.partitions?.map((p) => p.leaseHolder), [null, null, null]);
+      assert.deepEqual([s.pipeline.pending, s.pipeline.committed, s.store?.redis], [0, 12, 'serves']);
+      assert.deepEqual(s.problems, []);
+    } finally {
+      if (dashboard) assert.equal((await stopApp(dashboard.app)).code, 0, dashboard.app.output());
+      await closePartitions(clusterParts);
+      await cluster.stop();
     }
   });
 });
