@@ -15,6 +15,7 @@ import type { DashboardState } from '../shared/runtime/dashboard/sampler.js';
 import { freePort } from '../shared/tooling/local/redis-server.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { startApp, stopApp, type App } from './helpers/apps.js';
+import { closeChromium, launchChromium } from './helpers/browser.js';
 import { runCli, type CliEnv } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
 import { usePostgres } from './helpers/postgres.js';
@@ -154,6 +155,19 @@ describe('the dashboard on a Redis Cluster', () => {
       assert.deepEqual(s.partitions?.map((p) => p.leaseHolder), [null, null, null]);
       assert.deepEqual([s.pipeline.pending, s.pipeline.committed, s.store?.redis], [0, 12, 'serves']);
       assert.deepEqual(s.problems, []);
+      // The page draws that table (with one partition it hides it: see dashboard.test.ts).
+      const browser = await launchChromium();
+      try {
+        const page = await browser.newPage();
+        await page.goto(`http://127.0.0.1:${dashboard.port}/`, { waitUntil: 'load' });
+        const rows = () =>
+          page.$$eval('#partitions tbody tr', (trs) => trs.map((tr) => [tr.cells[0].textContent, tr.querySelector('[data-field=queued]')?.textContent, tr.querySelector('[data-field=lease]')?.textContent]));
+        await waitFor(async () => (await rows()).length === PARTITIONS, { message: 'the partitions table is not drawn' });
+        assert.deepEqual(await rows(), queued.map((n, i) => [String(i), String(n), 'none']));
+        assert.equal(await page.$eval('#partitions-section', (el) => (el as HTMLElement).hidden), false);
+      } finally {
+        await closeChromium(browser);
+      }
     } finally {
       if (dashboard) assert.equal((await stopApp(dashboard.app)).code, 0, dashboard.app.output());
       await closePartitions(clusterParts);
