@@ -177,7 +177,7 @@ describe('the dashboard on a Redis Cluster', () => {
 });
 
 describe('the dashboard on PostgreSQL', () => {
-  it("shows the PostgreSQL store's pending, oldest pending and committed, its id and whether Redis serves it; a database without the outbox tables is a problem line", async () => {
+  it("shows the PostgreSQL store's pending, oldest pending and committed, its id and whether Redis serves it; a database without the outbox tables, or no PostgreSQL, is a problem line", async () => {
     await pgDb.reset();
     await pgDb.scalar('DROP TABLE IF EXISTS orders');
     const pgEnv = { OUTBOX_DATABASE_URL: pgDb.url };
@@ -204,6 +204,15 @@ describe('the dashboard on PostgreSQL', () => {
       const relayed = await stateWhere(dashboard, (s) => s.pipeline.pending === 0 && s.pipeline.queued === 3 && s.store?.redis === 'serves', 'the relayed rows are not shown');
       assert.equal(relayed.pipeline.committed, committed);
       assert.equal(relayed.pipeline.oldestPendingAgeMs, null);
+
+      // No PostgreSQL there: the Redis numbers are shown, the store's are missing with the reason.
+      const down = await startDashboard(h.env, { OUTBOX_DATABASE_URL: 'postgres://postgres@127.0.0.1:1/outbox' });
+      apps.push(down.app);
+      const unreachable = await stateWhere(down, (s) => s.pipeline.queued === 3, 'the dashboard without PostgreSQL does not show Redis');
+      assert.equal(unreachable.problems.length, 2, unreachable.problems.join('\n'));
+      assert.match(unreachable.problems[0], /^cannot read the PostgreSQL store: .*ECONNREFUSED/);
+      assert.match(unreachable.problems[1], /^cannot read the PostgreSQL store's id: .*ECONNREFUSED/);
+      assert.deepEqual([unreachable.pipeline.pending, unreachable.store], [undefined, null]);
     } finally {
       for (const app of apps) assert.equal((await stopApp(app)).code, 0, app.output());
     }
