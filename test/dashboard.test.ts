@@ -153,6 +153,7 @@ describe('the dashboard page in a real Chromium', () => {
       { message: 'the apps table does not show the four apps online and healthy' },
     );
     assert.ok(await page.$('#lag-chart canvas'), 'the lag chart is drawn');
+    assert.equal(await page.$eval('#partitions-section', (el) => (el as HTMLElement).hidden), true, 'no partitions table with one partition');
     assert.ok(requested.includes(`${origin}/vendor/uPlot.iife.min.js`), 'uPlot is served by the dashboard');
     assert.deepEqual(requested.filter((url) => !url.startsWith(`${origin}/`)), [], 'nothing is loaded from elsewhere');
     assert.equal(statSync(join(dir, 'dashboard-token')).mode & 0o777, 0o600);

@@ -1,12 +1,14 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import type { Redis } from 'ioredis';
 import { ConfigError } from '../../shared/outbox/errors/config-error.js';
-import { closeRedis, connectUntilReady } from '../../shared/outbox/redis/connect.js';
+import { redactUrl } from '../../shared/outbox/config.js';
+import { closePartitions, connectTargetPartitions, connectTargetUntilReady } from '../../shared/outbox/redis/connect-partitions.js';
+import type { Partitions } from '../../shared/outbox/redis/partitions.js';
 import { watchDatabase } from '../../shared/outbox/store/live-database.js';
 import { dashboardSettings } from '../../shared/runtime/config/dashboard-config.js';
 import { dashboardHandler } from '../../shared/runtime/dashboard/dashboard-server.js';
+import { pgStore, sqliteStore } from '../../shared/runtime/dashboard/dashboard-store.js';
 import { startSampler } from '../../shared/runtime/dashboard/sampler.js';
 import { loadStaticFiles } from '../../shared/runtime/dashboard/static-files.js';
 import { ensureToken, tokenPath } from '../../shared/runtime/dashboard/token.js';
@@ -33,22 +35,27 @@ runApp('outbox-dashboard', dashboardSettings, async (config, log, signal) => {
     server.once('error', (error) => reject(listenError(error, host, port)));
     server.listen(port, host, resolve);
   });
-  // It only reads app.db (any service's database with the library's tables), and follows it when replaced.
-  const database = watchDatabase(dir, { log, app: 'dashboard', stopped: 'showing no app.db numbers', outboxOnly: true });
-  let redis: Redis | undefined;
-  const sampler = startSampler({ dir, namespace, database, redis: () => redis, log });
-  server.on('request', dashboardHandler({ files, state: sampler.state, redis: () => redis, token, tokenFile: tokenPath(dir), host, log }));
+  // It only reads the store: app.db (any service's database with the library's tables, followed
+  // when replaced), or the PostgreSQL store, whose being down is shown on the page.
+  const store =
+    config.databaseUrl === ''
+      ? sqliteStore(watchDatabase(dir, { log, app: 'dashboard', stopped: 'showing no app.db numbers', outboxOnly: true }))
+      : await pgStore(config.databaseUrl, dir);
+  let queues: Partitions | undefined;
+  const sampler = startSampler({ dir, namespace, store, queues: () => queues, log });
+  server.on('request', dashboardHandler({ files, state: sampler.state, queues: () => queues, token, tokenFile: tokenPath(dir), host, log }));
   const url = `http://${reachableHost(host)}:${(server.address() as AddressInfo).port}/`;
-  log.info('dashboard listening', { url, tokenFile: tokenPath(dir), db: `${dir}/app.db` });
-  // Redis may come later: the page shows what app.db says meanwhile.
-  redis = await connectUntilReady(config.redisUrl, { name: 'outbox-dashboard', log, signal, namespace });
+  const where = config.databaseUrl === '' ? { db: `${dir}/app.db` } : { database: redactUrl(config.databaseUrl) };
+  log.info('dashboard listening', { url, tokenFile: tokenPath(dir), ...where, ...(config.partitions > 1 || config.redisCluster ? { partitions: config.partitions } : {}) });
+  // Redis may come later: the page shows what the store says meanwhile. One connection per partition (one in all without partitions).
+  queues = await connectTargetPartitions(config, (options) => connectTargetUntilReady(config, { name: 'outbox-dashboard', log, signal, ...options }));
 
   return async () => {
     await sampler.close();
     const closed = new Promise<void>((resolve) => server.close(() => resolve()));
     server.closeAllConnections();
     await closed;
-    if (redis) await closeRedis(redis);
-    database.close();
+    if (queues) await closePartitions(queues);
+    await store.close();
   };
 });

@@ -229,7 +229,7 @@ async function readPartition(redis: Redis) {
 const SEVERITY: Record<StoreStatus['redis'], number> = { serves: 0, unclaimed: 1, lost: 2, foreign: 3 };
 
 /** Each consumer's heartbeats over the partitions (one per partition it consumed): the newest, its applied and queued summed. */
-function mergeHeartbeats(each: ConsumerHeartbeat[][]): ConsumerHeartbeat[] {
+export function mergeHeartbeats(each: ConsumerHeartbeat[][]): ConsumerHeartbeat[] {
   if (each.length === 1) return each[0];
   const byId = new Map<string, ConsumerHeartbeat[]>();
   for (const beat of each.flat()) byId.set(beat.consumerId, [...(byId.get(beat.consumerId) ?? []), beat]);

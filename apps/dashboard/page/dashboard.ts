@@ -124,6 +124,25 @@ function renderApps(s: DashboardState): void {
   }
 }
 
+/** With several partitions, a row each; the table is hidden with one. */
+function renderPartitions(s: DashboardState): void {
+  $('partitions-section').hidden = !s.partitions;
+  const body = ($<HTMLTableElement>('partitions')).tBodies[0];
+  body.replaceChildren();
+  for (const p of s.partitions ?? []) {
+    const row = body.insertRow();
+    row.dataset.partition = String(p.index);
+    cell(row, String(p.index));
+    cell(row, count(p.queued)).dataset.field = 'queued';
+    cell(row, count(p.inFlight)).dataset.field = 'in-flight';
+    cell(row, count(p.applied)).dataset.field = 'applied';
+    cell(row, count(p.parked), p.parked ? 'warn' : undefined);
+    cell(row, count(p.deadLettered), p.deadLettered ? 'bad' : undefined);
+    // "<consumerId>#<token>": the token tells nothing to the page's reader.
+    cell(row, p.leaseHolder === null ? 'none' : p.leaseHolder.split('#')[0], p.leaseHolder === null ? 'warn' : undefined).dataset.field = 'lease';
+  }
+}
+
 function healthText(app: AppRow): string {
   if (!app.health) return app.name === 'outbox-dashboard' ? 'ok (this page)' : '–';
   return app.health.reason ? `${app.health.state}: ${app.health.reason}` : app.health.state;
@@ -186,6 +205,7 @@ function render(s: DashboardState): void {
   problems.replaceChildren(...s.problems.map((text) => Object.assign(document.createElement('li'), { textContent: text })));
   renderStore(s);
   renderPipeline(s);
+  renderPartitions(s);
   renderApps(s);
   renderHeld('dead-letters', 'dead-letter', s.deadLetters, s.pipeline.deadLettered, 'dead-shown');
   renderHeld('parked', 'parked', s.parked, s.pipeline.parked, 'parked-shown');

@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { isIP } from 'node:net';
-import type { Redis } from 'ioredis';
 import type { Logger } from '../../outbox/logger.js';
+import type { Partitions } from '../../outbox/redis/partitions.js';
 import type { HeldKind } from '../../operations/recovery/held-messages.js';
 import { actOnHeld, type HeldAction } from './held-actions.js';
 import type { DashboardState } from './sampler.js';
@@ -11,7 +11,8 @@ import { tokenMatches } from './token.js';
 export interface DashboardRoutes {
   files: Map<string, StaticFile>;
   state: (since: number) => Promise<DashboardState | undefined>;
-  redis: () => Redis | undefined;
+  /** The partitions' connections (one without partitions), once open. */
+  queues: () => Partitions | undefined;
   token: string;
   tokenFile: string;
   /** OUTBOX_DASHBOARD_HOST: a name given there is a Host requests may name. */
@@ -82,9 +83,9 @@ async function act(req: IncomingMessage, res: ServerResponse, routes: DashboardR
     key = undefined;
   }
   if (typeof key !== 'string' || key === '') return send(res, 400, { error: 'send {"key": "<the entry\'s key>"} as JSON' });
-  const redis = routes.redis();
-  if (redis?.status !== 'ready') return send(res, 503, { error: 'Redis is not connected: try again' });
-  const outcome = await actOnHeld(redis, kind, action, key);
+  const queues = routes.queues();
+  if (!queues || queues.clients.some((client) => client.status !== 'ready')) return send(res, 503, { error: 'Redis is not connected: try again' });
+  const outcome = await actOnHeld(queues, kind, action, key);
   routes.log.info(`dashboard ${kind} ${action}`, { key, outcome });
   if (outcome === 'gone') return send(res, 404, { error: `no ${kind} entry ${key}: moved or dropped meanwhile` });
   if (outcome === 'refused') return send(res, 409, { error: `${kind} entry ${key} is not an envelope the consumer writes and cannot be retried: drop it` });

@@ -1,12 +1,13 @@
-import type { Redis } from 'ioredis';
 import type { ConsumerHeartbeat } from '../../outbox/consumer/heartbeats.js';
 import type { Logger } from '../../outbox/logger.js';
-import type { DatabaseWatch } from '../../outbox/store/live-database.js';
-import { sqliteStatusReads, storeStatusOf, type StoreStatus } from '../../operations/status.js';
+import { checkPartitionLayout } from '../../outbox/redis/partition-layout.js';
+import type { Partitions } from '../../outbox/redis/partitions.js';
+import { storeStatusOf, type StatusStoreReads, type StoreStatus } from '../../operations/status.js';
+import type { DashboardStore } from './dashboard-store.js';
 import { healthTargetsOf, probeHealth, type AppHealth } from '../health/app-health.js';
 import { heldRows, type HeldRow } from './held-actions.js';
 import { History, type Rates, type Sample } from './history.js';
-import { readRedisCounts, readStoreCounts, type RedisCounts, type StoreCounts } from './pipeline.js';
+import { readRedisCounts, type PartitionCounts, type RedisCounts, type StoreCounts } from './pipeline.js';
 import { pm2Apps, type Pm2App } from './pm2-apps.js';
 
 /** One app as the page shows it: what pm2 says of it (when it runs under pm2) and what its health endpoint answered. */
@@ -21,11 +22,14 @@ export interface DashboardState {
   at: number;
   dir: string;
   namespace: string;
-  /** app.db's store and whether Redis serves it; null while either cannot be read. */
+  /** The store (app.db or PostgreSQL) and whether Redis serves it (with partitions: the worst partition's say); null while either cannot be read. */
   store: StoreStatus | null;
   /** Why numbers are missing (no app.db, Redis not connected), one sentence each. */
   problems: string[];
-  pipeline: Partial<StoreCounts & Omit<RedisCounts, 'consumers' | 'meta'>>;
+  /** With partitions, summed over them. */
+  pipeline: Partial<StoreCounts & Omit<RedisCounts, 'consumers' | 'metas' | 'partitions'>>;
+  /** With several partitions: each one's queue, in flight, applied, held and lease holder; absent with one. */
+  partitions?: PartitionCounts[];
   rates: Rates;
   deadLetters: HeldRow[];
   parked: HeldRow[];
@@ -39,9 +43,9 @@ export interface DashboardState {
 export interface SamplerOptions {
   dir: string;
   namespace: string;
-  database: DatabaseWatch;
-  /** The connection, once there is one. */
-  redis: () => Redis | undefined;
+  store: DashboardStore;
+  /** The partitions' connections (one in all without partitions), once they are open. */
+  queues: () => Partitions | undefined;
   log: Logger;
   env?: NodeJS.ProcessEnv;
 }
@@ -57,22 +61,33 @@ function timeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
   );
 }
 
-/** `read()`, or undefined with the reason added to `problems` (a locked or damaged app.db is shown, not fatal). */
-function attempt<T>(read: () => T, what: string, problems: string[]): T | undefined {
+/** `read()`, or undefined with the line `problem` makes of its error added to `problems` (a locked or damaged app.db, PostgreSQL down: shown, not fatal). */
+async function attempt<T>(read: () => Promise<T>, problem: (error: unknown) => string, problems: string[]): Promise<T | undefined> {
   try {
-    return read();
+    return await read();
   } catch (error) {
-    problems.push(`${what}: ${(error as Error).message}`);
+    problems.push(problem(error));
     return undefined;
   }
 }
 
-async function attemptAsync<T>(read: () => Promise<T>, what: string, problems: string[]): Promise<T | undefined> {
+/** How bad a partition's store state is: the store is shown as its worst partition's (as `outbox status` does). */
+const SEVERITY: Record<StoreStatus['redis'], number> = { serves: 0, unclaimed: 1, lost: 2, foreign: 3 };
+
+/** What the store says of itself and what each partition's meta says of it, as the worst partition's. */
+async function storeStatus(reads: StatusStoreReads, metas: Record<string, string>[], namespace: string): Promise<StoreStatus> {
+  const stores = await Promise.all(metas.map((meta) => storeStatusOf(reads, meta, namespace)));
+  const worst = stores.reduce((a, b) => (SEVERITY[b.redis] > SEVERITY[a.redis] ? b : a));
+  return { ...worst, unrecoverable: stores.reduce((n, s) => n + s.unrecoverable, 0) };
+}
+
+/** Redis's partition layout against the configured number, as a problem line (a dashboard shows what it can all the same). */
+async function layoutProblem(queues: Partitions): Promise<string | undefined> {
   try {
-    return await read();
-  } catch (error) {
-    problems.push(`${what}: ${(error as Error).message}`);
+    await checkPartitionLayout(queues);
     return undefined;
+  } catch (error) {
+    return (error as Error).message;
   }
 }
 
@@ -90,13 +105,14 @@ function appRows(pm2: Pm2App[], health: AppHealth[]): AppRow[] {
 
 /**
  * Samples the pipeline every second, whether a page looks or not, so that a page opened later
- * gets the last ten minutes for its lag chart. Each sample reads app.db (two indexed queries),
- * Redis (one round of LLEN / HLEN / HGETALL, no SCAN), the first 50 dead letters and parked
+ * gets the last ten minutes for its lag chart. Each sample reads the store (app.db or PostgreSQL:
+ * two indexed queries), each partition of Redis (one round of LLEN / HLEN / HGETALL, no SCAN, all
+ * partitions at once), the first 50 dead letters and parked
  * events, the apps' health endpoints and pm2's list. What cannot be read is missing from that
  * sample, with the reason.
  */
 export function startSampler(options: SamplerOptions) {
-  const { dir, namespace, database, log, env = process.env } = options;
+  const { dir, namespace, store: source, log, env = process.env } = options;
   const history = new History();
   const pm2 = pm2Apps(dir, env);
   let latest: Omit<DashboardState, 'history'> | undefined;
@@ -108,20 +124,27 @@ export function startSampler(options: SamplerOptions) {
     const at = Date.now();
     const problems: string[] = [];
     let store: StoreCounts | undefined;
-    const live = database.check() ? database.current().db : undefined;
-    if (live) store = attempt(() => readStoreCounts(live, at), 'cannot read app.db', problems);
-    else problems.push(database.reason() ?? 'no app.db');
-    const redis = options.redis();
+    const live = source.current();
+    if (typeof live === 'string') problems.push(live);
+    else store = await attempt(() => live.counts(at), (error) => source.problem('counts', error), problems);
+    const queues = options.queues();
     let counts: RedisCounts | undefined;
     let deadLetters: HeldRow[] = [];
     let parked: HeldRow[] = [];
-    if (redis?.status === 'ready') {
+    const notReady = queues?.clients.find((client) => client.status !== 'ready');
+    if (queues && !notReady) {
       try {
-        [counts, deadLetters, parked] = await timeout(Promise.all([readRedisCounts(redis), heldRows(redis, 'dead-letter'), heldRows(redis, 'parked')]), REDIS_TIMEOUT_MS, 'Redis');
+        let layout: string | undefined;
+        [counts, deadLetters, parked, layout] = await timeout(
+          Promise.all([readRedisCounts(queues), heldRows(queues, 'dead-letter'), heldRows(queues, 'parked'), layoutProblem(queues)]),
+          REDIS_TIMEOUT_MS,
+          'Redis',
+        );
+        if (layout) problems.push(layout);
       } catch (error) {
         problems.push(`cannot read Redis: ${(error as Error).message}`);
       }
-    } else problems.push(`Redis is not connected${redis ? ` (${redis.status})` : ''}: its numbers are missing`);
+    } else problems.push(`Redis is not connected${notReady ? ` (${notReady.status})` : ''}: its numbers are missing`);
     const [health, apps] = await Promise.all([Promise.all(healthTargetsOf(counts?.consumers ?? [], env).map((target) => probeHealth(target, { dir, namespace }))), pm2.list()]);
     history.add({
       t: at,
@@ -134,15 +157,16 @@ export function startSampler(options: SamplerOptions) {
       relayLagMs: store ? (store.oldestPendingAgeMs ?? 0) : null,
       consumerLagMs: counts ? (counts.oldestQueuedAgeMs ?? 0) : null,
     });
-    const { consumers = [], meta, ...redisNumbers } = counts ?? ({} as Partial<RedisCounts>);
+    const { consumers = [], metas, partitions, ...redisNumbers } = counts ?? ({} as Partial<RedisCounts>);
     return {
       at,
       dir,
       namespace,
-      store: (live && meta && (await attemptAsync(() => storeStatusOf(sqliteStatusReads(live), meta, namespace), 'cannot read the store id', problems))) || null,
+      store: (typeof live !== 'string' && metas && (await attempt(() => storeStatus(live.status, metas, namespace), (error) => source.problem('store id', error), problems))) || null,
       // No daemon is not a problem (the apps table says so); a daemon that does not answer is.
       problems: apps.running && apps.reason ? [...problems, apps.reason] : problems,
       pipeline: { ...store, ...redisNumbers },
+      ...(partitions ? { partitions } : {}),
       rates: history.rates(),
       deadLetters,
       parked,
