@@ -1,5 +1,5 @@
 import type { Pool, PoolClient } from 'pg';
-import { ORDER_AGGREGATE } from '../orders/order-events.js';
+import { ORDER_AGGREGATE } from '../orders/order-keys.js';
 
 const KEY_PREFIX = `${ORDER_AGGREGATE}:`;
 
