@@ -2,18 +2,20 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { runCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
+import { orders } from './helpers/orders.js';
 import { count } from './helpers/stores.js';
 
 const h = useHarness();
+const o = orders(() => h.env);
 
 function message(aggregateId: number, seq: number, type = 'OrderPlaced') {
   return JSON.stringify({ event_id: `evt-${aggregateId}-${seq}`, aggregate_id: `order:${aggregateId}`, seq, event_type: type, payload: { orderId: aggregateId, sku: 'SKU-X', qty: 1 }, store_id: h.storeId });
 }
 
-async function placeLifecycle(orders: number) {
-  await h.cli('place-order', '--sku', 'SKU-A', '--qty', '2', '--count', String(orders));
-  await h.cli('change-qty', '--id', '1', '--qty', '5');
-  await h.cli('cancel-order', '--id', '2');
+async function placeLifecycle(orderCount: number) {
+  o.place(orderCount, { sku: 'SKU-A', qty: 2 });
+  o.changeQty(1, 5);
+  o.cancel(2);
 }
 
 describe('verify --repair', () => {
