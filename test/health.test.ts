@@ -9,9 +9,11 @@ import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { startApp, stopApp, type App } from './helpers/apps.js';
 import { runCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
+import { orders } from './helpers/orders.js';
 
 // Issue 10, "real health": health endpoints, consumer heartbeats, per-app health in status, the stats line.
 const h = useHarness();
+const o = orders(() => h.env);
 
 const PRODUCER = 'dist/apps/producer/main.js';
 const RELAY = 'dist/apps/relay/main.js';
@@ -192,7 +194,7 @@ describe('consumer heartbeats and outbox status', () => {
       return JSON.parse(result.stdout);
     };
     try {
-      await h.cli('place-order', '--count', '5');
+      o.place(5);
       const beat = await waitFor(
         async () => {
           const raw = await h.client.hget('outbox:consumers', 'consumer-0');
@@ -279,9 +281,9 @@ describe('the stats line', () => {
   it('relay and consumer each log one stats line per interval at info, with the interval counts; per-batch and per-duplicate lines only at debug', async () => {
     const every = { OUTBOX_STATS_EVERY: '1s' };
     // One duplicate: relay-crash pushes the row and dies before marking it, the relay pushes it again.
-    await h.cli('place-order', '--count', '29');
-    await h.cli('relay');
-    await h.cli('place-order');
+    o.place(29);
+    await o.relay();
+    o.place(1);
     assert.notEqual((await runCli(['relay-crash'], h.env)).code, 0);
     const relay = startApp(h.env, RELAY, [], every);
     const consumer = startApp(h.env, CONSUMER, [], { ...every, OUTBOX_HANDLER_THREADS: '1' });
@@ -293,7 +295,7 @@ describe('the stats line', () => {
         message: `consumer stats did not count 30 applied and 1 duplicate: ${JSON.stringify(linesOf(consumer, 'consumer stats'))}`,
       });
       // The first relay run pushed 29 and relay-crash 1: the app relayed only the re-pushed one.
-      await h.cli('place-order', '--count', '7');
+      o.place(7);
       await waitFor(() => sum(relay, 'relay stats', 'relayed') === 8, { timeoutMs: 15_000, message: 'relay stats did not count 7 more' });
       await waitFor(() => sum(consumer, 'consumer stats', 'applied') === 37, { timeoutMs: 15_000, message: 'consumer stats did not count 7 more' });
       const relayLine = linesOf(relay, 'relay stats').at(-1);
@@ -311,7 +313,7 @@ describe('the stats line', () => {
   });
 
   it('OUTBOX_LOG_LEVEL=debug adds the per-batch and per-duplicate lines', async () => {
-    await h.cli('place-order');
+    o.place(1);
     assert.notEqual((await runCli(['relay-crash'], h.env)).code, 0);
     const debug = { OUTBOX_LOG_LEVEL: 'debug' };
     const relay = startApp(h.env, RELAY, [], debug);
