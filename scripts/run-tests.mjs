@@ -19,13 +19,13 @@ const CONCURRENCY = Number(process.env.OUTBOX_TEST_CONCURRENCY ?? 4);
 const QUICK = ['init-and-orders', 'relay', 'consumer', 'cli'];
 const ALONE = ['chaos', 'payments-chaos', 'system'];
 /**
- * The longest of the others, longest first, as measured on the 2-core test machine (each 40-110 s
- * four at a time); the rest follow by name. A long file started late is the group's tail: postgres-cli
- * and readme, not in this list before, started after twenty others.
+ * The longest of the others, longest first, as measured on the 2-core test machine four at a time
+ * (25-85 s each; the rest take less); the rest follow by name. A long file started late is the
+ * group's tail.
  */
 const SLOWEST = [
-  'data-faults', 'postgres-cli', 'guards', 'recovery', 'config', 'prune', 'health', 'readme', 'postgres-apps',
-  'handler-failures', 'cli', 'init-and-orders', 'managed-redis', 'consumer', 'consumer-faults', 'package', 'relay-lock', 'relay', 'bench',
+  'postgres-cli', 'readme', 'data-faults', 'config', 'health', 'bench', 'cli', 'relay-lock', 'consumer', 'handler-failures',
+  'recovery', 'managed-redis', 'expected-errors', 'postgres-apps', 'guards', 'package', 'init-and-orders', 'redis-settings',
 ];
 
 const testDir = join(dirname(fileURLToPath(import.meta.url)), '..', 'dist', 'test');
