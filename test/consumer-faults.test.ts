@@ -2,8 +2,10 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { runCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
+import { orders } from './helpers/orders.js';
 
 const h = useHarness();
+const o = orders(() => h.env);
 
 function message(aggregateId: number, seq: number | string, type = 'OrderPlaced', sku = 'SKU-X') {
   const payload = type === 'OrderQtyChanged' ? { orderId: aggregateId, sku, qty: 2, previousQty: 1 } : { orderId: aggregateId, sku, qty: 1 };
@@ -95,14 +97,14 @@ describe('the apply script under corrupt Redis state', () => {
 
 describe('double effects', () => {
   it('an event already in processed is not applied again, even with its dedupe marker and applied seq gone', async () => {
-    await h.cli('place-order', '--sku', 'SKU-A', '--qty', '2');
-    await h.cli('change-qty', '--id', '1', '--qty', '5');
-    await h.cli('relay');
-    await h.cli('consume');
+    o.place(1, { sku: 'SKU-A', qty: 2 });
+    o.changeQty(1, 5);
+    await o.relay();
+    await o.consume();
     const markers = await h.client.keys('outbox:seen:*');
     await h.client.del(...markers, 'outbox:applied-seq');
     await h.cli('replay', '--from', '1');
-    await h.cli('relay');
+    await o.relay();
     assert.match((await h.cli('consume')).stdout, /applied 0, duplicates skipped 2/);
     assert.equal(await h.client.hget('inventory:reserved', 'SKU-A'), '5');
     assert.deepEqual(Object.values(await h.client.hgetall('outbox:apply-count')), ['1', '1']);
@@ -112,15 +114,15 @@ describe('double effects', () => {
   });
 
   it('an event whose processed entry and applied seq are gone is still skipped while its dedupe marker lives', async () => {
-    await h.cli('place-order', '--sku', 'SKU-A', '--qty', '2');
-    await h.cli('place-order', '--sku', 'SKU-A', '--qty', '3');
-    await h.cli('relay');
-    await h.cli('consume');
+    o.place(1, { sku: 'SKU-A', qty: 2 });
+    o.place(1, { sku: 'SKU-A', qty: 3 });
+    await o.relay();
+    await o.consume();
     const [first] = await h.client.hkeys('processed');
     await h.client.hdel('processed', first);
     await h.client.del('outbox:applied-seq');
     await h.cli('replay', '--from', '1');
-    await h.cli('relay');
+    await o.relay();
     // The marker of the one, the processed entry of the other: both skipped, in one call.
     assert.match((await consume()).stdout, /applied 0, duplicates skipped 2/);
     assert.equal(await h.client.hget('inventory:reserved', 'SKU-A'), '5');
@@ -128,14 +130,14 @@ describe('double effects', () => {
   });
 
   it('verify flags a double effect forced by removing the processed entry too, from the per-event apply count', async () => {
-    await h.cli('place-order', '--sku', 'SKU-A', '--qty', '2');
-    await h.cli('relay');
-    await h.cli('consume');
+    o.place(1, { sku: 'SKU-A', qty: 2 });
+    await o.relay();
+    await o.consume();
     const [eventId] = await h.client.hkeys('processed');
     await h.client.del(...(await h.client.keys('outbox:seen:*')), 'outbox:applied-seq');
     await h.client.hdel('processed', eventId);
     await h.cli('replay', '--from', '1');
-    await h.cli('relay');
+    await o.relay();
     const consumed = await consume();
     assert.match(consumed.stdout, /applied 1/);
     assert.match(consumed.stderr, new RegExp(`event ${eventId} was applied more than once`));
@@ -153,7 +155,7 @@ describe('held-message tools are byte-safe and say when they did less than asked
     assert.match((await h.cli('consume')).stdout, /dead-lettered 1/);
     assert.match((await h.cli('dead-letter', 'retry', '--id', '0')).stdout, /^1 dead-letter entr\(ies\) put back on outbox\.events$/m);
     assert.deepEqual(await h.client.lrangeBuffer('outbox.events', 0, -1), [bytes]);
-    await h.cli('consume');
+    await o.consume();
     assert.match((await h.cli('dead-letter', 'drop', '--id', '0')).stdout, /^1 dead-letter entr\(ies\) dropped$/m);
     assert.equal(await h.client.llen('outbox.events:dead'), 0);
   });

@@ -10,16 +10,18 @@ import { RELAY_QUEUE } from '../shared/outbox/relay/relay-worker.js';
 import { startApp, stopApp } from './helpers/apps.js';
 import { runCli, startCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
+import { orders } from './helpers/orders.js';
 import { count, snapshotStores, storeIdIn } from './helpers/stores.js';
 
 const h = useHarness();
+const o = orders(() => h.env);
 
 /** Orders with several events each, so that a rebuild has to apply them in seq order again. */
 async function placeLifecycle(): Promise<void> {
-  await h.cli('place-order', '--sku', 'SKU-A', '--qty', '2', '--count', '4');
-  await h.cli('change-qty', '--id', '1', '--qty', '5');
-  await h.cli('change-qty', '--id', '1', '--qty', '3');
-  await h.cli('cancel-order', '--id', '2');
+  o.place(4, { sku: 'SKU-A', qty: 2 });
+  o.changeQty(1, 5);
+  o.changeQty(1, 3);
+  o.cancel(2);
 }
 
 /** SUM(qty) of the live orders per SKU, as the reserved inventory must be. */
@@ -36,15 +38,15 @@ function liveReserved(): Record<string, string> {
 describe('store identity', () => {
   it('a recreated app.db with the old Redis is refused with both store ids, never silently skipped', async () => {
     await placeLifecycle();
-    await h.cli('relay');
-    await h.cli('consume');
+    await o.relay();
+    await o.consume();
     const oldStore = h.storeId;
 
     for (const suffix of ['', '-wal', '-shm']) rmSync(join(h.env.dir, `app.db${suffix}`), { force: true });
     await h.cli('init');
     const newStore = storeIdIn(h.env.dir);
     assert.notEqual(newStore, oldStore);
-    await h.cli('place-order', '--count', '3');
+    o.place(3);
 
     const before = await snapshotStores(h.env.dir, h.env.redisUrl);
     for (const command of ['relay', 'verify', 'report', 'prune']) {
@@ -62,14 +64,14 @@ describe('store identity', () => {
 
     // init --force starts both over: the new store is claimed by the first relay and applied in full.
     await h.cli('init', '--force');
-    await h.cli('place-order', '--count', '3');
-    await h.cli('relay');
+    o.place(3);
+    await o.relay();
     assert.match((await h.cli('consume')).stdout, /applied 3, duplicates skipped 0/);
     assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
   });
 
   it('an app.db that lost its store id is refused in one line (exit 5) and claims no Redis', async () => {
-    await h.cli('place-order');
+    o.place(1);
     const db = new Database(join(h.env.dir, 'app.db'));
     db.prepare("DELETE FROM outbox_meta WHERE key = 'store_id'").run();
     db.close();
@@ -103,8 +105,8 @@ describe('store identity', () => {
 describe('Redis that lost its state', () => {
   it('the relay notices (no outbox:meta), rebuilds every effect from SQLite, and verify is OK again', async () => {
     await placeLifecycle();
-    await h.cli('relay');
-    await h.cli('consume');
+    await o.relay();
+    await o.consume();
     assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
 
     await h.client.flushall();
@@ -114,8 +116,8 @@ describe('Redis that lost its state', () => {
     assert.match((await h.cli('status')).stdout, /WARN Redis lost its state \(no outbox:meta\)/);
 
     // Orders keep coming meanwhile: the next relay pass rebuilds, then relays everything in id order.
-    await h.cli('change-qty', '--id', '3', '--qty', '9');
-    await h.cli('place-order', '--sku', 'SKU-B', '--qty', '4');
+    o.changeQty(3, 9);
+    o.place(1, { sku: 'SKU-B', qty: 4 });
     const relayed = await h.cli('relay');
     assert.match(relayed.stdout, /^Redis lost its state: rebuilding it from SQLite, 7 published event\(s\) set back to PENDING to be applied again$/m);
     assert.match(relayed.stdout, /relayed 9 events/);
@@ -129,20 +131,20 @@ describe('Redis that lost its state', () => {
 
   it('a partial loss (the meta hash gone, some consumer state left) is rebuilt from scratch: no effect doubled, none skipped', async () => {
     await placeLifecycle();
-    await h.cli('relay');
-    await h.cli('consume');
+    await o.relay();
+    await o.consume();
     // The consumer recorded the key its effects wrote: the rebuild deletes what that set names.
     assert.deepEqual(await h.client.smembers('outbox:effect-keys'), ['inventory:reserved']);
     // The inventory and processed survive while the applied seqs and dedupe markers go ...
     const markers = await h.client.keys('outbox:seen:*');
     await h.client.del('outbox:meta', 'outbox:applied-seq', ...markers);
-    await h.cli('relay');
-    await h.cli('consume');
+    await o.relay();
+    await o.consume();
     assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
     // ... or the dedupe markers survive while the effects go.
     await h.client.del('outbox:meta', 'processed', 'inventory:reserved', 'outbox:applied-seq');
-    await h.cli('relay');
+    await o.relay();
     assert.match((await h.cli('consume')).stdout, /applied 7, duplicates skipped 0, parked 0/);
     assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
@@ -150,27 +152,27 @@ describe('Redis that lost its state', () => {
 
   it('verify --repair rebuilds it by hand, and a repeated loss during the rebuild only repeats it', async () => {
     await placeLifecycle();
-    await h.cli('relay');
-    await h.cli('consume');
+    await o.relay();
+    await o.consume();
     await h.client.flushall();
     const repaired = await runCli(['verify', '--repair'], h.env);
     assert.equal(repaired.code, 0, repaired.stderr);
     assert.match(repaired.stdout, /repair: Redis lost its state: rebuilding it from SQLite, 7 published event\(s\)/);
     // Lost again before the consumer ran: the next pass rebuilds again, nothing is missing.
     await h.client.flushall();
-    await h.cli('relay');
-    await h.cli('consume');
+    await o.relay();
+    await o.consume();
     assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
   });
 
   it('after prune and a loss, verify names the events that cannot be rebuilt, and later events still apply', async () => {
     await placeLifecycle();
-    await h.cli('relay');
-    await h.cli('consume');
+    await o.relay();
+    await o.consume();
     assert.match((await h.cli('prune', '--older-than', '0s')).stdout, /^pruned 7 PUBLISHED row/m);
     await h.client.flushall();
-    await h.cli('change-qty', '--id', '1', '--qty', '6');
+    o.changeQty(1, 6);
     const relayed = await h.cli('relay');
     assert.match(relayed.stdout, /7 event\(s\) of 4 aggregate\(s\) were pruned before the loss: their effects cannot be rebuilt/);
     // Order 1's seq 4 applies after its pruned seq 1-3: not parked for ever.
@@ -183,7 +185,7 @@ describe('Redis that lost its state', () => {
   });
 
   it('a relay paused between push and mark does not mark rows a replay set back to PENDING meanwhile', async () => {
-    await h.cli('place-order', '--count', '3');
+    o.place(3);
     const db = new Database(join(h.env.dir, 'app.db'));
     db.pragma('busy_timeout = 5000');
     // Hold the write lock: the relay pushes, then waits to mark.
@@ -203,7 +205,7 @@ describe('Redis that lost its state', () => {
     assert.equal((await relay.done).code, 0);
     assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 3, 'the paused relay marked replayed rows');
     assert.match((await h.cli('relay')).stdout, /relayed 3 events/);
-    await h.cli('consume');
+    await o.consume();
     assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
   });
 });
@@ -239,16 +241,16 @@ describe('namespaces', () => {
 
     // The seed's own names, unprefixed, belong to the deployment without a namespace.
     assert.equal(await h.client.exists('processed', 'outbox.events', 'inventory:reserved'), 0);
-    await h.cli('place-order');
-    await h.cli('relay');
-    await h.cli('consume');
+    o.place(1);
+    await o.relay();
+    await o.consume();
     assert.equal(await h.client.hlen('processed'), 1);
     assert.equal(await h.client.hlen('shop-a:processed'), 3);
   });
 
   it('a Redis key of the wrong type (outbox:meta made a string) is reported in one line with exit 5, never a stack trace', async () => {
-    await h.cli('place-order');
-    await h.cli('relay');
+    o.place(1);
+    await o.relay();
     await h.client.del('outbox:meta');
     await h.client.set('outbox:meta', 'garbage');
     for (const command of ['relay', 'verify', 'status', 'report']) {
@@ -266,9 +268,9 @@ describe('namespaces', () => {
   });
 
   it('a namespace whose keys would overlap the unprefixed deployment is refused, and init --force there deletes nothing', async () => {
-    await h.cli('place-order');
-    await h.cli('relay');
-    await h.cli('consume');
+    o.place(1);
+    await o.relay();
+    await o.consume();
     const unprefixed = (await h.client.keys('*')).sort();
     for (const namespace of ['outbox', 'outbox.staging', 'inventory', 'bull']) {
       const result = await runCli(['init', '--force'], { ...h.env, dir: join(h.env.dir, 'other'), env: { OUTBOX_NAMESPACE: namespace } });
@@ -302,7 +304,7 @@ describe('relay apps in namespaces', () => {
   it('two relay apps on one Redis each relay their own store; one whose Redis serves another store says so once and pushes nothing', async () => {
     const dirB = join(h.env.dir, 'b');
     assert.equal((await runCli(['init'], { ...h.env, dir: dirB })).code, 0);
-    await h.cli('place-order', '--count', '4');
+    o.place(4);
     assert.equal((await runCli(['place-order', '--count', '3'], { ...h.env, dir: dirB })).code, 0);
     const a = startRelayApp(h.env.dir, 'ns-a');
     const b = startRelayApp(dirB, 'ns-b');
@@ -323,7 +325,7 @@ describe('relay apps in namespaces', () => {
     // Store a's app.db recreated: its relay app refuses, in one log line, and relays nothing.
     for (const suffix of ['', '-wal', '-shm']) rmSync(join(h.env.dir, `app.db${suffix}`), { force: true });
     await h.cli('init');
-    await h.cli('place-order', '--count', '2');
+    o.place(2);
     const doneBefore = await relayJobsDone('ns-a');
     const again = startRelayApp(h.env.dir, 'ns-a');
     try {

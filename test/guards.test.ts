@@ -3,9 +3,11 @@ import { spawn } from 'node:child_process';
 import { describe, it } from 'node:test';
 import { CLI_PATH, runCli, type CliResult } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
+import { orders } from './helpers/orders.js';
 import { count, readDb, snapshotStores } from './helpers/stores.js';
 
 const h = useHarness();
+const o = orders(() => h.env);
 
 /**
  * Both stores, with the tables snapshotStores leaves out (what prune records, the replay
@@ -52,11 +54,11 @@ function replayGeneration(): number {
   return count(h.env.dir, "SELECT CAST(value AS INTEGER) FROM outbox_meta WHERE key = 'replay_generation'");
 }
 
-/** `orders` orders, relayed and applied: as many PUBLISHED rows the consumer applied. */
-async function applied(orders: number): Promise<void> {
-  await h.cli('place-order', '--count', String(orders));
-  await h.cli('relay');
-  await h.cli('consume');
+/** `orderCount` orders, relayed and applied (in this process): as many PUBLISHED rows the consumer applied. */
+async function applied(orderCount: number): Promise<void> {
+  o.place(orderCount);
+  await o.relay();
+  await o.consume();
 }
 
 /** The "… would …" line and the count it names, e.g. `replay would set 16 …` → 16. */
@@ -85,8 +87,8 @@ describe('--dry-run changes nothing and shows what the real run then does', () =
 
   it('prune: what it would delete and keep, then the real run deletes and keeps the same', async () => {
     await applied(14);
-    await h.cli('place-order', '--count', '3');
-    await h.cli('relay');
+    o.place(3);
+    await o.relay();
     const before = await snapshot();
     const dry = await h.cli('prune', '--older-than', '0s', '--batch-size', '5', '--dry-run');
     assert.equal(await snapshot(), before);
@@ -114,8 +116,8 @@ describe('--dry-run changes nothing and shows what the real run then does', () =
 
   it('verify --repair: the lost events it would republish, then the real run republishes them', async () => {
     await applied(5);
-    await h.cli('place-order', '--count', '3');
-    await h.cli('relay');
+    o.place(3);
+    await o.relay();
     await h.client.ltrim('outbox.events', 2, -1);
     const before = await snapshot();
     const dry = await runCli(['verify', '--repair', '--dry-run'], h.env);
@@ -144,7 +146,7 @@ describe('--dry-run changes nothing and shows what the real run then does', () =
 
   it('dead-letter drop and parked drop: the entries they would drop, then the real run drops them', async () => {
     await h.client.rpush('outbox.events', 'garbage one', 'garbage two');
-    await h.cli('consume');
+    await o.consume();
     await h.client.hset('outbox.events:parked', 'order:7:2', JSON.stringify({ reason: 'gap', message: 'm', parkedAt: 1 }));
     const before = await snapshot();
     const dead = await h.cli('dead-letter', 'drop', '--all', '--dry-run');
@@ -193,7 +195,7 @@ describe('on a terminal, a change of more than 10 rows is asked about', () => {
   it('init --force and dead-letter drop: "n" changes nothing', async () => {
     await applied(6);
     await h.client.rpush('outbox.events', ...Array.from({ length: 11 }, (_, i) => `garbage ${i}`));
-    await h.cli('consume');
+    await o.consume();
     const before = await snapshot();
     const init = await onTerminal(['init', '--force'], 'n\n');
     assert.match(init.stdout, /init --force will delete \S+app\.db with 6 order\(s\), 6 outbox row\(s\)/);
@@ -210,7 +212,7 @@ describe('on a terminal, a change of more than 10 rows is asked about', () => {
     assert.equal(yes.code, 0, yes.stdout);
     assert.doesNotMatch(yes.stdout, /Go on\?/);
     assert.match(yes.stdout, /^12 row\(s\) set back to PENDING/m);
-    await h.cli('relay');
+    await o.relay();
     const few = await onTerminal(['replay', '--from', '3'], '\x04');
     assert.equal(few.code, 0, few.stdout);
     assert.doesNotMatch(few.stdout, /Go on\?/);

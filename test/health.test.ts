@@ -3,14 +3,17 @@ import { rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import { readHeartbeats } from '../shared/outbox/consumer/heartbeats.js';
 import { freePort } from '../shared/tooling/local/redis-server.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { startApp, stopApp, type App } from './helpers/apps.js';
 import { runCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
+import { orders } from './helpers/orders.js';
 
 // Issue 10, "real health": health endpoints, consumer heartbeats, per-app health in status, the stats line.
 const h = useHarness();
+const o = orders(() => h.env);
 
 const PRODUCER = 'dist/apps/producer/main.js';
 const RELAY = 'dist/apps/relay/main.js';
@@ -191,7 +194,7 @@ describe('consumer heartbeats and outbox status', () => {
       return JSON.parse(result.stdout);
     };
     try {
-      await h.cli('place-order', '--count', '5');
+      o.place(5);
       const beat = await waitFor(
         async () => {
           const raw = await h.client.hget('outbox:consumers', 'consumer-0');
@@ -236,13 +239,14 @@ describe('consumer heartbeats and outbox status', () => {
 
       const started = Date.now();
       consumer.child.kill('SIGSTOP');
-      const stale = await waitFor(
-        async () => {
-          const s = await status();
-          return s.consumers[0].state === 'stale' ? s : undefined;
-        },
-        { timeoutMs: 25_000, intervalMs: 1000, message: 'the heartbeat of a stopped consumer never went stale' },
-      );
+      // Awaited in this process (an `outbox status` a second for 15 s cost 3 s of CPU), then shown by status.
+      await waitFor(async () => (await readHeartbeats(h.client))[0]?.state === 'stale', {
+        timeoutMs: 25_000,
+        intervalMs: 250,
+        message: 'the heartbeat of a stopped consumer never went stale',
+      });
+      const stale = await status();
+      assert.equal(stale.consumers[0].state, 'stale');
       assert.ok(Date.now() - started < 20_000);
       assert.ok(JSON.parse((await h.client.hget('outbox:consumers', 'consumer-0'))!).at <= started, 'no beat while stopped');
       assert.ok(stale.consumers[0].ageMs > 15_000, `age ${stale.consumers[0].ageMs}`);
@@ -277,9 +281,9 @@ describe('the stats line', () => {
   it('relay and consumer each log one stats line per interval at info, with the interval counts; per-batch and per-duplicate lines only at debug', async () => {
     const every = { OUTBOX_STATS_EVERY: '1s' };
     // One duplicate: relay-crash pushes the row and dies before marking it, the relay pushes it again.
-    await h.cli('place-order', '--count', '29');
-    await h.cli('relay');
-    await h.cli('place-order');
+    o.place(29);
+    await o.relay();
+    o.place(1);
     assert.notEqual((await runCli(['relay-crash'], h.env)).code, 0);
     const relay = startApp(h.env, RELAY, [], every);
     const consumer = startApp(h.env, CONSUMER, [], { ...every, OUTBOX_HANDLER_THREADS: '1' });
@@ -291,7 +295,7 @@ describe('the stats line', () => {
         message: `consumer stats did not count 30 applied and 1 duplicate: ${JSON.stringify(linesOf(consumer, 'consumer stats'))}`,
       });
       // The first relay run pushed 29 and relay-crash 1: the app relayed only the re-pushed one.
-      await h.cli('place-order', '--count', '7');
+      o.place(7);
       await waitFor(() => sum(relay, 'relay stats', 'relayed') === 8, { timeoutMs: 15_000, message: 'relay stats did not count 7 more' });
       await waitFor(() => sum(consumer, 'consumer stats', 'applied') === 37, { timeoutMs: 15_000, message: 'consumer stats did not count 7 more' });
       const relayLine = linesOf(relay, 'relay stats').at(-1);
@@ -309,7 +313,7 @@ describe('the stats line', () => {
   });
 
   it('OUTBOX_LOG_LEVEL=debug adds the per-batch and per-duplicate lines', async () => {
-    await h.cli('place-order');
+    o.place(1);
     assert.notEqual((await runCli(['relay-crash'], h.env)).code, 0);
     const debug = { OUTBOX_LOG_LEVEL: 'debug' };
     const relay = startApp(h.env, RELAY, [], debug);

@@ -6,20 +6,22 @@ import { REPO_ROOT } from '../shared/tooling/local/pm2.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { runCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
+import { orders } from './helpers/orders.js';
 import { count, readDb } from './helpers/stores.js';
 
 const h = useHarness();
+const o = orders(() => h.env);
 
 /** The last line of `outbox prune`: how many old rows wait for the consumer. */
 const kept = (stdout: string) => Number(/^kept \(not applied yet\): (\d+)$/m.exec(stdout)?.[1]);
 
 describe('outbox prune', () => {
   it('deletes old PUBLISHED rows the consumer applied, in batches, and verify still reconciles', async () => {
-    await h.cli('place-order', '--sku', 'SKU-A', '--qty', '2', '--count', '25');
-    await h.cli('change-qty', '--id', '1', '--qty', '5');
-    await h.cli('cancel-order', '--id', '2');
-    await h.cli('relay');
-    await h.cli('consume');
+    o.place(25, { sku: 'SKU-A', qty: 2 });
+    o.changeQty(1, 5);
+    o.cancel(2);
+    await o.relay();
+    await o.consume();
     const result = await h.cli('prune', '--older-than', '0s', '--batch-size', '10');
     assert.match(result.stdout, /^pruned 27 PUBLISHED row\(s\) in 3 batch\(es\), \d+ ms; the longest batch held the write lock [\d.]+ ms$/m);
     assert.equal(kept(result.stdout), 0);
@@ -31,16 +33,16 @@ describe('outbox prune', () => {
     assert.match(verify.stdout, /VERIFY OK/);
 
     // A pruned aggregate goes on with the next seq, kept on the order row.
-    await h.cli('change-qty', '--id', '1', '--qty', '7');
+    o.changeQty(1, 7);
     assert.equal(count(h.env.dir, 'SELECT seq FROM outbox WHERE aggregate_id = \'order:1\''), 3);
-    await h.cli('relay');
+    await o.relay();
     assert.match((await h.cli('consume')).stdout, /applied 1/);
     assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
   });
 
   it('deletes nothing the consumer has not applied: events lost from Redis afterwards can still be repaired', async () => {
-    await h.cli('place-order', '--count', '5');
-    await h.cli('relay');
+    o.place(5);
+    await o.relay();
     const early = await h.cli('prune', '--older-than', '0s');
     assert.match(early.stdout, /^pruned 0 PUBLISHED row/);
     assert.equal(kept(early.stdout), 5);
@@ -51,7 +53,7 @@ describe('outbox prune', () => {
     assert.equal(broken.code, 1);
     assert.match(broken.stdout, /events lost \(never applied, not in Redis\) +0 +5 +FAIL/);
     assert.match((await h.cli('verify', '--repair')).stdout, /repair: republished 5 lost event\(s\)/);
-    await h.cli('consume');
+    await o.consume();
     assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
     assert.equal(await h.client.hget('inventory:reserved', 'SKU-1'), '5');
 
@@ -64,11 +66,11 @@ describe('outbox prune', () => {
 
   it('after a partial consume deletes only the applied prefix, so an aggregate keeps its unapplied seq and all after it', async () => {
     // rows 1-3: orders 1-3 seq 1; row 4: order 1 seq 2; row 5: order 2 seq 2; row 6: order 1 seq 3
-    await h.cli('place-order', '--count', '3');
-    await h.cli('change-qty', '--id', '1', '--qty', '4');
-    await h.cli('cancel-order', '--id', '2');
-    await h.cli('change-qty', '--id', '1', '--qty', '6');
-    await h.cli('relay');
+    o.place(3);
+    o.changeQty(1, 4);
+    o.cancel(2);
+    o.changeQty(1, 6);
+    await o.relay();
     // Row 4's message is held back: the consumer applies rows 1-3 and 5, and parks row 6 (gap).
     const held = (await h.client.lindex('outbox.events', 3))!;
     assert.deepEqual([JSON.parse(held).aggregate_id, JSON.parse(held).seq], ['order:1', 2]);
@@ -91,7 +93,7 @@ describe('outbox prune', () => {
     }
 
     await h.client.rpush('outbox.events', held);
-    await h.cli('consume');
+    await o.consume();
     const rest = await h.cli('prune', '--older-than', '0s');
     assert.match(rest.stdout, /^pruned 3 PUBLISHED row/);
     assert.equal(count(h.env.dir, 'SELECT through_seq FROM outbox_pruned WHERE aggregate_id = \'order:1\''), 3);
@@ -100,9 +102,9 @@ describe('outbox prune', () => {
   });
 
   it('an event in processed is not applied for prune while its aggregate\'s applied seq is behind it', async () => {
-    await h.cli('place-order', '--count', '3');
-    await h.cli('relay');
-    await h.cli('consume');
+    o.place(3);
+    await o.relay();
+    await o.consume();
     await h.client.hdel('outbox:applied-seq', 'order:2');
     const result = await h.cli('prune', '--older-than', '0s');
     assert.match(result.stdout, /^pruned 1 PUBLISHED row/);
@@ -111,9 +113,9 @@ describe('outbox prune', () => {
   });
 
   it('never deletes a PENDING row, nor anything after the first one, nor recent rows', async () => {
-    await h.cli('place-order', '--count', '7');
-    await h.cli('relay');
-    await h.cli('consume');
+    o.place(7);
+    await o.relay();
+    await o.consume();
     await h.cli('replay', '--from', '6', '--to', '6');
     // rows 1-5 PUBLISHED, 6 PENDING, 7 PUBLISHED after it; all applied
     const result = await h.cli('prune', '--older-than', '0s');
@@ -121,18 +123,18 @@ describe('outbox prune', () => {
     assert.equal(kept(result.stdout), 0);
     assert.deepEqual(readIds(), [6, 7]);
 
-    await h.cli('place-order', '--count', '3');
-    await h.cli('relay');
-    await h.cli('consume');
+    o.place(3);
+    await o.relay();
+    await o.consume();
     const recent = await h.cli('prune', '--older-than', '1h');
     assert.match(recent.stdout, /^pruned 0 PUBLISHED row/);
     assert.equal(kept(recent.stdout), 0);
   });
 
   it('fails with one line and exit 5 when Redis is unreachable, deleting nothing', async () => {
-    await h.cli('place-order', '--count', '2');
-    await h.cli('relay');
-    await h.cli('consume');
+    o.place(2);
+    await o.relay();
+    await o.consume();
     const result = await runCli(['prune', '--older-than', '0s'], { ...h.env, redisUrl: 'redis://127.0.0.1:1' });
     assert.equal(result.code, 5);
     assert.match(result.stderr, /^outbox: cannot connect to Redis at redis:\/\/127\.0\.0\.1:1 .*$/m);
@@ -147,7 +149,7 @@ describe('outbox prune', () => {
   });
 
   it('the relay app prunes on a schedule when OUTBOX_PRUNE_OLDER_THAN is set, and waits for the consumer', async () => {
-    await h.cli('place-order', '--count', '20');
+    o.place(20);
     const relay = spawn(process.execPath, [join(REPO_ROOT, 'dist/apps/relay/main.js'), '--every', '300ms', '--slice', '300ms'], {
       env: { ...process.env, OUTBOX_DIR: h.env.dir, REDIS_URL: h.env.redisUrl, OUTBOX_PRUNE_OLDER_THAN: '0s', OUTBOX_PRUNE_EVERY: '500ms' },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -161,7 +163,7 @@ describe('outbox prune', () => {
       assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PUBLISHED'"), 20);
       assert.equal(await h.client.llen('outbox.events'), 20);
 
-      await h.cli('consume');
+      await o.consume();
       await waitFor(() => count(h.env.dir, 'SELECT COUNT(*) FROM outbox') === 0, { timeoutMs: 15_000, message: 'nothing was pruned after the consumer applied the events' });
       await waitFor(() => /"msg":"outbox pruned","deleted":[1-9]\d*,"keptNotApplied":0/.test(output));
     } finally {

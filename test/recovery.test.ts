@@ -2,27 +2,29 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { runCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
+import { orders } from './helpers/orders.js';
 import { count } from './helpers/stores.js';
 
 const h = useHarness();
+const o = orders(() => h.env);
 
 function message(aggregateId: number, seq: number, type = 'OrderPlaced') {
   return JSON.stringify({ event_id: `evt-${aggregateId}-${seq}`, aggregate_id: `order:${aggregateId}`, seq, event_type: type, payload: { orderId: aggregateId, sku: 'SKU-X', qty: 1 }, store_id: h.storeId });
 }
 
-async function placeLifecycle(orders: number) {
-  await h.cli('place-order', '--sku', 'SKU-A', '--qty', '2', '--count', String(orders));
-  await h.cli('change-qty', '--id', '1', '--qty', '5');
-  await h.cli('cancel-order', '--id', '2');
+async function placeLifecycle(orderCount: number) {
+  o.place(orderCount, { sku: 'SKU-A', qty: 2 });
+  o.changeQty(1, 5);
+  o.cancel(2);
 }
 
 describe('verify --repair', () => {
   it('after Redis restarted without persistence: verify reports the loss, --repair rebuilds it from SQLite, the consumer restores every invariant', async () => {
     await placeLifecycle(20);
-    await h.cli('relay');
-    await h.cli('consume');
-    await h.cli('place-order', '--sku', 'SKU-B', '--count', '10');
-    await h.cli('relay');
+    await o.relay();
+    await o.consume();
+    o.place(10, { sku: 'SKU-B' });
+    await o.relay();
     assert.equal(await h.client.llen('outbox.events'), 10);
 
     await h.redis.stop();
@@ -38,17 +40,17 @@ describe('verify --repair', () => {
     assert.match(repair.stdout, /repair: Redis lost its state: rebuilding it from SQLite, 32 published event\(s\) set back to PENDING/);
     assert.match(repair.stdout, /repair: relayed 32 event\(s\)/);
     assert.equal(await h.client.llen('outbox.events'), 32);
-    await h.cli('consume');
+    await o.consume();
     assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-A': '41', 'SKU-B': '10' });
   });
 
   it('republishes only what is lost, not what is still queued or already applied', async () => {
-    await h.cli('place-order', '--count', '6');
-    await h.cli('relay');
-    await h.cli('consume');
-    await h.cli('place-order', '--count', '4');
-    await h.cli('relay');
+    o.place(6);
+    await o.relay();
+    await o.consume();
+    o.place(4);
+    await o.relay();
     const [lostMessage] = await h.client.lrange('outbox.events', 0, 0);
     await h.client.lpop('outbox.events');
 
@@ -58,16 +60,16 @@ describe('verify --repair', () => {
     const queued = await h.client.lrange('outbox.events', 0, -1);
     assert.equal(queued.length, 4);
     assert.ok(queued.includes(lostMessage));
-    await h.cli('consume');
+    await o.consume();
     assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
     assert.match((await h.cli('verify', '--repair')).stdout, /repair: no event is lost, nothing to republish/);
   });
 
   it('reports aggregates whose recorded application order contradicts their seq', async () => {
-    await h.cli('place-order');
-    await h.cli('change-qty', '--id', '1', '--qty', '3');
-    await h.cli('relay');
-    await h.cli('consume');
+    o.place(1);
+    o.changeQty(1, 3);
+    await o.relay();
+    await o.consume();
     const processed = await h.client.hgetall('processed');
     for (const [id, value] of Object.entries(processed)) {
       const entry = JSON.parse(value);
@@ -82,20 +84,20 @@ describe('verify --repair', () => {
 
 describe('outbox replay', () => {
   it('sets a range of rows back to PENDING; the consumer absorbs the republished events', async () => {
-    await h.cli('place-order', '--count', '12');
-    await h.cli('relay');
-    await h.cli('consume');
+    o.place(12);
+    await o.relay();
+    await o.consume();
     const result = await h.cli('replay', '--from', '5', '--to', '10');
     assert.match(result.stdout, /^6 row\(s\) set back to PENDING/);
     assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING' AND id BETWEEN 5 AND 10"), 6);
-    await h.cli('relay');
+    await o.relay();
     assert.match((await h.cli('consume')).stdout, /applied 0, duplicates skipped 6/);
     assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
   });
 
   it('takes a time range', async () => {
-    await h.cli('place-order', '--count', '3');
-    await h.cli('relay');
+    o.place(3);
+    await o.relay();
     const result = await h.cli('replay', '--from', new Date(Date.now() - 60_000).toISOString());
     assert.match(result.stdout, /^3 row\(s\) set back to PENDING/);
   });
@@ -106,8 +108,8 @@ describe('outbox replay', () => {
     [['--from', '3', '--to', '2026-01-01T00:00:00Z'], /--from and --to must both be row ids or both be times/],
   ] as const) {
     it(`rejects ${args.join(' ')} with one line and changes nothing`, async () => {
-      await h.cli('place-order');
-      await h.cli('relay');
+      o.place(1);
+      await o.relay();
       const result = await runCli(['replay', ...args], h.env);
       assert.equal(result.code, 2);
       assert.match(result.stderr, message);
@@ -119,7 +121,7 @@ describe('outbox replay', () => {
 describe('dead-letter and parked tools', () => {
   it('lists, drops and retries dead letters', async () => {
     await h.client.rpush('outbox.events', 'garbage one', 'garbage two', 'garbage three');
-    await h.cli('consume');
+    await o.consume();
     const list = await h.cli('dead-letter', 'list');
     assert.match(list.stdout, /^0  \S+  not JSON  garbage one$/m);
     const listed = JSON.parse((await h.cli('dead-letter', 'list', '--json')).stdout);
@@ -142,13 +144,13 @@ describe('dead-letter and parked tools', () => {
 
   it('lists, retries and drops parked events', async () => {
     await h.client.rpush('outbox.events', message(7, 2, 'OrderCancelled'));
-    await h.cli('consume');
+    await o.consume();
     assert.match((await h.cli('parked', 'list')).stdout, /^order:7:2  \S+  gap: expected seq 1, got 2  /m);
 
     await h.cli('parked', 'retry', '--id', 'order:7:2');
     assert.equal(await h.client.hlen('outbox.events:parked'), 0);
     assert.deepEqual(await h.client.lrange('outbox.events', 0, -1), [message(7, 2, 'OrderCancelled')]);
-    await h.cli('consume');
+    await o.consume();
     assert.equal(await h.client.hlen('outbox.events:parked'), 1);
 
     assert.match((await h.cli('parked', 'drop', '--all')).stdout, /^1 parked entr\(ies\) dropped/);

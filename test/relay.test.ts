@@ -7,16 +7,18 @@ import { createOrderService } from '../shared/lab/orders/order-service.js';
 import { sleep } from '../shared/outbox/sleep.js';
 import { runCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
+import { orders } from './helpers/orders.js';
 import { count, readDb } from './helpers/stores.js';
 
 const h = useHarness();
+const o = orders(() => h.env);
 
 const queue = () => h.client.lrange('outbox.events', 0, -1);
 
 describe('outbox relay', () => {
   it('pushes every PENDING row in id order, marks it PUBLISHED, and a second run adds nothing', async () => {
-    await h.cli('place-order', '--count', '3');
-    await h.cli('change-qty', '--id', '2', '--qty', '4');
+    o.place(3);
+    o.changeQty(2, 4);
     const first = await h.cli('relay');
     assert.match(first.stdout, /relayed 4 events in 1 batch \(/);
     const messages = (await queue()).map((raw) => JSON.parse(raw));
@@ -34,7 +36,7 @@ describe('outbox relay', () => {
   });
 
   it('works in batches of --batch-size', async () => {
-    await h.cli('place-order', '--count', '7');
+    o.place(7);
     assert.match((await h.cli('relay', '--batch-size', '3')).stdout, /relayed 7 events in 3 batches \(/);
     assert.equal(await h.client.llen('outbox.events'), 7);
   });
@@ -55,7 +57,7 @@ describe('outbox relay', () => {
   });
 
   it('never marks a row PUBLISHED while Redis is down, and catches up when it returns', async () => {
-    await h.cli('place-order', '--count', '2');
+    o.place(2);
     await h.redis.stop();
     try {
       const result = await runCli(['relay'], h.env);
@@ -92,7 +94,7 @@ describe('outbox relay', () => {
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     const { port } = server.address() as { port: number };
     try {
-      await h.cli('place-order');
+      o.place(1);
       const result = await runCli(['relay', '--redis', `redis://127.0.0.1:${port}`], h.env);
       assert.equal(result.code, 5);
       assert.equal(result.stderr.trim(), `outbox: Redis at redis://127.0.0.1:${port} is version 6.0.16; outbox needs 6.2.0 or newer (for LMOVE)`);
@@ -105,10 +107,10 @@ describe('outbox relay', () => {
 
 describe('outbox order-check', () => {
   it('writes ORDER OK when each aggregate\'s events are queued in ascending seq, even in the same millisecond', async () => {
-    await h.cli('place-order', '--count', '3');
+    o.place(3);
     // All of these commit within a few ms; created_at cannot tell them apart, seq and id can.
     for (const qty of ['2', '3', '4']) await h.cli('change-qty', '--id', '1', '--qty', qty);
-    await h.cli('cancel-order', '--id', '3');
+    o.cancel(3);
     await h.cli('relay');
     const result = await h.cli('order-check');
     assert.equal(readFileSync(join(h.env.dir, 'order_check.out'), 'utf8'), 'ORDER OK\n');
@@ -116,8 +118,8 @@ describe('outbox order-check', () => {
   });
 
   it('allows a re-delivered duplicate later in the queue', async () => {
-    await h.cli('place-order');
-    await h.cli('change-qty', '--id', '1', '--qty', '2');
+    o.place(1);
+    o.changeQty(1, 2);
     await h.cli('relay');
     const [first] = await queue();
     await h.client.rpush('outbox.events', first);
@@ -126,8 +128,8 @@ describe('outbox order-check', () => {
   });
 
   it('reports ORDER VIOLATION and exits non-zero when an aggregate\'s seq goes backwards', async () => {
-    await h.cli('place-order');
-    await h.cli('change-qty', '--id', '1', '--qty', '2');
+    o.place(1);
+    o.changeQty(1, 2);
     await h.cli('relay');
     const [placed, changed] = await queue();
     await h.client.del('outbox.events');
@@ -144,7 +146,7 @@ describe('outbox order-check', () => {
 
 describe('at-least-once: relay-crash then relay', () => {
   it('relay-crash really dies after the push, before marking; the next relay pushes the same events again', async () => {
-    await h.cli('place-order', '--count', '2');
+    o.place(2);
     const crash = await runCli(['relay-crash'], h.env);
     assert.equal(crash.signal, 'SIGKILL');
     assert.match(crash.stderr, /crash point relay\.after-push: pushed rows 1-2, dying before marking them PUBLISHED/);
@@ -166,7 +168,7 @@ describe('at-least-once: relay-crash then relay', () => {
   });
 
   it('dup-check writes NO DUPLICATE and exits non-zero when every event is queued once', async () => {
-    await h.cli('place-order');
+    o.place(1);
     await h.cli('relay');
     const result = await runCli(['dup-check'], h.env);
     assert.equal(result.code, 1);
@@ -174,7 +176,7 @@ describe('at-least-once: relay-crash then relay', () => {
   });
 
   it('a relay killed mid-batch, inside the UPDATE, leaves every row PENDING: the next relay pushes them again', async () => {
-    await h.cli('place-order', '--count', '6');
+    o.place(6);
     const crash = await runCli(['relay'], { ...h.env, env: { OUTBOX_CRASH_POINTS: 'relay.mid-batch' } });
     assert.equal(crash.signal, 'SIGKILL');
     assert.match(crash.stderr, /crash point relay\.mid-batch: dying with rows 1-3 marked, uncommitted/);
@@ -195,7 +197,7 @@ describe('relay and producer side by side', () => {
   it('rows committed while a relay runs are all delivered, in per-aggregate order', async () => {
     // Aggregates get several events (seq 1-3) while relays with small batches run, so that an
     // overlap or a reordering would show in order-check.
-    await h.cli('place-order', '--count', '60');
+    o.place(60);
     const relays: Promise<unknown>[] = [];
     for (let i = 0; i < 5; i += 1) relays.push(runCli(['relay', '--batch-size', '20'], h.env));
     const writers = [

@@ -1,9 +1,9 @@
 import type { Pool, PoolClient } from 'pg';
 import type { Db } from '../../outbox/store/open-database.js';
 import { defineVerifyChecks, invariantCheck, type VerifiedEvent } from '../../outbox/verify/verify-checks.js';
-import { inventoryDelta, type OrderEventBody } from '../orders/order-message.js';
-import { ORDER_AGGREGATE } from '../orders/order-events.js';
-import { INVENTORY_KEY } from '../orders/order-keys.js';
+import { inventoryDelta } from '../orders/order-inventory.js';
+import { INVENTORY_KEY, ORDER_AGGREGATE } from '../orders/order-keys.js';
+import type { OrderEventBody } from '../orders/order-message.js';
 
 const KEY_PREFIX = `${ORDER_AGGREGATE}:`;
 

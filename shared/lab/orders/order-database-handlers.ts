@@ -1,7 +1,8 @@
 import type { Database, Statement } from 'better-sqlite3';
 import { defineDatabaseHandlers, PoisonEventError } from '../../outbox/consumer/handlers.js';
 import { orderEvents } from './order-events.js';
-import { inventoryDelta, type OrderEventBody } from './order-message.js';
+import { inventoryDelta } from './order-inventory.js';
+import type { OrderEventBody } from './order-message.js';
 
 /**
  * The lab's consumer in database mode: the same reservation as the Redis-effects handlers

@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { defineEvents, type AnyDeliveredEvent } from '../../outbox/events/define-events.js';
+import { ORDER_AGGREGATE } from './order-keys.js';
 
-/** The aggregate type of the lab's orders: an order's key is `order:<id>`. */
-export const ORDER_AGGREGATE = 'order';
+export { ORDER_AGGREGATE };
 
 const orderId = z.number().int().positive().max(Number.MAX_SAFE_INTEGER);
 const sku = z.string().min(1).max(64);

@@ -2,7 +2,8 @@ import { effect } from '../../outbox/consumer/effects.js';
 import { defineRedisHandlers, PoisonEventError } from '../../outbox/consumer/handlers.js';
 import { INVENTORY_KEY } from './order-keys.js';
 import { orderEvents } from './order-events.js';
-import { inventoryDelta, type OrderEventBody } from './order-message.js';
+import { inventoryDelta } from './order-inventory.js';
+import type { OrderEventBody } from './order-message.js';
 
 /** The event's change to the reserved quantity of its SKU. The payload names its order: one filed under another order contradicts itself (poison). */
 function reserve(e: OrderEventBody & { aggregateId: string }) {

@@ -38,15 +38,3 @@ export function validateOrderEvent(event: OutboxEvent): OrderEvent {
 export function parseOrderMessage(raw: string): OrderEvent {
   return validateOrderEvent(parseMessage(raw));
 }
-
-/** Change in reserved inventory for the event's SKU. */
-export function inventoryDelta(event: OrderEventBody): number {
-  switch (event.type) {
-    case 'OrderPlaced':
-      return event.payload.qty;
-    case 'OrderQtyChanged':
-      return event.payload.qty - event.payload.previousQty;
-    case 'OrderCancelled':
-      return -event.payload.qty;
-  }
-}
