@@ -159,8 +159,6 @@ type StartOne = (redis: Redis, connectBlocking: () => Promise<Redis>, log: Logge
 export async function createConsumer(options: CreateConsumerOptions) {
   checkConsumerOptions(options);
   const partitions = partitionsOf(options.redis);
-  // A consumer of the wrong number of partitions would leave queues unconsumed: refused before it takes anything.
-  await checkPartitionLayout(partitions);
   const consumerId = options.consumerId ?? 'consumer';
   if (!(options.handlers instanceof URL) && options.handlers.mode === 'database') return databaseConsumer(options, options.handlers, consumerId);
   const onPool = options.handlers instanceof URL;
@@ -170,10 +168,13 @@ export async function createConsumer(options: CreateConsumerOptions) {
   let pool: Piscina | undefined;
   let handler: ConsumerOptions['handler'];
 
+  // Loaded here first: a module that is not there or exports no set fails now, not in a worker.
+  if (options.handlers instanceof URL) await loadHandlerSet(options.handlers.href);
+  // A consumer of the wrong number of partitions would leave queues unconsumed: refused once the
+  // options are known good (the first thing that touches Redis), before it takes anything.
+  await checkPartitionLayout(partitions);
   if (options.handlers instanceof URL) {
     const module = options.handlers.href;
-    // Loaded here first: a module that is not there or exports no set fails now, not in a worker.
-    await loadHandlerSet(module);
     // A fixed pool: piscina's default idleTimeout of 0 would stop an idle thread and start it
     // again (module loading included) for the next task, adding tens of ms of latency.
     // Imported here: a consumer that runs its handlers in this thread (the CLI) does not load piscina.
@@ -232,6 +233,10 @@ async function databaseConsumer(options: CreateConsumerOptions, set: DatabaseHan
   // Opened now, so that a bad path fails here, in one line (StoreUnavailableError), not at the first round.
   const owned = typeof options.database === 'string' ? openConsumerDatabase(options.database) : undefined;
   const db = owned ?? (options.database as Database);
+  await checkPartitionLayout(partitions).catch((error: unknown) => {
+    owned?.close();
+    throw error;
+  });
   const make = (redis: Redis, onProblem?: (problem: string) => void) =>
     createDatabaseConsumer(redis, {
       database: db,
