@@ -1,0 +1,175 @@
+import assert from 'node:assert/strict';
+import { after, beforeEach, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { createDatabase } from '../shared/lab/init-stores.js';
+import { createOrderService } from '../shared/lab/orders/order-service.js';
+import { closePartitions, connectTarget, connectTargetPartitions } from '../shared/outbox/redis/connect-partitions.js';
+import { keys } from '../shared/outbox/redis/keys.js';
+import { type Partitions } from '../shared/outbox/redis/partitions.js';
+import { consumerMembers, partitionLease } from '../shared/outbox/redis/scripts.js';
+import { openDatabase } from '../shared/outbox/store/open-database.js';
+import { ledgerHolds, partitionLedger } from '../shared/tooling/chaos/partition-ledger.js';
+import { waitFor } from '../shared/tooling/local/wait-for.js';
+import { startApp, stopApp, type App } from './helpers/apps.js';
+import { useHarness } from './helpers/harness.js';
+
+// Faults against the partition leases (app.db, one Redis, 3 partitions, real app processes and
+// real signals): a consumer frozen past its lease, two consumers with one id, a consumer dead right
+// after taking a lease, consumers configured for another number of partitions than the relay.
+const h = useHarness({ init: false });
+const PARTITIONS = 3;
+const LEASE = '1s';
+let parts: Partitions;
+
+beforeEach(async () => {
+  createDatabase(h.env.dir);
+  const target = { redisUrl: h.redis.url, partitions: PARTITIONS };
+  parts ??= await connectTargetPartitions(target, (options) => connectTarget(target, options));
+});
+after(() => closePartitions(parts));
+
+const env = (extra: Record<string, string> = {}) => ({ OUTBOX_PARTITIONS: String(PARTITIONS), OUTBOX_PARTITION_LEASE: LEASE, OUTBOX_HANDLER_THREADS: '1', OUTBOX_RELAY_EVERY: '200ms', ...extra });
+const relayApp = (extra: Record<string, string> = {}) => startApp(h.env, 'dist/apps/relay/main.js', [], env(extra));
+const consumerApp = (id: string, extra: Record<string, string> = {}) => startApp(h.env, 'dist/apps/consumer/main.js', [], env({ OUTBOX_CONSUMER_ID: id, ...extra }));
+
+const started = (app: App) => waitFor(() => /"msg":"(relay|consumer) started"/.test(app.output()), { timeoutMs: 20_000, message: app.output() });
+/** The owner of each partition's lease ("<consumer id>#<token>"), undefined where none. */
+const holders = async () => Promise.all(parts.clients.map(async (redis) => (await redis.get(keys.partitionLease)) ?? undefined));
+
+/** Orders and their changes written a few at a time for `ms`: aggregates with many events, over every partition. */
+async function traffic(ms: number): Promise<void> {
+  const db = openDatabase(h.env.dir);
+  try {
+    const service = createOrderService(db);
+    const ids = Array.from({ length: 12 }, (_, i) => service.placeOrder({ sku: `SKU-${i % 3}`, qty: 1 }).order.id);
+    const until = Date.now() + ms;
+    for (let round = 0; Date.now() < until; round += 1) {
+      for (const id of ids) service.changeQty(id, 2 + round);
+      await sleep(20);
+    }
+  } finally {
+    db.close();
+  }
+}
+
+function rows() {
+  const db = openDatabase(h.env.dir);
+  try {
+    return db.prepare('SELECT event_id, aggregate_id, seq FROM outbox').all() as { event_id: string; aggregate_id: string; seq: number }[];
+  } finally {
+    db.close();
+  }
+}
+
+/** Waits until the ledger holds (or 30 s), then asserts it: every event applied once, in seq order per aggregate, nothing left. */
+async function assertLedger(): Promise<void> {
+  const all = rows();
+  await waitFor(async () => ledgerHolds(await partitionLedger(all, parts)), { timeoutMs: 30_000 }).catch(() => {});
+  const { events, aggregates, ...faults } = await partitionLedger(all, parts);
+  assert.deepEqual(faults, { lost: [], appliedTwice: [], outOfOrder: [], extra: 0, deadLettered: 0, parked: 0, queued: 0 });
+  assert.ok(events > 12 && aggregates === 12, `${events} events of ${aggregates} aggregates`);
+}
+
+describe('partition leases under faults', () => {
+  it('a consumer SIGSTOPped past its lease: the other takes its partitions; SIGCONTed, it lets go cleanly; every event once, in order', async () => {
+    const relay = relayApp();
+    // Slow handlers: rounds are in flight when the signal lands.
+    const consumers = ['one', 'two'].map((id) => consumerApp(id, { OUTBOX_HANDLER_CPU: '2ms' }));
+    const [one] = consumers;
+    try {
+      for (const app of [relay, ...consumers]) await started(app);
+      await waitFor(async () => new Set((await holders()).map((o) => o?.split('#')[0])).size === 2 && !(await holders()).includes(undefined), { timeoutMs: 15_000 });
+      const writing = traffic(4000);
+      await sleep(1000);
+      one.child.kill('SIGSTOP');
+      await waitFor(async () => (await holders()).every((o) => o?.startsWith('two#')), { timeoutMs: 10_000, message: 'two did not take over' });
+      await sleep(1000);
+      one.child.kill('SIGCONT');
+      await writing;
+      await assertLedger();
+      assert.match(one.output(), /"msg":"partition released"/, 'one let go of what it lost');
+      // Shared again once one is back.
+      await waitFor(async () => new Set((await holders()).map((o) => o?.split('#')[0])).size === 2, { timeoutMs: 15_000, message: 'the partitions were not shared again' });
+    } finally {
+      one.child.kill('SIGCONT');
+      for (const app of [relay, ...consumers]) assert.equal((await stopApp(app)).code, 0, app.output());
+    }
+  });
+
+  it('two consumers with the same id (one processing list name per partition): one SIGSTOPped past its lease, then SIGCONTed, the other SIGKILLed: every event once, in order', async () => {
+    const relay = relayApp();
+    const consumers = [consumerApp('twin', { OUTBOX_HANDLER_CPU: '2ms' }), consumerApp('twin', { OUTBOX_HANDLER_CPU: '2ms' })];
+    const [first, second] = consumers;
+    try {
+      for (const app of [relay, ...consumers]) await started(app);
+      await waitFor(async () => new Set(await holders()).size === 2 && !(await holders()).includes(undefined), { timeoutMs: 15_000, message: 'the partitions were not shared' });
+      const writing = traffic(5000);
+      await sleep(800);
+      first.child.kill('SIGSTOP');
+      await waitFor(async () => new Set(await holders()).size === 1 && !(await holders()).includes(undefined), { timeoutMs: 10_000, message: 'the second did not take over' });
+      await sleep(800);
+      first.child.kill('SIGCONT');
+      await waitFor(async () => new Set(await holders()).size === 2, { timeoutMs: 15_000, message: 'not shared again' });
+      await sleep(500);
+      second.child.kill('SIGKILL');
+      await writing;
+      await assertLedger();
+      await waitFor(async () => new Set(await holders()).size === 1 && !(await holders()).includes(undefined), { timeoutMs: 10_000, message: 'the first did not take every partition' });
+    } finally {
+      first.child.kill('SIGCONT');
+      assert.equal((await stopApp(relay)).code, 0, relay.output());
+      assert.equal((await stopApp(first)).code, 0, first.output());
+      await stopApp(second, 'SIGKILL');
+    }
+  });
+
+  it('a consumer dead right after taking a lease (its in-flight messages in its processing list, its heartbeat alive): another takes the partition once the lease expires, and its messages', async () => {
+    const relay = relayApp();
+    try {
+      await started(relay);
+      await traffic(500);
+      // Everything pushed, nothing consumed.
+      const all = rows();
+      await waitFor(async () => (await Promise.all(parts.clients.map((r) => r.llen(keys.events)))).reduce((a, b) => a + b, 0) === all.length, { timeoutMs: 15_000 });
+      // The state a consumer SIGKILLed right after its take leaves in partition 1: its lease, its
+      // membership, its heartbeat, and messages moved to its processing list.
+      const p1 = parts.clients[1];
+      assert.equal(await partitionLease(p1, 'acquire', 'ghost#dead', 3000), true);
+      await consumerMembers(parts.clients[0], 'join', 'ghost#dead', 3000);
+      await p1.set(keys.consumerAlive('ghost'), String(Date.now()), 'PX', 60_000);
+      for (let i = 0; i < 5; i += 1) await p1.lmove(keys.events, keys.processing('ghost'), 'LEFT', 'RIGHT');
+      const one = consumerApp('one');
+      try {
+        await started(one);
+        await waitFor(async () => (await holders()).every((o) => o?.startsWith('one#')), { timeoutMs: 10_000, message: 'one did not take the dead consumer\'s partition' });
+        await assertLedger();
+        assert.equal(await p1.llen(keys.processing('ghost')), 0);
+      } finally {
+        assert.equal((await stopApp(one)).code, 0, one.output());
+      }
+    } finally {
+      assert.equal((await stopApp(relay)).code, 0, relay.output());
+    }
+  });
+
+  for (const wrong of ['2', '1']) {
+    it(`a consumer started for ${wrong} partition(s) before the relay first claimed Redis for 3: refused once the partitions are claimed (exit 78), not left consuming part of them`, async () => {
+      const consumer = consumerApp('a-wrong', { OUTBOX_PARTITIONS: wrong });
+      const right = consumerApp('b-right');
+      const relay = relayApp();
+      try {
+        await started(consumer);
+        await started(relay);
+        await traffic(500);
+        await waitFor(() => consumer.child.exitCode !== null, { timeoutMs: 15_000, message: `the consumer for ${wrong} partitions still runs: ${consumer.output().slice(-2000)}` });
+        assert.equal(consumer.child.exitCode, 78, consumer.output());
+        assert.match(consumer.output(), /holds (partition 0\/3 \(of 3\), not 0\/2|3 partitions, not 1): set --partitions \/ OUTBOX_PARTITIONS to 3/);
+        assert.doesNotMatch(consumer.output(), /\n\s+at /, 'no stack trace');
+        await assertLedger();
+      } finally {
+        await stopApp(consumer);
+        for (const app of [relay, right]) assert.equal((await stopApp(app)).code, 0, app.output());
+      }
+    });
+  }
+});
