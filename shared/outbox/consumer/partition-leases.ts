@@ -3,10 +3,20 @@ import { ConfigError } from '../errors/config-error.js';
 import type { Logger } from '../logger.js';
 import type { Partitions } from '../redis/partitions.js';
 import { checkPartitionLayout } from '../redis/partition-layout.js';
+import { keys } from '../redis/keys.js';
 import { consumerMembers, partitionLease } from '../redis/scripts.js';
 import { reclaimOrphans } from './orphans.js';
 
 export const DEFAULT_PARTITION_LEASE_MS = 5000;
+
+/** `promise`, or a rejection after `ms`. */
+function within<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
 
 /** A consumer running on one partition (run-consumer.ts's `startConsumer`). */
 export interface PartitionRun {
@@ -54,6 +64,10 @@ export function startPartitionLeases(partitions: Partitions, options: PartitionL
   let stopped = false;
   let ticking: Promise<void> = Promise.resolve();
   let refused: string | undefined;
+  /** Bound of one call of a round (see `within`). */
+  const bound = Math.max(50, Math.floor(leaseMs / 8));
+  /** The step under way on each partition (see `tick`). */
+  const stepping = new Map<number, Promise<void>>();
 
   const changed = () => options.onChange?.([...held.keys()].sort((a, b) => a - b));
 
@@ -82,45 +96,83 @@ export function startPartitionLeases(partitions: Partitions, options: PartitionL
     );
   }
 
+  /**
+   * One partition's step of a round: lets go of it (assigned to another member, or its lease
+   * lost), renews it, or takes it (assigned here); resolves whether the partitions held changed.
+   */
+  async function step(index: number): Promise<boolean> {
+    const mine = assignedOwner(members, index) === owner;
+    const redis = partitions.clients[index];
+    try {
+      if (held.has(index)) {
+        if (!mine) {
+          await letGo(index, 'assigned to another consumer');
+          return true;
+        }
+        if (!(await partitionLease(redis, 'renew', owner, leaseMs))) {
+          // Expired while this process was stalled, and another consumer may hold it now.
+          await letGo(index, 'lease lost');
+          return true;
+        }
+        return false;
+      }
+      if (!mine) return false;
+      await take(index);
+      return held.has(index);
+    } catch (error) {
+      log.warn('cannot renew or take a partition lease, will retry', { partition: index, error: (error as Error).message });
+      return false;
+    }
+  }
+
+  /**
+   * The members when partition 0 does not answer (its master down): this consumer and the owners
+   * of the leases it can read. A consumer that died meanwhile lets its leases expire, so its
+   * partitions on the masters still up are taken over instead of waiting for partition 0.
+   */
+  async function membersFromLeases(): Promise<string[]> {
+    const owners = await Promise.all(partitions.clients.map((redis) => within(redis.get(keys.partitionLease), bound).catch(() => null)));
+    return [...new Set([owner, ...owners.filter((o): o is string => o !== null)])].sort();
+  }
+
   async function tick(): Promise<void> {
-    const wrong = await wrongLayout();
+    // Bounded: a call to a master that is down can wait as long as it is down.
+    const [wrong, read] = await Promise.all([
+      within(wrongLayout(), bound).catch(() => undefined),
+      within(consumerMembers(partitions.clients[0], 'join', owner, leaseMs), bound).catch(() => undefined),
+    ]);
     if (wrong) {
       if (refused !== wrong.message) log.error(wrong.message, { consumerId: options.consumerId });
       refused = wrong.message;
       const had = held.size > 0;
       for (const index of [...held.keys()]) await letGo(index, 'Redis holds another number of partitions');
-      await consumerMembers(partitions.clients[0], 'leave', owner, leaseMs).catch(() => {});
+      await within(consumerMembers(partitions.clients[0], 'leave', owner, leaseMs), bound).catch(() => {});
       lastTickAt = Date.now();
       if (had) changed();
       return;
     }
     if (refused !== undefined) log.info('Redis holds this number of partitions again: taking partitions');
     refused = undefined;
-    members = await consumerMembers(partitions.clients[0], 'join', owner, leaseMs).catch(() => members);
+    members = read ?? (await membersFromLeases());
     if (!members.includes(owner)) members = [...members, owner].sort();
     lastTickAt = Date.now();
+    // The partitions at once, each step bounded: one on a master that is down does not hold up the
+    // renewals of the others. A step that outlives its bound goes on alone; its partition is
+    // skipped until it ends (never two steps on one partition).
     let change = false;
+    let late = false;
+    const steps: Promise<void>[] = [];
     for (let index = 0; index < partitions.count && !stopped; index += 1) {
-      const mine = assignedOwner(members, index) === owner;
-      const redis = partitions.clients[index];
-      try {
-        if (held.has(index)) {
-          if (!mine) {
-            await letGo(index, 'assigned to another consumer');
-            change = true;
-          } else if (!(await partitionLease(redis, 'renew', owner, leaseMs))) {
-            // Expired while this process was stalled, and another consumer may hold it now.
-            await letGo(index, 'lease lost');
-            change = true;
-          }
-        } else if (mine) {
-          await take(index);
-          change ||= held.has(index);
-        }
-      } catch (error) {
-        log.warn('cannot renew or take a partition lease, will retry', { partition: index, error: (error as Error).message });
-      }
+      if (stepping.has(index)) continue;
+      const running = step(index).then((changedHere) => {
+        change ||= changedHere;
+        if (changedHere && late) changed();
+      });
+      stepping.set(index, running.finally(() => stepping.delete(index)));
+      steps.push(within(running, bound).catch(() => {}));
     }
+    await Promise.all(steps);
+    late = true;
     if (change) changed();
   }
 
@@ -145,6 +197,7 @@ export function startPartitionLeases(partitions: Partitions, options: PartitionL
       stopped = true;
       await ticking;
       await running;
+      await within(Promise.all(stepping.values()), leaseMs).catch(() => {});
       for (const index of [...held.keys()]) await letGo(index, 'consumer stopping');
       await consumerMembers(partitions.clients[0], 'leave', owner, leaseMs).catch(() => {});
       changed();
