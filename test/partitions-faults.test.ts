@@ -6,7 +6,10 @@ import { createOrderService } from '../shared/lab/orders/order-service.js';
 import { closePartitions, connectTarget, connectTargetPartitions } from '../shared/outbox/redis/connect-partitions.js';
 import { keys } from '../shared/outbox/redis/keys.js';
 import { type Partitions } from '../shared/outbox/redis/partitions.js';
-import { consumerMembers, partitionLease } from '../shared/outbox/redis/scripts.js';
+import { claimStore, consumerMembers, partitionLease, pushEvents } from '../shared/outbox/redis/scripts.js';
+import { createConsumer, defineEvents, defineRedisHandlers, effect } from '../shared/outbox/index.js';
+import { partitionLayout, partitionOf } from '../shared/outbox/redis/partitions.js';
+import { z } from 'zod';
 import { openDatabase } from '../shared/outbox/store/open-database.js';
 import { ledgerHolds, partitionLedger } from '../shared/tooling/chaos/partition-ledger.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
@@ -193,6 +196,44 @@ describe('partition leases under faults', () => {
       }
     },
   );
+});
+
+describe('drain across partitions', () => {
+  it('drain() ends only once the event waiting for its retry in one partition is applied; every partition drained, each event once', async () => {
+    const storeId = 'store-drain';
+    const events = defineEvents({ Added: { aggregate: 'cart', payload: z.object({ n: z.number() }) } });
+    const failed = new Set<string>();
+    const handlers = defineRedisHandlers(events, {
+      Added: (event) => {
+        // The first attempt at cart:0's second event fails: it waits for its retry (backoff) in its partition.
+        if (event.aggregateId === '0' && event.seq === 2 && !failed.has(event.eventId)) {
+          failed.add(event.eventId);
+          throw new Error('injected: first attempt fails');
+        }
+        return [effect.hincrby(`total:cart:${event.aggregateId}`, 'n', event.payload.n)];
+      },
+    });
+    for (let p = 0; p < PARTITIONS; p += 1) await claimStore(parts.clients[p], storeId, undefined, partitionLayout(p, PARTITIONS));
+    const carts = Array.from({ length: 9 }, (_, i) => `cart:${i}`);
+    assert.equal(new Set(carts.map((c) => partitionOf(c, PARTITIONS))).size, PARTITIONS);
+    for (const cart of carts) {
+      const p = partitionOf(cart, PARTITIONS);
+      const messages = [1, 2, 3].map((seq) => JSON.stringify({ event_id: `${cart}-${seq}`, aggregate_id: cart, seq, event_type: 'Added', payload: { n: seq }, store_id: storeId }));
+      assert.equal((await pushEvents(parts.clients[p], storeId, messages, partitionLayout(p, PARTITIONS))).status, 'ok');
+    }
+    const consumer = await createConsumer({ redis: parts, handlers, consumerId: 'drainer' });
+    const stats = await consumer.drain();
+    await consumer.close();
+    assert.equal(failed.size, 1, 'the injected failure happened');
+    assert.equal(stats.applied, 27);
+    assert.ok(stats.retried >= 1, JSON.stringify(stats));
+    for (const cart of carts) {
+      const redis = parts.clients[partitionOf(cart, PARTITIONS)];
+      assert.equal(await redis.hget(`total:${cart}`, 'n'), '6', cart);
+      assert.equal(await redis.llen(keys.processing('drainer')), 0);
+      assert.equal(await redis.llen(keys.events), 0);
+    }
+  });
 });
 
 describe('partition leases on a Redis Cluster under faults', () => {
