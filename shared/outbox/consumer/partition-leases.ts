@@ -83,6 +83,11 @@ export function startPartitionLeases(partitions: Partitions, options: PartitionL
   async function take(index: number): Promise<void> {
     const redis = partitions.clients[index];
     if (!(await partitionLease(redis, 'acquire', owner, leaseMs))) return;
+    // A step that outlived its bound can end after stop(): it must not start consuming then.
+    if (stopped) {
+      await partitionLease(redis, 'release', owner, leaseMs).catch(() => {});
+      return;
+    }
     const reclaimed = await reclaimOrphans(redis, options.consumerId, log, { all: true });
     held.set(index, await options.start(index));
     log.info('partition taken', { partition: index, reclaimed });
