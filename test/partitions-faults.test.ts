@@ -9,6 +9,7 @@ import { type Partitions } from '../shared/outbox/redis/partitions.js';
 import { claimStore, consumerMembers, partitionLease, pushEvents } from '../shared/outbox/redis/scripts.js';
 import { createConsumer, defineEvents, defineRedisHandlers, effect } from '../shared/outbox/index.js';
 import { partitionLayout, partitionOf } from '../shared/outbox/redis/partitions.js';
+import { scanKeys, unlinkAll } from '../shared/outbox/redis/scan-keys.js';
 import { z } from 'zod';
 import { openDatabase } from '../shared/outbox/store/open-database.js';
 import { ledgerHolds, partitionLedger } from '../shared/tooling/chaos/partition-ledger.js';
@@ -242,6 +243,73 @@ describe('relays and consumers coming and going', () => {
     } finally {
       for (const app of [relay, steady]) assert.equal((await stopApp(app)).code, 0, app.output());
       for (const app of churned) await stopApp(app, 'SIGKILL');
+    }
+  });
+});
+
+describe('pairing when some partitions lost their state', () => {
+  /** An aggregate key of the lab's kind that falls in partition `p`. */
+  const aggregateIn = (p: number, from: number) => {
+    for (let i = from; ; i += 1) if (partitionOf(`order:${i}`, PARTITIONS) === p) return `order:${i}`;
+  };
+
+  it('partition 1 wiped, aggregates pruned in partitions 0 and 1: only partition 1 is rebuilt, with only its own pruned seqs; every event once again', async () => {
+    const apps = [relayApp(), consumerApp('one')];
+    const prunedIn1 = aggregateIn(1, 90_000);
+    const prunedIn0 = aggregateIn(0, 90_000);
+    try {
+      for (const app of apps) await started(app);
+      await traffic(500);
+      await assertLedger();
+    } finally {
+      for (const app of apps) assert.equal((await stopApp(app)).code, 0, app.output());
+    }
+    // Pruned before the loss (rows gone, their aggregates' seq recorded): one aggregate in each of partitions 0 and 1.
+    const db = openDatabase(h.env.dir);
+    db.prepare('INSERT INTO outbox_pruned (aggregate_id, through_seq, events) VALUES (?, 7, 7), (?, 4, 4)').run(prunedIn1, prunedIn0);
+    db.close();
+    const kept = await Promise.all([0, 2].map((p) => Promise.all([parts.clients[p].hgetall(keys.appliedSeq), parts.clients[p].hgetall(keys.applyCount), parts.clients[p].hgetall(keys.meta)])));
+    await unlinkAll(parts.clients[1], scanKeys(parts.clients[1], '*'));
+    const again = [relayApp(), consumerApp('one')];
+    try {
+      for (const app of again) await started(app);
+      await waitFor(() => /Redis lost its state \(partition 1\)/.test(again[0].output()), { timeoutMs: 15_000, message: again[0].output() });
+      await assertLedger();
+      const applied1 = await parts.clients[1].hgetall(keys.appliedSeq);
+      assert.equal(applied1[prunedIn1], '7');
+      assert.equal(applied1[prunedIn0], undefined, "partition 0's pruned aggregate is not written into partition 1");
+      assert.equal(await parts.clients[1].hget(keys.meta, 'unrecoverable'), '7');
+      assert.equal(await parts.clients[1].hget(keys.meta, 'partition'), `1/${PARTITIONS}`);
+      const now = await Promise.all([0, 2].map((p) => Promise.all([parts.clients[p].hgetall(keys.appliedSeq), parts.clients[p].hgetall(keys.applyCount), parts.clients[p].hgetall(keys.meta)])));
+      assert.deepEqual(now, kept, 'partitions 0 and 2 untouched by the rebuild');
+    } finally {
+      for (const app of again) assert.equal((await stopApp(app)).code, 0, app.output());
+    }
+  });
+
+  it('partition 2 serves another store: the relay refuses in one line and pushes nothing more (nothing to partition 2); once partition 2 is given back, relaying resumes by itself', async () => {
+    const apps = [relayApp(), consumerApp('one')];
+    try {
+      for (const app of apps) await started(app);
+      await traffic(300);
+      await assertLedger();
+      const theirs = (await parts.clients[2].hget(keys.meta, 'store'))!;
+      await parts.clients[2].hset(keys.meta, 'store', 'another-store');
+      const enqueued = async () => Promise.all(parts.clients.map((redis) => redis.get(keys.enqueued)));
+      const before = await enqueued();
+      await traffic(300);
+      await waitFor(() => /another-store/.test(apps[0].output()), { timeoutMs: 15_000, message: apps[0].output() });
+      // The batch that met the refusal may have reached partitions 0 and 1 (duplicates, see push-rows.ts); nothing more after it.
+      const refusedAt = await enqueued();
+      assert.equal(refusedAt[2], before[2], 'nothing pushed to partition 2');
+      await sleep(1500);
+      assert.deepEqual(await enqueued(), refusedAt, 'no push while partition 2 serves another store');
+      assert.equal(apps[0].output().match(/"level":"error"[^\n]*serves store another-store/g)?.length, 1, apps[0].output());
+      assert.doesNotMatch(apps[0].output(), /\n\s+at /, 'no stack trace');
+      await parts.clients[2].hset(keys.meta, 'store', theirs);
+      await assertLedger();
+    } finally {
+      for (const app of apps) assert.equal((await stopApp(app)).code, 0, app.output());
     }
   });
 });
