@@ -228,6 +228,21 @@ describe('relays and consumers coming and going', () => {
     try {
       for (const app of [relay, steady]) await started(app);
       const writing = traffic(5000);
+      // Every partition's longest time without a lease while consumers come and go.
+      const unowned = Array.from({ length: PARTITIONS }, () => ({ since: 0, longest: 0 }));
+      let sampling = true;
+      const sampler = (async () => {
+        while (sampling) {
+          const now = Date.now();
+          (await holders()).forEach((o, p) => {
+            const u = unowned[p];
+            if (o !== undefined) u.since = 0;
+            else if (u.since === 0) u.since = now;
+            else u.longest = Math.max(u.longest, now - u.since);
+          });
+          await sleep(50);
+        }
+      })();
       for (let i = 0; i < 6; i += 1) {
         const app = consumerApp(`churn-${i % 3}`);
         churned.push(app);
@@ -236,6 +251,10 @@ describe('relays and consumers coming and going', () => {
         await app.exited;
       }
       await writing;
+      sampling = false;
+      await sampler;
+      // A consumer SIGKILLed leaves its partitions for about a lease (1 s) plus a round: never much longer.
+      assert.ok(unowned.every((u) => u.longest < 2_500), `longest without an owner, per partition: ${unowned.map((u) => u.longest).join(', ')} ms`);
       const t0 = Date.now();
       await waitFor(async () => (await holders()).every((o) => o?.startsWith('steady#')), { timeoutMs: 10_000, message: `leases: ${(await holders()).join(', ')}` });
       assert.ok(Date.now() - t0 < 5_000, `steady held every partition ${Date.now() - t0} ms after the churn`);
