@@ -47,7 +47,9 @@ export function assignedOwner(members: readonly string[], index: number): string
  * leases expire within `leaseMs`; the others then take its partitions, and the one that takes a
  * partition moves the in-flight messages of every other consumer of it back to the head of its queue
  * at once (a consumer that was only slow finds them gone when it applies them: 'stale', nothing
- * done; duplicates, never loss). While partition 0 cannot be read, the members known last are kept.
+ * done; duplicates, never loss). Every call of a round is bounded and the partitions are stepped at
+ * once, so a master that is down holds up only its own partitions; while partition 0 does not
+ * answer, the members are this consumer and the owners of the leases it can read.
  *
  * Every round first checks that Redis holds the partitions for this number of partitions (the
  * check at start passes on a Redis no relay claimed yet): one that holds another number leaves the
