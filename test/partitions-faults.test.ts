@@ -197,6 +197,22 @@ describe('partition leases under faults', () => {
       }
     },
   );
+
+  it(
+    'consumers started for 3 partitions before a relay for 1 partition (no partitions) first claimed Redis: one of them says so',
+    { todo: 'not fixed: the relay for 1 checks only partition 0\'s meta ({p0}), which the consumers do not write; the consumers check only their partitions\' metas, not the untagged one the relay claimed: both run, nothing is consumed, no line says why' },
+    async () => {
+      const consumer = consumerApp('one');
+      const relay = relayApp({ OUTBOX_PARTITIONS: '1' });
+      try {
+        for (const app of [consumer, relay]) await started(app);
+        await traffic(300);
+        await waitFor(() => relay.child.exitCode === 78 || /holds 1 partition/.test(consumer.output()), { timeoutMs: 10_000, message: 'neither the relay nor the consumer noticed' });
+      } finally {
+        for (const app of [relay, consumer]) await stopApp(app);
+      }
+    },
+  );
 });
 
 describe('relays and consumers coming and going', () => {
