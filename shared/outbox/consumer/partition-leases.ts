@@ -1,10 +1,22 @@
 import { randomBytes } from 'node:crypto';
+import { ConfigError } from '../errors/config-error.js';
 import type { Logger } from '../logger.js';
 import type { Partitions } from '../redis/partitions.js';
+import { checkPartitionLayout } from '../redis/partition-layout.js';
+import { keys } from '../redis/keys.js';
 import { consumerMembers, partitionLease } from '../redis/scripts.js';
 import { reclaimOrphans } from './orphans.js';
 
 export const DEFAULT_PARTITION_LEASE_MS = 5000;
+
+/** `promise`, or a rejection after `ms`. */
+function within<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
 
 /** A consumer running on one partition (run-consumer.ts's `startConsumer`). */
 export interface PartitionRun {
@@ -35,7 +47,14 @@ export function assignedOwner(members: readonly string[], index: number): string
  * leases expire within `leaseMs`; the others then take its partitions, and the one that takes a
  * partition moves the in-flight messages of every other consumer of it back to the head of its queue
  * at once (a consumer that was only slow finds them gone when it applies them: 'stale', nothing
- * done; duplicates, never loss). While partition 0 cannot be read, the members known last are kept.
+ * done; duplicates, never loss). Every call of a round is bounded and the partitions are stepped at
+ * once, so a master that is down holds up only its own partitions; while partition 0 does not
+ * answer, the members are this consumer and the owners of the leases it can read.
+ *
+ * Every round first checks that Redis holds the partitions for this number of partitions (the
+ * check at start passes on a Redis no relay claimed yet): one that holds another number leaves the
+ * members and lets go of every partition, so the others share them all, and says why once (the
+ * start's one-line refusal), until the layout matches again.
  */
 export function startPartitionLeases(partitions: Partitions, options: PartitionLeaseOptions) {
   const leaseMs = options.leaseMs ?? DEFAULT_PARTITION_LEASE_MS;
@@ -46,6 +65,11 @@ export function startPartitionLeases(partitions: Partitions, options: PartitionL
   let lastTickAt = Date.now();
   let stopped = false;
   let ticking: Promise<void> = Promise.resolve();
+  let refused: string | undefined;
+  /** Bound of one call of a round (see `within`). */
+  const bound = Math.max(50, Math.floor(leaseMs / 8));
+  /** The step under way on each partition (see `tick`). */
+  const stepping = new Map<number, Promise<void>>();
 
   const changed = () => options.onChange?.([...held.keys()].sort((a, b) => a - b));
 
@@ -61,37 +85,101 @@ export function startPartitionLeases(partitions: Partitions, options: PartitionL
   async function take(index: number): Promise<void> {
     const redis = partitions.clients[index];
     if (!(await partitionLease(redis, 'acquire', owner, leaseMs))) return;
+    // A step that outlived its bound can end after stop(): it must not start consuming then.
+    if (stopped) {
+      await partitionLease(redis, 'release', owner, leaseMs).catch(() => {});
+      return;
+    }
     const reclaimed = await reclaimOrphans(redis, options.consumerId, log, { all: true });
     held.set(index, await options.start(index));
     log.info('partition taken', { partition: index, reclaimed });
   }
 
+  /** The refusal when Redis holds another number of partitions; undefined when it matches, or cannot be read now. */
+  async function wrongLayout(): Promise<ConfigError | undefined> {
+    return checkPartitionLayout(partitions).then(
+      () => undefined,
+      (error: Error) => (error instanceof ConfigError ? error : undefined),
+    );
+  }
+
+  /**
+   * One partition's step of a round: lets go of it (assigned to another member, or its lease
+   * lost), renews it, or takes it (assigned here); resolves whether the partitions held changed.
+   */
+  async function step(index: number): Promise<boolean> {
+    const mine = assignedOwner(members, index) === owner;
+    const redis = partitions.clients[index];
+    try {
+      if (held.has(index)) {
+        if (!mine) {
+          await letGo(index, 'assigned to another consumer');
+          return true;
+        }
+        if (!(await partitionLease(redis, 'renew', owner, leaseMs))) {
+          // Expired while this process was stalled, and another consumer may hold it now.
+          await letGo(index, 'lease lost');
+          return true;
+        }
+        return false;
+      }
+      if (!mine) return false;
+      await take(index);
+      return held.has(index);
+    } catch (error) {
+      log.warn('cannot renew or take a partition lease, will retry', { partition: index, error: (error as Error).message });
+      return false;
+    }
+  }
+
+  /**
+   * The members when partition 0 does not answer (its master down): this consumer and the owners
+   * of the leases it can read. A consumer that died meanwhile lets its leases expire, so its
+   * partitions on the masters still up are taken over instead of waiting for partition 0.
+   */
+  async function membersFromLeases(): Promise<string[]> {
+    const owners = await Promise.all(partitions.clients.map((redis) => within(redis.get(keys.partitionLease), bound).catch(() => null)));
+    return [...new Set([owner, ...owners.filter((o): o is string => o !== null)])].sort();
+  }
+
   async function tick(): Promise<void> {
-    members = await consumerMembers(partitions.clients[0], 'join', owner, leaseMs).catch(() => members);
+    // Bounded: a call to a master that is down can wait as long as it is down.
+    const [wrong, read] = await Promise.all([
+      within(wrongLayout(), bound).catch(() => undefined),
+      within(consumerMembers(partitions.clients[0], 'join', owner, leaseMs), bound).catch(() => undefined),
+    ]);
+    if (wrong) {
+      if (refused !== wrong.message) log.error(wrong.message, { consumerId: options.consumerId });
+      refused = wrong.message;
+      const had = held.size > 0;
+      for (const index of [...held.keys()]) await letGo(index, 'Redis holds another number of partitions');
+      await within(consumerMembers(partitions.clients[0], 'leave', owner, leaseMs), bound).catch(() => {});
+      lastTickAt = Date.now();
+      if (had) changed();
+      return;
+    }
+    if (refused !== undefined) log.info('Redis holds this number of partitions again: taking partitions');
+    refused = undefined;
+    members = read ?? (await membersFromLeases());
     if (!members.includes(owner)) members = [...members, owner].sort();
     lastTickAt = Date.now();
+    // The partitions at once, each step bounded: one on a master that is down does not hold up the
+    // renewals of the others. A step that outlives its bound goes on alone; its partition is
+    // skipped until it ends (never two steps on one partition).
     let change = false;
+    let late = false;
+    const steps: Promise<void>[] = [];
     for (let index = 0; index < partitions.count && !stopped; index += 1) {
-      const mine = assignedOwner(members, index) === owner;
-      const redis = partitions.clients[index];
-      try {
-        if (held.has(index)) {
-          if (!mine) {
-            await letGo(index, 'assigned to another consumer');
-            change = true;
-          } else if (!(await partitionLease(redis, 'renew', owner, leaseMs))) {
-            // Expired while this process was stalled, and another consumer may hold it now.
-            await letGo(index, 'lease lost');
-            change = true;
-          }
-        } else if (mine) {
-          await take(index);
-          change ||= held.has(index);
-        }
-      } catch (error) {
-        log.warn('cannot renew or take a partition lease, will retry', { partition: index, error: (error as Error).message });
-      }
+      if (stepping.has(index)) continue;
+      const running = step(index).then((changedHere) => {
+        change ||= changedHere;
+        if (changedHere && late) changed();
+      });
+      stepping.set(index, running.finally(() => stepping.delete(index)));
+      steps.push(within(running, bound).catch(() => {}));
     }
+    await Promise.all(steps);
+    late = true;
     if (change) changed();
   }
 
@@ -116,6 +204,7 @@ export function startPartitionLeases(partitions: Partitions, options: PartitionL
       stopped = true;
       await ticking;
       await running;
+      await within(Promise.all(stepping.values()), leaseMs).catch(() => {});
       for (const index of [...held.keys()]) await letGo(index, 'consumer stopping');
       await consumerMembers(partitions.clients[0], 'leave', owner, leaseMs).catch(() => {});
       changed();
