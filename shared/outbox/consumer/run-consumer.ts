@@ -3,6 +3,9 @@ import { explainError } from '../errors/explain-error.js';
 import { incidentLog } from '../incident-log.js';
 import { withFields, type Logger } from '../logger.js';
 import { keys } from '../redis/keys.js';
+import { checkPartitionLayout } from '../redis/partition-layout.js';
+import { partitionsOf } from '../redis/partitions.js';
+import { ConfigError } from '../errors/config-error.js';
 import { everyInterval } from '../stats-interval.js';
 import { createConsumerEngine, type ConsumerOptions } from './consumer.js';
 import { driveRounds, type RoundEngine, type RoundItem } from './drive-rounds.js';
@@ -100,6 +103,9 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
   void reclaim();
   const reclaimTimer = setInterval(() => void reclaim(), options.reclaimEveryMs ?? 10_000);
   reclaimTimer.unref();
+  // Without partitions nothing else looks again: relays for several partitions that claimed Redis
+  // after this consumer started would feed queues it never reads. Said once, until it matches again.
+  const stopLayoutWatch = options.partition === undefined ? watchLayout(redis, log) : () => {};
 
   // The same loop as a drain (drive-rounds.ts), until stopped: BLMOVE when idle, a failed take or
   // round retried on a new blocking connection (one that fails fast instead of reconnecting).
@@ -136,6 +142,7 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
      */
     async stop(): Promise<void> {
       stopStats();
+      stopLayoutWatch();
       clearInterval(reclaimTimer);
       await rounds.stop();
       let handedBack = 0;
@@ -145,4 +152,24 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
       log.info('consumer stopped', { ...stats, handedBack });
     },
   };
+}
+
+/** How often a consumer without partitions checks that Redis is not partitioned meanwhile. */
+const LAYOUT_CHECK_MS = 2000;
+
+/** Logs (once per incident, at error) when Redis holds another number of partitions than this consumer's one. */
+function watchLayout(redis: Redis, log: Logger): () => void {
+  let said: string | undefined;
+  const timer = setInterval(() => {
+    checkPartitionLayout(partitionsOf(redis)).then(
+      () => (said = undefined),
+      (error: Error) => {
+        if (!(error instanceof ConfigError) || said === error.message) return;
+        said = error.message;
+        log.error(error.message);
+      },
+    );
+  }, LAYOUT_CHECK_MS);
+  timer.unref();
+  return () => clearInterval(timer);
 }

@@ -1,8 +1,19 @@
+import { createRequire } from 'node:module';
 import type { Redis } from 'ioredis';
 import { ConfigError } from '../errors/config-error.js';
 import { describeRedis } from './describe.js';
 import { keys } from './keys.js';
 import { partitionLayout, partitionTag, type Partitions } from './partitions.js';
+
+/** The partition tag at the end of a connection's key prefix (`{p3}:`), '' for none. */
+function partitionTagOf(redis: Redis): string {
+  return /\{p\d+\}:$/.exec(String(redis.options.keyPrefix ?? ''))?.[0] ?? '';
+}
+
+/** ioredis's Command: a command built with it gets no key prefix (ioredis is CommonJS: required lazily, as connect.ts does). */
+function commandClass(): typeof import('ioredis').Command {
+  return (createRequire(import.meta.url)('ioredis') as typeof import('ioredis')).Command;
+}
 
 /** The one-line refusal of a partition claimed for another number of partitions (a setting: exit 2, in an app 78). */
 export function layoutMismatch(redis: Redis, expected: string, served: string): ConfigError {
@@ -14,12 +25,26 @@ export function layoutMismatch(redis: Redis, expected: string, served: string): 
 
 /**
  * Refuses (exit 2) partitions that Redis holds for another number of partitions: a partition whose
- * meta hash names another "i/P", or, for one partition on one Redis, a Redis whose queues are
- * partitioned (partition 0's meta hash exists). A relay or consumer configured for the wrong number
- * would leave events in queues nobody consumes, or split an aggregate's events between two.
+ * meta hash names another "i/P"; for partitions, a Redis whose unpartitioned meta hash (the seed's
+ * names) serves a store; for one partition on one Redis, a Redis whose queues are partitioned
+ * (partition 0's meta hash exists). A relay or consumer configured for the wrong number would
+ * leave events in queues nobody consumes, or split an aggregate's events between two.
  */
 export async function checkPartitionLayout(partitions: Partitions): Promise<void> {
-  if (partitions.count === 1 && String(partitions.clients[0].options.keyPrefix ?? '').endsWith('}:') === false) {
+  if (partitions.count > 1 || partitionTagOf(partitions.clients[0]) !== '') {
+    // The seed's own meta hash (no partition tag) claimed: a relay for 1 partition feeds the untagged
+    // queue, which no consumer of these partitions reads. Read without the connection's key prefix.
+    const redis = partitions.clients[0];
+    const prefix = String(redis.options.keyPrefix ?? '');
+    const untagged = `${prefix.slice(0, prefix.length - partitionTagOf(redis).length)}${keys.meta}`;
+    const [store] = (await redis.sendCommand(new (commandClass())('hmget', [untagged, 'store']))) as (string | null)[];
+    if (store !== null) {
+      throw new ConfigError(
+        `the Redis of ${describeRedis(redis)} holds 1 partition (a queue with the seed's key names), not ${partitions.count}: set --partitions / OUTBOX_PARTITIONS to 1 on every relay and consumer of this store, or start Redis over (outbox init --force) to partition it`,
+      );
+    }
+  }
+  if (partitions.count === 1 && partitionTagOf(partitions.clients[0]) === '') {
     const redis = partitions.clients[0];
     const partitioned = await redis.hget(`${partitionTag(0, 2, false)}${keys.meta}`, 'partition');
     if (partitioned !== null) {
