@@ -1,29 +1,21 @@
 import assert from 'node:assert/strict';
-import { after, beforeEach, describe, it } from 'node:test';
-import { createDatabase } from '../shared/lab/init-stores.js';
+import { describe, it } from 'node:test';
 import { createOrderService } from '../shared/lab/orders/order-service.js';
-import { closePartitions, connectTarget, connectTargetPartitions } from '../shared/outbox/redis/connect-partitions.js';
 import { keys } from '../shared/outbox/redis/keys.js';
-import { partitionOf, type Partitions } from '../shared/outbox/redis/partitions.js';
+import { partitionOf } from '../shared/outbox/redis/partitions.js';
 import { openDatabase } from '../shared/outbox/store/open-database.js';
 import { ledgerHolds, partitionLedger } from '../shared/tooling/chaos/partition-ledger.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { startApp, stopApp } from './helpers/apps.js';
 import { useHarness } from './helpers/harness.js';
+import { usePartitions } from './helpers/partitions.js';
 
 // Partitions on one Redis with the embedded store: the relay app (its BullMQ job) pushes each event
 // to its aggregate's partition, and two consumer apps share the three partitions by lease.
 const h = useHarness({ init: false });
 const PARTITIONS = 3;
-let parts: Partitions;
 
-// Opened with the first test: the harness's private Redis is started by its own hook.
-beforeEach(async () => {
-  createDatabase(h.env.dir);
-  const target = { redisUrl: h.redis.url, partitions: PARTITIONS };
-  parts ??= await connectTargetPartitions(target, (options) => connectTarget(target, options));
-});
-after(() => closePartitions(parts));
+const partitions = usePartitions(h, PARTITIONS);
 
 describe('partitions on one Redis with app.db', () => {
   it('the relay app and two consumer apps on 3 partitions: every event applied once, in seq order per aggregate, each partition in its own keys', async () => {
@@ -33,7 +25,7 @@ describe('partitions on one Redis with app.db', () => {
     const db = openDatabase(h.env.dir);
     try {
       for (const app of [relay, ...consumers]) await waitFor(() => /"msg":"(relay|consumer) started"/.test(app.output()), { timeoutMs: 20_000, message: app.output() });
-      const holders = async () => Promise.all(parts.clients.map(async (redis) => (await redis.get(keys.partitionLease))?.split('#')[0]));
+      const holders = async () => Promise.all(partitions().clients.map(async (redis) => (await redis.get(keys.partitionLease))?.split('#')[0]));
       // Both consumers hold a share before any event is written: the events then go to both.
       await waitFor(async () => new Set(await holders()).size === 2 && !(await holders()).includes(undefined), { timeoutMs: 15_000, message: 'the partitions were not shared' });
       const service = createOrderService(db);
@@ -41,14 +33,14 @@ describe('partitions on one Redis with app.db', () => {
       for (let round = 0; round < 15; round += 1) for (const id of ids) service.changeQty(id, 2 + round);
       const rows = db.prepare('SELECT event_id, aggregate_id, seq FROM outbox').all() as { event_id: string; aggregate_id: string; seq: number }[];
       assert.equal(new Set(rows.map((row) => partitionOf(row.aggregate_id, PARTITIONS))).size, PARTITIONS, 'the orders spread over every partition');
-      await waitFor(async () => ledgerHolds(await partitionLedger(rows, parts)), { timeoutMs: 30_000 }).catch(() => {});
-      const { events, aggregates, ...faults } = await partitionLedger(rows, parts);
+      await waitFor(async () => ledgerHolds(await partitionLedger(rows, partitions())), { timeoutMs: 30_000 }).catch(() => {});
+      const { events, aggregates, ...faults } = await partitionLedger(rows, partitions());
       assert.deepEqual(faults, { lost: [], appliedTwice: [], outOfOrder: [], extra: 0, deadLettered: 0, parked: 0, queued: 0 });
       assert.equal(events, 12 * 16);
       assert.equal(aggregates, 12);
       // Each partition holds its own aggregates' state, under its own hash tag; the seed's names stay empty.
       for (let p = 0; p < PARTITIONS; p += 1) {
-        const applied = Object.keys(await parts.clients[p].hgetall(keys.appliedSeq));
+        const applied = Object.keys(await partitions().clients[p].hgetall(keys.appliedSeq));
         assert.ok(applied.length > 0 && applied.every((aggregate) => partitionOf(aggregate, PARTITIONS) === p), `partition ${p}: ${applied.join(', ')}`);
         assert.equal(await h.client.exists(`{p${p}}:${keys.processed}`), 1);
       }
@@ -67,7 +59,7 @@ describe('partitions on one Redis with app.db', () => {
     const db = openDatabase(h.env.dir);
     try {
       createOrderService(db).placeOrder({ sku: 'SKU-1', qty: 1 });
-      await waitFor(async () => (await parts.clients[0].hget(keys.meta, 'partition')) === `0/${PARTITIONS}`, { timeoutMs: 20_000, message: relay.output() });
+      await waitFor(async () => (await partitions().clients[0].hget(keys.meta, 'partition')) === `0/${PARTITIONS}`, { timeoutMs: 20_000, message: relay.output() });
     } finally {
       db.close();
       assert.equal((await stopApp(relay)).code, 0, relay.output());
@@ -83,6 +75,6 @@ describe('partitions on one Redis with app.db', () => {
       assert.match(wrong.output(), refusal);
       assert.doesNotMatch(wrong.output(), /\n\s+at /, 'no stack trace');
     }
-    assert.equal(await parts.clients[0].hget(keys.meta, 'partition'), `0/${PARTITIONS}`, 'Redis unchanged');
+    assert.equal(await partitions().clients[0].hget(keys.meta, 'partition'), `0/${PARTITIONS}`, 'Redis unchanged');
   });
 });

@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, beforeEach, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { createDatabase } from '../shared/lab/init-stores.js';
 import { createOrderService } from '../shared/lab/orders/order-service.js';
 import { closePartitions, connectTarget, connectTargetPartitions } from '../shared/outbox/redis/connect-partitions.js';
 import { keys } from '../shared/outbox/redis/keys.js';
@@ -16,6 +15,7 @@ import { ledgerHolds, partitionLedger } from '../shared/tooling/chaos/partition-
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { startApp, stopApp, type App } from './helpers/apps.js';
 import { useHarness } from './helpers/harness.js';
+import { usePartitions } from './helpers/partitions.js';
 import { startRedisCluster, type RedisCluster } from './helpers/redis-cluster.js';
 import { Redis } from 'ioredis';
 import { slotOf } from '../shared/outbox/redis/cluster-client.js';
@@ -31,14 +31,8 @@ const h = useHarness({ init: false });
 const pgdb = usePostgres();
 const PARTITIONS = 3;
 const LEASE = '1s';
-let parts: Partitions;
 
-beforeEach(async () => {
-  createDatabase(h.env.dir);
-  const target = { redisUrl: h.redis.url, partitions: PARTITIONS };
-  parts ??= await connectTargetPartitions(target, (options) => connectTarget(target, options));
-});
-after(() => closePartitions(parts));
+const partitions = usePartitions(h, PARTITIONS);
 
 const env = (extra: Record<string, string> = {}) => ({ OUTBOX_PARTITIONS: String(PARTITIONS), OUTBOX_PARTITION_LEASE: LEASE, OUTBOX_HANDLER_THREADS: '1', OUTBOX_RELAY_EVERY: '200ms', ...extra });
 const relayApp = (extra: Record<string, string> = {}) => startApp(h.env, 'dist/apps/relay/main.js', [], env(extra));
@@ -46,7 +40,7 @@ const consumerApp = (id: string, extra: Record<string, string> = {}) => startApp
 
 const started = (app: App) => waitFor(() => /"msg":"(relay|consumer) started"/.test(app.output()), { timeoutMs: 20_000, message: app.output() });
 /** The owner of each partition's lease ("<consumer id>#<token>"), undefined where none. */
-const holders = async (on = parts) => Promise.all(on.clients.map(async (redis) => (await redis.get(keys.partitionLease)) ?? undefined));
+const holders = async (on = partitions()) => Promise.all(on.clients.map(async (redis) => (await redis.get(keys.partitionLease)) ?? undefined));
 
 /** Orders and their changes written a few at a time for `ms`: aggregates with many events, over every partition. */
 async function traffic(ms: number): Promise<void> {
@@ -74,7 +68,7 @@ function rows() {
 }
 
 /** Waits until the ledger holds (or 30 s), then asserts it: every event applied once, in seq order per aggregate, nothing left. */
-async function assertLedger(on = parts, read: () => Promise<ReturnType<typeof rows>> = async () => rows()): Promise<void> {
+async function assertLedger(on = partitions(), read: () => Promise<ReturnType<typeof rows>> = async () => rows()): Promise<void> {
   const all = await read();
   await waitFor(async () => ledgerHolds(await partitionLedger(all, on)), { timeoutMs: 30_000 }).catch(() => {});
   const { events, aggregates, ...faults } = await partitionLedger(all, on);
@@ -142,12 +136,12 @@ describe('partition leases under faults', () => {
       await traffic(500);
       // Everything pushed, nothing consumed.
       const all = rows();
-      await waitFor(async () => (await Promise.all(parts.clients.map((r) => r.llen(keys.events)))).reduce((a, b) => a + b, 0) === all.length, { timeoutMs: 15_000 });
+      await waitFor(async () => (await Promise.all(partitions().clients.map((r) => r.llen(keys.events)))).reduce((a, b) => a + b, 0) === all.length, { timeoutMs: 15_000 });
       // The state a consumer SIGKILLed right after its take leaves in partition 1: its lease, its
       // membership, its heartbeat, and messages moved to its processing list.
-      const p1 = parts.clients[1];
+      const p1 = partitions().clients[1];
       assert.equal(await partitionLease(p1, 'acquire', 'ghost#dead', 3000), true);
-      await consumerMembers(parts.clients[0], 'join', 'ghost#dead', 3000);
+      await consumerMembers(partitions().clients[0], 'join', 'ghost#dead', 3000);
       await p1.set(keys.consumerAlive('ghost'), String(Date.now()), 'PX', 60_000);
       for (let i = 0; i < 5; i += 1) await p1.lmove(keys.events, keys.processing('ghost'), 'LEFT', 'RIGHT');
       const one = consumerApp('one');
@@ -311,19 +305,19 @@ describe('pairing when some partitions lost their state', () => {
     const db = openDatabase(h.env.dir);
     db.prepare('INSERT INTO outbox_pruned (aggregate_id, through_seq, events) VALUES (?, 7, 7), (?, 4, 4)').run(prunedIn1, prunedIn0);
     db.close();
-    const kept = await Promise.all([0, 2].map((p) => Promise.all([parts.clients[p].hgetall(keys.appliedSeq), parts.clients[p].hgetall(keys.applyCount), parts.clients[p].hgetall(keys.meta)])));
-    await unlinkAll(parts.clients[1], scanKeys(parts.clients[1], '*'));
+    const kept = await Promise.all([0, 2].map((p) => Promise.all([partitions().clients[p].hgetall(keys.appliedSeq), partitions().clients[p].hgetall(keys.applyCount), partitions().clients[p].hgetall(keys.meta)])));
+    await unlinkAll(partitions().clients[1], scanKeys(partitions().clients[1], '*'));
     const again = [relayApp(), consumerApp('one')];
     try {
       for (const app of again) await started(app);
       await waitFor(() => /Redis lost its state \(partition 1\)/.test(again[0].output()), { timeoutMs: 15_000, message: again[0].output() });
       await assertLedger();
-      const applied1 = await parts.clients[1].hgetall(keys.appliedSeq);
+      const applied1 = await partitions().clients[1].hgetall(keys.appliedSeq);
       assert.equal(applied1[prunedIn1], '7');
       assert.equal(applied1[prunedIn0], undefined, "partition 0's pruned aggregate is not written into partition 1");
-      assert.equal(await parts.clients[1].hget(keys.meta, 'unrecoverable'), '7');
-      assert.equal(await parts.clients[1].hget(keys.meta, 'partition'), `1/${PARTITIONS}`);
-      const now = await Promise.all([0, 2].map((p) => Promise.all([parts.clients[p].hgetall(keys.appliedSeq), parts.clients[p].hgetall(keys.applyCount), parts.clients[p].hgetall(keys.meta)])));
+      assert.equal(await partitions().clients[1].hget(keys.meta, 'unrecoverable'), '7');
+      assert.equal(await partitions().clients[1].hget(keys.meta, 'partition'), `1/${PARTITIONS}`);
+      const now = await Promise.all([0, 2].map((p) => Promise.all([partitions().clients[p].hgetall(keys.appliedSeq), partitions().clients[p].hgetall(keys.applyCount), partitions().clients[p].hgetall(keys.meta)])));
       assert.deepEqual(now, kept, 'partitions 0 and 2 untouched by the rebuild');
     } finally {
       for (const app of again) assert.equal((await stopApp(app)).code, 0, app.output());
@@ -336,9 +330,9 @@ describe('pairing when some partitions lost their state', () => {
       for (const app of apps) await started(app);
       await traffic(300);
       await assertLedger();
-      const theirs = (await parts.clients[2].hget(keys.meta, 'store'))!;
-      await parts.clients[2].hset(keys.meta, 'store', 'another-store');
-      const enqueued = async () => Promise.all(parts.clients.map((redis) => redis.get(keys.enqueued)));
+      const theirs = (await partitions().clients[2].hget(keys.meta, 'store'))!;
+      await partitions().clients[2].hset(keys.meta, 'store', 'another-store');
+      const enqueued = async () => Promise.all(partitions().clients.map((redis) => redis.get(keys.enqueued)));
       const before = await enqueued();
       await traffic(300);
       await waitFor(() => /another-store/.test(apps[0].output()), { timeoutMs: 15_000, message: apps[0].output() });
@@ -349,7 +343,7 @@ describe('pairing when some partitions lost their state', () => {
       assert.deepEqual(await enqueued(), refusedAt, 'no push while partition 2 serves another store');
       assert.equal(apps[0].output().match(/"level":"error"[^\n]*serves store another-store/g)?.length, 1, apps[0].output());
       assert.doesNotMatch(apps[0].output(), /\n\s+at /, 'no stack trace');
-      await parts.clients[2].hset(keys.meta, 'store', theirs);
+      await partitions().clients[2].hset(keys.meta, 'store', theirs);
       await assertLedger();
     } finally {
       for (const app of apps) assert.equal((await stopApp(app)).code, 0, app.output());
@@ -372,22 +366,22 @@ describe('drain across partitions', () => {
         return [effect.hincrby(`total:cart:${event.aggregateId}`, 'n', event.payload.n)];
       },
     });
-    for (let p = 0; p < PARTITIONS; p += 1) await claimStore(parts.clients[p], storeId, undefined, partitionLayout(p, PARTITIONS));
+    for (let p = 0; p < PARTITIONS; p += 1) await claimStore(partitions().clients[p], storeId, undefined, partitionLayout(p, PARTITIONS));
     const carts = Array.from({ length: 9 }, (_, i) => `cart:${i}`);
     assert.equal(new Set(carts.map((c) => partitionOf(c, PARTITIONS))).size, PARTITIONS);
     for (const cart of carts) {
       const p = partitionOf(cart, PARTITIONS);
       const messages = [1, 2, 3].map((seq) => JSON.stringify({ event_id: `${cart}-${seq}`, aggregate_id: cart, seq, event_type: 'Added', payload: { n: seq }, store_id: storeId }));
-      assert.equal((await pushEvents(parts.clients[p], storeId, messages, partitionLayout(p, PARTITIONS))).status, 'ok');
+      assert.equal((await pushEvents(partitions().clients[p], storeId, messages, partitionLayout(p, PARTITIONS))).status, 'ok');
     }
-    const consumer = await createConsumer({ redis: parts, handlers, consumerId: 'drainer' });
+    const consumer = await createConsumer({ redis: partitions(), handlers, consumerId: 'drainer' });
     const stats = await consumer.drain();
     await consumer.close();
     assert.equal(failed.size, 1, 'the injected failure happened');
     assert.equal(stats.applied, 27);
     assert.ok(stats.retried >= 1, JSON.stringify(stats));
     for (const cart of carts) {
-      const redis = parts.clients[partitionOf(cart, PARTITIONS)];
+      const redis = partitions().clients[partitionOf(cart, PARTITIONS)];
       assert.equal(await redis.hget(`total:${cart}`, 'n'), '6', cart);
       assert.equal(await redis.llen(keys.processing('drainer')), 0);
       assert.equal(await redis.llen(keys.events), 0);

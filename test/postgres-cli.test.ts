@@ -2,9 +2,8 @@ import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeEach, describe, it } from 'node:test';
-import { runCli, type CliResult } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
-import { usePostgres } from './helpers/postgres.js';
+import { pgCommands, usePostgres } from './helpers/postgres.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 
 // The CLI on the PostgreSQL store: --database / OUTBOX_DATABASE_URL, this file's own database.
@@ -16,21 +15,8 @@ beforeEach(async () => {
   await db.scalar('DROP TABLE IF EXISTS orders');
 });
 
-/** `outbox <args>` on this file's database. */
-const pgCli = (args: string[], env: Record<string, string> = {}) => runCli(args, { ...h.env, env: { OUTBOX_DATABASE_URL: db.url, ...env } });
+const { pgCli, ok, refused } = pgCommands(db, h);
 
-async function ok(...args: string[]): Promise<CliResult> {
-  const result = await pgCli(args);
-  assert.equal(result.code, 0, `outbox ${args.join(' ')}: ${result.stdout}${result.stderr}`);
-  return result;
-}
-
-/** Asserts one line on stderr matching `pattern` and exit `code`. */
-function refused(result: CliResult, code: number, pattern: RegExp): void {
-  assert.equal(result.code, code, result.stdout + result.stderr);
-  assert.match(result.stderr.trimEnd(), pattern);
-  assert.equal(result.stderr.trim().split('\n').length, 1, result.stderr);
-}
 
 const rows = async (sql: string) => (await db.pool(1).query(sql)).rows;
 

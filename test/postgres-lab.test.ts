@@ -2,9 +2,8 @@ import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeEach, describe, it } from 'node:test';
-import { runCli, type CliResult } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
-import { usePostgres } from './helpers/postgres.js';
+import { pgCommands, usePostgres } from './helpers/postgres.js';
 import { createLogger } from '../shared/outbox/logger.js';
 import { attachPgApp } from '../shared/runtime/pg-attached-apps.js';
 import { pgLabStore } from '../shared/lab/lab-store.js';
@@ -19,22 +18,10 @@ beforeEach(async () => {
   await db.scalar('DROP TABLE IF EXISTS orders, dualwrite_orders');
 });
 
-const pgCli = (args: string[], env: Record<string, string> = {}) => runCli(args, { ...h.env, env: { OUTBOX_DATABASE_URL: db.url, ...env } });
+const { pgCli, ok, refused } = pgCommands(db, h);
 const artifact = (name: string) => readFileSync(join(h.env.dir, name), 'utf8');
 const count = async (table: string) => Number(await db.scalar(`SELECT COUNT(*) FROM ${table}`));
 
-async function ok(...args: string[]): Promise<CliResult> {
-  const result = await pgCli(args);
-  assert.equal(result.code, 0, `outbox ${args.join(' ')}: ${result.stdout}${result.stderr}`);
-  return result;
-}
-
-/** Asserts one line on stderr matching `pattern` and exit `code`. */
-function refused(result: CliResult, code: number, pattern: RegExp): void {
-  assert.equal(result.code, code, result.stdout + result.stderr);
-  assert.match(result.stderr.trimEnd(), pattern);
-  assert.equal(result.stderr.trim().split('\n').length, 1, result.stderr);
-}
 
 describe('outbox lab on PostgreSQL', () => {
   it('runs steps 1-8 on the PostgreSQL store and leaves every artifact in the seed\'s format; its relay-crash child dies after the push; verify holds; a second run starts over', async () => {

@@ -1,7 +1,9 @@
+import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before } from 'node:test';
 import pg from 'pg';
 import { waitFor } from '../../shared/tooling/local/wait-for.js';
+import { runCli, type CliEnv, type CliResult } from './cli.js';
 
 /** The server the PostgreSQL tests use: 127.0.0.1:5432, user postgres, trust auth (OUTBOX_TEST_PG_URL overrides). */
 export const PG_SERVER_URL = process.env.OUTBOX_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
@@ -77,4 +79,25 @@ export function usePostgres(): TestDatabase {
     await admin.end();
   });
   return db;
+}
+
+/**
+ * `outbox <args>` on `db` with the harness's data dir and Redis (`pgCli`), the same asserting exit 0
+ * (`ok`), and `refused`: exit `code` with one line on stderr matching `pattern`.
+ */
+export function pgCommands(db: TestDatabase, harness: { env: CliEnv }) {
+  const pgCli = (args: string[], env: Record<string, string> = {}) => runCli(args, { ...harness.env, env: { OUTBOX_DATABASE_URL: db.url, ...env } });
+  return {
+    pgCli,
+    async ok(...args: string[]): Promise<CliResult> {
+      const result = await pgCli(args);
+      assert.equal(result.code, 0, `outbox ${args.join(' ')}: ${result.stdout}${result.stderr}`);
+      return result;
+    },
+    refused(result: CliResult, code: number, pattern: RegExp): void {
+      assert.equal(result.code, code, result.stdout + result.stderr);
+      assert.match(result.stderr.trimEnd(), pattern);
+      assert.equal(result.stderr.trim().split('\n').length, 1, result.stderr);
+    },
+  };
 }

@@ -4,7 +4,7 @@ import { refusePartitioned } from '../stores.js';
 import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { parseDuration } from '../../../shared/outbox/duration.js';
 import { formatChaos } from '../../../shared/tooling/chaos/format-chaos.js';
-import { CHAOS_TARGETS, DEFAULT_CHAOS_TARGETS, DEFAULT_SCALE_OUT_TARGETS, SCALE_OUT_TARGETS, type ChaosTarget, type ScaleOutTarget } from '../../../shared/tooling/chaos/targets.js';
+import { CHAOS_TARGETS, DEFAULT_CHAOS_TARGETS, DEFAULT_SCALE_OUT_TARGETS, SCALE_OUT_TARGETS } from '../../../shared/tooling/chaos/targets.js';
 import { CheckFailedError } from '../../../shared/outbox/errors/check-failed-error.js';
 import { InvalidInputError } from '../../../shared/outbox/errors/invalid-input-error.js';
 import { parseCount } from '../../../shared/lab/orders/validate.js';
@@ -49,20 +49,7 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   if (argv.relays !== undefined || argv.consumers !== undefined) throw new InvalidInputError('--relays and --consumers are for chaos on PostgreSQL (--database): the run on app.db has 2 relays and 1 consumer');
   // On app.db the run has one private Redis; on PostgreSQL it makes its own cluster and partitions.
   refusePartitioned(config, 'chaos', 'run it with one partition on one Redis, or give --database postgres://… for a run on its own Redis Cluster');
-  const targets = (argv.targets ?? DEFAULT_CHAOS_TARGETS.join(',')).split(',').map((t) => t.trim()) as ChaosTarget[];
-  const unknown = targets.filter((t) => !CHAOS_TARGETS.includes(t));
-  if (unknown.length > 0 || targets.length === 0) {
-    throw new InvalidInputError(`--targets takes a comma-separated list of ${CHAOS_TARGETS.join(', ')}, got ${JSON.stringify(argv.targets)}`);
-  }
-  const options = {
-    durationMs: parseDuration(argv.duration, '--duration'),
-    rate: parseCount(argv.rate, '--rate', 100_000),
-    killEveryMs: parseDuration(argv.killEvery, '--kill-every'),
-    targets,
-    seed: parseCount(argv.seed, '--seed', 2 ** 31),
-    keep: argv.keep,
-  };
-  if (options.killEveryMs < 100) throw new InvalidInputError('--kill-every must be at least 100ms');
+  const options = runOptions(argv, CHAOS_TARGETS, DEFAULT_CHAOS_TARGETS, '--targets');
   const { runChaos } = await import('../../../shared/tooling/chaos/run-chaos.js');
   const result = await runChaos({ ...options, progress: progressLine() });
   const { ledger: _ledger, ...rest } = result;
@@ -90,27 +77,35 @@ function progressLine(): (line: string) => void {
   };
 }
 
-/** Chaos on the scale-out path: a database of its own on the PostgreSQL server `serverUrl` names, a private Redis Cluster. */
-async function scaleOut(argv: ArgumentsCamelCase<Args>, serverUrl: string, partitions: number): Promise<void> {
-  const targets = (argv.targets ?? DEFAULT_SCALE_OUT_TARGETS.join(',')).split(',').map((t) => t.trim()) as ScaleOutTarget[];
-  const unknown = targets.filter((t) => !SCALE_OUT_TARGETS.includes(t));
-  if (unknown.length > 0 || targets.length === 0) {
-    throw new InvalidInputError(`--targets on PostgreSQL takes a comma-separated list of ${SCALE_OUT_TARGETS.join(', ')}, got ${JSON.stringify(argv.targets)}`);
+/** The options both runs take, checked: `--targets` from `known` (`defaults` when not given), duration, rate, mean time between faults, seed. */
+function runOptions<T extends string>(argv: ArgumentsCamelCase<Args>, known: readonly T[], defaults: readonly T[], named: string) {
+  const targets = (argv.targets ?? defaults.join(',')).split(',').map((t) => t.trim()) as T[];
+  if (targets.length === 0 || targets.some((t) => !known.includes(t))) {
+    throw new InvalidInputError(`${named} takes a comma-separated list of ${known.join(', ')}, got ${JSON.stringify(argv.targets)}`);
   }
-  if (argv.partitions === undefined && !process.env.OUTBOX_PARTITIONS) partitions = 4;
   const options = {
     durationMs: parseDuration(argv.duration, '--duration'),
     rate: parseCount(argv.rate, '--rate', 100_000),
     killEveryMs: parseDuration(argv.killEvery, '--kill-every'),
     targets,
     seed: parseCount(argv.seed, '--seed', 2 ** 31),
+    keep: argv.keep,
+  };
+  if (options.killEveryMs < 100) throw new InvalidInputError('--kill-every must be at least 100ms');
+  return options;
+}
+
+/** Chaos on the scale-out path: a database of its own on the PostgreSQL server `serverUrl` names, a private Redis Cluster. */
+async function scaleOut(argv: ArgumentsCamelCase<Args>, serverUrl: string, partitions: number): Promise<void> {
+  const common = runOptions(argv, SCALE_OUT_TARGETS, DEFAULT_SCALE_OUT_TARGETS, '--targets on PostgreSQL');
+  if (argv.partitions === undefined && !process.env.OUTBOX_PARTITIONS) partitions = 4;
+  const options = {
+    ...common,
     relays: argv.relays === undefined ? 4 : parseCount(argv.relays, '--relays', 16),
     consumers: argv.consumers === undefined ? 3 : parseCount(argv.consumers, '--consumers', 16),
     partitions,
     serverUrl,
-    keep: argv.keep,
   };
-  if (options.killEveryMs < 100) throw new InvalidInputError('--kill-every must be at least 100ms');
   const { runScaleOutChaos } = await import('../../../shared/tooling/chaos/scale-out-chaos.js');
   const { formatScaleOutChaos } = await import('../../../shared/tooling/chaos/format-chaos.js');
   const result = await runScaleOutChaos({ ...options, progress: progressLine() });

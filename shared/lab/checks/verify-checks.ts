@@ -31,19 +31,24 @@ function inventoryEffect(event: VerifiedEvent): { sku: string; delta: number } |
   return { sku, delta: inventoryDelta(body) ?? 0 };
 }
 
-/** What the lab's checks read in verify's snapshot transaction on app.db. */
-function readOrders(db: Db) {
-  // An order's events are those of its aggregate `order:<id>`, numbered 1..last_seq by append.
-  // Events deleted by `outbox prune` count as present: they were published long ago.
-  const incomplete = db
-    .prepare<[], { id: number }>(
-      `SELECT o.id FROM orders o
+/**
+ * The orders whose events are not all there (the same SQL on both stores). An order's events are
+ * those of its aggregate `order:<id>`, numbered 1..last_seq by append; events deleted by `outbox
+ * prune` count as present: they were published long ago.
+ */
+const INCOMPLETE_ORDERS = `SELECT o.id FROM orders o
          LEFT JOIN outbox_aggregates a ON a.aggregate_id = '${KEY_PREFIX}' || o.id
          LEFT JOIN outbox_pruned p ON p.aggregate_id = '${KEY_PREFIX}' || o.id
         WHERE a.last_seq IS NULL
            OR (SELECT COUNT(*) FROM outbox e WHERE e.aggregate_id = a.aggregate_id) + COALESCE(p.events, 0) <> a.last_seq
            OR (NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = a.aggregate_id AND e.seq = a.last_seq)
-               AND COALESCE(p.through_seq, 0) < a.last_seq)`,
+               AND COALESCE(p.through_seq, 0) < a.last_seq)`;
+
+/** What the lab's checks read in verify's snapshot transaction on app.db. */
+function readOrders(db: Db) {
+  const incomplete = db
+    .prepare<[], { id: number }>(
+      INCOMPLETE_ORDERS,
     )
     .all()
     .map((o) => o.id);
@@ -71,14 +76,7 @@ function readOrders(db: Db) {
 export async function readOrdersOnPg(client: PoolClient): Promise<{ incomplete: number[]; orphans: string[]; reservedBySku: Map<string, number> }> {
   const incomplete = (
     await client.query<{ id: string }>(
-      `SELECT o.id FROM orders o
-         LEFT JOIN outbox_aggregates a ON a.aggregate_id = '${KEY_PREFIX}' || o.id
-         LEFT JOIN outbox_pruned p ON p.aggregate_id = '${KEY_PREFIX}' || o.id
-        WHERE a.last_seq IS NULL
-           OR (SELECT COUNT(*) FROM outbox e WHERE e.aggregate_id = a.aggregate_id) + COALESCE(p.events, 0) <> a.last_seq
-           OR (NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = a.aggregate_id AND e.seq = a.last_seq)
-               AND COALESCE(p.through_seq, 0) < a.last_seq)
-        ORDER BY o.id`,
+      `${INCOMPLETE_ORDERS} ORDER BY o.id`,
     )
   ).rows.map((o) => Number(o.id));
   // The id is taken out of the key only when the key is one (CASE: never cast a key that is not), so the lookup uses orders' primary key.

@@ -38,7 +38,7 @@ export type ProducerSnapshot = { value: unknown } | { error: unknown };
  * `observe`). The checks in verify.ts compare what SQLite held up to `horizon` with the Redis state
  * at one instant, `appliedCounter`, corrected for the newer events Redis had applied by then.
  */
-export interface Observation {
+export interface Observation extends Omit<ConsumerState, 'meta' | 'appliedCounter'> {
   /** The highest outbox id the checks cover: the newest row of the first snapshot. */
   horizon: number;
   // SQLite, one read transaction (S1).
@@ -64,14 +64,8 @@ export interface Observation {
   partitionStates: ConsumerState[];
   /** The stats hashes' `applied` counter of each partition at its instant: its entries with applyOrder <= it were applied by then. */
   appliedCounters: number[];
-  processedCount: number;
-  applyCounts: Record<string, string>;
-  appliedSeqs: Record<string, string>;
-  /** The check set's counter hashes, read in the same MULTI, each field summed over the partitions. */
-  counters: Record<string, Record<string, string>>;
-  stats: Record<string, string>;
-  parked: Record<string, string>;
-  dead: number;
+  // The ConsumerState fields (processedCount, applyCounts, appliedSeqs, counters: the check set's
+  // counter hashes, each field summed over the partitions; stats, parked, dead): merged.
   // Redis, read after S1 and before the MULTI.
   flight: { ids: Set<string>; queued: number; processing: number };
   // Redis, read after the MULTI: the processed entries of `events` and `newer`, in their order.
