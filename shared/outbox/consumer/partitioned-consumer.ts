@@ -71,7 +71,6 @@ export function startPartitionedConsumer(
     consumerStats,
     /** The partitions held now. */
     held: leases.held,
-    processingList: '',
     stop: () => leases.stop(),
   };
 }
