@@ -14,7 +14,7 @@ import { openDatabase } from '../shared/outbox/store/open-database.js';
 import type { DashboardState } from '../shared/runtime/dashboard/sampler.js';
 import { freePort } from '../shared/tooling/local/redis-server.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
-import { startApp, stopApp, type App } from './helpers/apps.js';
+import { startApp, stopApp, stopApps, type App } from './helpers/apps.js';
 import { closeChromium, launchChromium } from './helpers/browser.js';
 import { runCli, type CliEnv } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
@@ -126,7 +126,7 @@ describe('the dashboard across partitions', () => {
       const wrong = await stateWhere(single, (s) => s.problems.some((p) => p.includes('partitions')), 'no problem shown');
       assert.match(wrong.problems.join('\n'), /holds 3 partitions, not 1: set --partitions \/ OUTBOX_PARTITIONS to 3/);
     } finally {
-      for (const app of apps) assert.equal((await stopApp(app)).code, 0, app.output());
+      await stopApps(apps);
     }
   });
 });
@@ -214,7 +214,7 @@ describe('the dashboard on PostgreSQL', () => {
       assert.match(unreachable.problems[1], /^cannot read the PostgreSQL store's id: .*ECONNREFUSED/);
       assert.deepEqual([unreachable.pipeline.pending, unreachable.store], [undefined, null]);
     } finally {
-      for (const app of apps) assert.equal((await stopApp(app)).code, 0, app.output());
+      await stopApps(apps);
     }
   });
 });

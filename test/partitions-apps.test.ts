@@ -6,7 +6,7 @@ import { partitionOf } from '../shared/outbox/redis/partitions.js';
 import { openDatabase } from '../shared/outbox/store/open-database.js';
 import { ledgerHolds, partitionLedger } from '../shared/tooling/chaos/partition-ledger.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
-import { startApp, stopApp } from './helpers/apps.js';
+import { startApp, stopApp, stopApps } from './helpers/apps.js';
 import { useHarness } from './helpers/harness.js';
 import { usePartitions } from './helpers/partitions.js';
 
@@ -49,7 +49,7 @@ describe('partitions on one Redis with app.db', () => {
       for (const consumer of consumers) assert.match(consumer.output(), /"msg":"partition taken"/);
     } finally {
       db.close();
-      for (const app of [relay, ...consumers]) assert.equal((await stopApp(app)).code, 0, app.output());
+      await stopApps([relay, ...consumers]);
     }
   });
 

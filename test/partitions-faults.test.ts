@@ -13,7 +13,7 @@ import { z } from 'zod';
 import { openDatabase } from '../shared/outbox/store/open-database.js';
 import { ledgerHolds, partitionLedger } from '../shared/tooling/chaos/partition-ledger.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
-import { startApp, stopApp, type App } from './helpers/apps.js';
+import { startApp, stopApp, stopApps, type App } from './helpers/apps.js';
 import { useHarness } from './helpers/harness.js';
 import { usePartitions } from './helpers/partitions.js';
 import { startRedisCluster, type RedisCluster } from './helpers/redis-cluster.js';
@@ -98,7 +98,7 @@ describe('partition leases under faults', () => {
       await waitFor(async () => new Set((await holders()).map((o) => o?.split('#')[0])).size === 2, { timeoutMs: 15_000, message: 'the partitions were not shared again' });
     } finally {
       one.child.kill('SIGCONT');
-      for (const app of [relay, ...consumers]) assert.equal((await stopApp(app)).code, 0, app.output());
+      await stopApps([relay, ...consumers]);
     }
   });
 
@@ -162,9 +162,14 @@ describe('partition leases under faults', () => {
     // Named to sort first: the members round-robin would give it partition 2, which it does not know.
     const wrong = consumerApp('a-wrong', { OUTBOX_PARTITIONS: '2' });
     const right = consumerApp('b-right');
-    const relay = relayApp();
+    const apps = [wrong, right];
     try {
-      for (const app of [wrong, right, relay]) await started(app);
+      // The relay only once both run: started earlier, its claim could come first, and the consumer
+      // for 2 would be refused at start (exit 78): right too, but not the case this test is about.
+      for (const app of apps) await started(app);
+      const relay = relayApp();
+      apps.unshift(relay);
+      await started(relay);
       await traffic(500);
       await assertLedger();
       assert.match(wrong.output(), /holds partition 0\/3 \(of 3\), not 0\/2: set --partitions \/ OUTBOX_PARTITIONS to 3 on every relay and consumer/);
@@ -172,7 +177,7 @@ describe('partition leases under faults', () => {
       assert.doesNotMatch(wrong.output(), /\n\s+at /, 'no stack trace');
       assert.ok((await holders()).every((o) => o?.startsWith('b-right#')), `leases: ${(await holders()).join(', ')}`);
     } finally {
-      for (const app of [relay, wrong, right]) assert.equal((await stopApp(app)).code, 0, app.output());
+      await stopApps(apps);
     }
   });
 
@@ -180,9 +185,13 @@ describe('partition leases under faults', () => {
     'a consumer started for 1 partition (no partitions: the seed\'s key names) before the relay first claimed Redis for 3: says so in one line once the partitions are claimed',
     async () => {
       const wrong = consumerApp('a-wrong', { OUTBOX_PARTITIONS: '1' });
-      const relay = relayApp();
+      const apps = [wrong];
       try {
-        for (const app of [wrong, relay]) await started(app);
+        // The relay once the consumer runs (else the consumer is refused at start: another case).
+        await started(wrong);
+        const relay = relayApp();
+        apps.unshift(relay);
+        await started(relay);
         await traffic(500);
         await waitFor(async () => /holds 3 partitions, not 1: set --partitions \/ OUTBOX_PARTITIONS to 3 on every relay and consumer/.test(wrong.output()), {
           timeoutMs: 10_000,
@@ -192,7 +201,7 @@ describe('partition leases under faults', () => {
         assert.equal(wrong.output().match(/holds 3 partitions, not 1/g)?.length, 1, 'said once, not every check');
         assert.doesNotMatch(wrong.output(), /\n\s+at /, 'no stack trace');
       } finally {
-        for (const app of [relay, wrong]) assert.equal((await stopApp(app)).code, 0, app.output());
+        await stopApps(apps);
       }
     },
   );
@@ -201,9 +210,12 @@ describe('partition leases under faults', () => {
     'consumers started for 3 partitions before a relay for 1 partition (no partitions) first claimed Redis: one of them says so',
     async () => {
       const consumer = consumerApp('one');
-      const relay = relayApp({ OUTBOX_PARTITIONS: '1' });
+      const apps = [consumer];
       try {
-        for (const app of [consumer, relay]) await started(app);
+        await started(consumer);
+        const relay = relayApp({ OUTBOX_PARTITIONS: '1' });
+        apps.unshift(relay);
+        await started(relay);
         await traffic(300);
         await waitFor(() => /holds 1 partition \(a queue with the seed's key names\), not 3: set --partitions \/ OUTBOX_PARTITIONS to 1 on every relay and consumer/.test(consumer.output()), {
           timeoutMs: 10_000,
@@ -211,7 +223,7 @@ describe('partition leases under faults', () => {
         });
         assert.doesNotMatch(consumer.output(), /\n\s+at /, 'no stack trace');
       } finally {
-        for (const app of [relay, consumer]) assert.equal((await stopApp(app)).code, 0, app.output());
+        await stopApps(apps);
       }
     },
   );
@@ -235,7 +247,7 @@ describe('relays and consumers coming and going', () => {
       await assertLedger();
     } finally {
       assert.equal((await stopApp(relay)).code, 0, relay.output());
-      for (const app of consumers) assert.equal((await stopApp(app)).code, 0, app.output());
+      await stopApps(consumers);
     }
   });
 
@@ -278,7 +290,7 @@ describe('relays and consumers coming and going', () => {
       assert.ok(Date.now() - t0 < 5_000, `steady held every partition ${Date.now() - t0} ms after the churn`);
       await assertLedger();
     } finally {
-      for (const app of [relay, steady]) assert.equal((await stopApp(app)).code, 0, app.output());
+      await stopApps([relay, steady]);
       for (const app of churned) await stopApp(app, 'SIGKILL');
     }
   });
@@ -299,7 +311,7 @@ describe('pairing when some partitions lost their state', () => {
       await traffic(500);
       await assertLedger();
     } finally {
-      for (const app of apps) assert.equal((await stopApp(app)).code, 0, app.output());
+      await stopApps(apps);
     }
     // Pruned before the loss (rows gone, their aggregates' seq recorded): one aggregate in each of partitions 0 and 1.
     const db = openDatabase(h.env.dir);
@@ -320,7 +332,7 @@ describe('pairing when some partitions lost their state', () => {
       const now = await Promise.all([0, 2].map((p) => Promise.all([partitions().clients[p].hgetall(keys.appliedSeq), partitions().clients[p].hgetall(keys.applyCount), partitions().clients[p].hgetall(keys.meta)])));
       assert.deepEqual(now, kept, 'partitions 0 and 2 untouched by the rebuild');
     } finally {
-      for (const app of again) assert.equal((await stopApp(app)).code, 0, app.output());
+      await stopApps(again);
     }
   });
 
@@ -346,7 +358,7 @@ describe('pairing when some partitions lost their state', () => {
       await partitions().clients[2].hset(keys.meta, 'store', theirs);
       await assertLedger();
     } finally {
-      for (const app of apps) assert.equal((await stopApp(app)).code, 0, app.output());
+      await stopApps(apps);
     }
   });
 });

@@ -4,7 +4,7 @@ import { beforeEach, describe, it } from 'node:test';
 import { createPgOrderService } from '../shared/lab/orders/pg-order-service.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { freePort } from '../shared/tooling/local/redis-server.js';
-import { startApp, stopApp, type App } from './helpers/apps.js';
+import { startApp, stopApp, stopApps, type App } from './helpers/apps.js';
 import { runCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
 import { usePostgres } from './helpers/postgres.js';
@@ -75,7 +75,7 @@ describe('the relay app on PostgreSQL', () => {
       for (const relay of relays) assert.match(relay.output(), /"msg":"batch relayed"/, 'each relay relayed batches');
       assert.match((await cli('verify', '--settle', '0s')).stdout, /^VERIFY OK$/m);
     } finally {
-      for (const app of [...relays, consumer]) assert.equal((await stopApp(app)).code, 0, app.output());
+      await stopApps([...relays, consumer]);
     }
     for (const relay of relays) assert.doesNotMatch(relay.output(), /"level":"(warn|error)"/, relay.output());
 

@@ -7,7 +7,7 @@ import { closePartitions, connectTarget, connectTargetPartitions } from '../shar
 import { partitionOf, type Partitions } from '../shared/outbox/redis/partitions.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { ledgerHolds, partitionLedger } from '../shared/tooling/chaos/partition-ledger.js';
-import { startApp, stopApp, type App } from './helpers/apps.js';
+import { startApp, stopApp, stopApps, type App } from './helpers/apps.js';
 import { useHarness } from './helpers/harness.js';
 import { usePostgres } from './helpers/postgres.js';
 import { startRedisCluster, type RedisCluster } from './helpers/redis-cluster.js';
@@ -124,7 +124,7 @@ describe('scale-out: PostgreSQL, 4 relays, a Redis Cluster with 4 partitions, 3 
       const relayed = await Promise.all(relays.map(async (app) => app.output()));
       assert.ok(relayed.every((output) => !/"level":"(error|fatal)"/.test(output)), relayed.join('\n'));
     } finally {
-      for (const app of apps) assert.equal((await stopApp(app)).code, 0, app.output());
+      await stopApps(apps);
     }
   });
 
@@ -158,7 +158,7 @@ describe('scale-out: PostgreSQL, 4 relays, a Redis Cluster with 4 partitions, 3 
       await assertLedger();
       assert.match(b.output(), /"msg":"partition taken".*"reclaimed"/);
     } finally {
-      for (const app of [...relays, b, ...(c ? [c] : [])]) assert.equal((await stopApp(app)).code, 0, app.output());
+      await stopApps([...relays, b, ...(c ? [c] : [])]);
       await stopApp(a);
     }
   });
@@ -194,7 +194,7 @@ describe('scale-out: PostgreSQL, 4 relays, a Redis Cluster with 4 partitions, 3 
       await assertLedger();
       assert.match(relays.map((app) => app.output()).join(''), /Redis lost its state \(partition/);
     } finally {
-      for (const app of apps) assert.equal((await stopApp(app)).code, 0, app.output());
+      await stopApps(apps);
     }
   });
 });

@@ -1,3 +1,4 @@
+import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { REPO_ROOT } from '../../shared/tooling/local/pm2.js';
@@ -31,4 +32,14 @@ export function startApp(env: CliEnv, script: string, args: string[] = [], extra
 export async function stopApp(app: App, signal: NodeJS.Signals = 'SIGTERM') {
   if (app.child.exitCode === null && app.child.signalCode === null) app.child.kill(signal);
   return app.exited;
+}
+
+/**
+ * Stops every app in order (`stopApp`), then asserts each exited 0: an app that exits otherwise
+ * fails the test without leaving the ones after it running (which would keep the test file alive).
+ */
+export async function stopApps(apps: readonly App[], signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+  const exits = [];
+  for (const app of apps) exits.push(await stopApp(app, signal));
+  exits.forEach((exit, i) => assert.equal(exit.code, 0, apps[i].output()));
 }
