@@ -254,4 +254,24 @@ describe('PostgreSQL relay', () => {
     assert.equal((await drain()).applied, 15);
     await assertAppliedOncePerSeq(pool);
   });
+
+  it('a relay whose outbox tables were recreated under it (a new store, Redis started over) relays the new rows as the new store\'s, never claiming Redis for the old one', async () => {
+    const pool = db.pool();
+    const outbox = await createPgOutbox(pool, { events: depositEvents });
+    await outbox.append(pool, deposit('acc-1'));
+    const relay = createPgRelay(pool, redis!, { batchSize: 5 });
+    await relay.relayAll();
+    const oldStore = await db.scalar<string>("SELECT value FROM outbox_meta WHERE key = 'store_id'");
+    // What `outbox init --force` does: new tables with a new store id, and Redis's keys deleted.
+    await db.reset();
+    const fresh = await createPgOutbox(pool, { events: depositEvents });
+    await h.client.flushall();
+    for (let i = 0; i < 3; i += 1) await fresh.append(pool, deposit('acc-2'));
+    const newStore = await db.scalar<string>("SELECT value FROM outbox_meta WHERE key = 'store_id'");
+    assert.notEqual(newStore, oldStore);
+    assert.deepEqual(await relay.relayAll(), { batches: 1, events: 3 });
+    assert.equal(await h.client.hget('outbox:meta', 'store'), newStore, 'Redis serves the new store');
+    assert.deepEqual(new Set((await queue()).map((m) => (JSON.parse(m) as { store_id: string }).store_id)), new Set([newStore]));
+    assert.equal((await drain()).applied, 3);
+  });
 });

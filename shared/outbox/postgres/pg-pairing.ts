@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Pool, PoolClient } from 'pg';
+import { OutboxError } from '../errors/outbox-error.js';
 import { StoreMismatchError } from '../errors/store-mismatch-error.js';
 import { describeRedis } from '../redis/describe.js';
 import { partitionsOf, type Partitions } from '../redis/partitions.js';
@@ -74,6 +75,10 @@ export async function ensurePgPaired(pool: Pool, redis: Redis | Partitions, stor
   const client = await pool.connect();
   try {
     await client.query('SELECT pg_advisory_lock($1)', [PAIRING_LOCK]);
+    // The tables recreated since the caller read the store id: claiming for the old one would have
+    // Redis serve a store that no longer exists, and the new rows pushed as its events.
+    const now = await pgStoreIdOf(client);
+    if (now !== storeId) throw new OutboxError(`the outbox tables were recreated (store ${storeId}, now ${now}) while pairing: pair again for the new store`, 5);
     return await pairPartitions(pgPairingStore(client, storeId, await pgStoreName(client)), partitions);
   } finally {
     // Destroyed, not returned: that ends the session and its advisory lock with it.

@@ -23,7 +23,10 @@ export interface PgRelayOptions extends Pick<RelayOptions, 'batchSize' | 'onPair
   claimTimeoutMs?: number;
 }
 
-/** Redis lost its state between two pushes: the pass stops and the relay pairs again. */
+/**
+ * Redis lost its state between two pushes, or the outbox tables were recreated under the relay (a
+ * new store id): the pass stops and the relay pairs again, for the store the tables hold now.
+ */
 class StateLostError extends Error {}
 
 interface PgRow {
@@ -59,7 +62,9 @@ export function createPgRelay(pool: Pool, redis: Redis | Partitions, options: Pg
   // Simple-query protocol, one round trip: the integers are checked above, the lock key is a constant.
   const claim =
     `BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${claimTimeoutMs}; SELECT pg_advisory_xact_lock_shared(${REPLAY_LOCK});` +
-    ` SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE status = 'PENDING' ORDER BY id LIMIT ${batchSize} FOR UPDATE SKIP LOCKED`;
+    ` SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE status = 'PENDING' ORDER BY id LIMIT ${batchSize} FOR UPDATE SKIP LOCKED;` +
+    // In the same snapshot as the rows: a relay never pushes rows of recreated tables as its old store's.
+    " SELECT value AS store FROM outbox_meta WHERE key = 'store_id'";
   let storeId: string | undefined;
   let paired = false;
 
@@ -85,6 +90,7 @@ export function createPgRelay(pool: Pool, redis: Redis | Partitions, options: Pg
     let broken = false;
     try {
       const results = (await client.query(claim)) as unknown as QueryResult<PgRow>[];
+      if ((results[4].rows[0] as unknown as { store?: string } | undefined)?.store !== store) throw new StateLostError();
       const rows = results[3].rows.map(toRow);
       if (rows.length === 0) {
         await client.query('COMMIT');
@@ -112,7 +118,8 @@ export function createPgRelay(pool: Pool, redis: Redis | Partitions, options: Pg
   /** Checks that Redis serves this store, claiming or rebuilding it as `ensurePaired` does. */
   async function pair(): Promise<Pairing> {
     const pairing = await (async () => {
-      storeId ??= await pgStoreIdOf(pool);
+      // Read each time: the tables may have been recreated (a new store) since the last pairing.
+      storeId = await pgStoreIdOf(pool);
       return ensurePgPaired(pool, partitions, storeId);
     })().catch((error) => {
       throw error instanceof OutboxError ? error : new OutboxError(`cannot pair the relay with Redis: ${pgReason(error)}`, 5);
