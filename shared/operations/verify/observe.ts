@@ -38,22 +38,8 @@ export type ProducerSnapshot = { value: unknown } | { error: unknown };
  * `observe`). The checks in verify.ts compare what SQLite held up to `horizon` with the Redis state
  * at one instant, `appliedCounter`, corrected for the newer events Redis had applied by then.
  */
-export interface Observation extends Omit<ConsumerState, 'meta' | 'appliedCounter'> {
-  /** The highest outbox id the checks cover: the newest row of the first snapshot. */
-  horizon: number;
-  // SQLite, one read transaction (S1).
-  pruned: number;
-  /** PENDING rows up to the horizon; `pendingNewer`: beyond it. */
-  pending: number[];
-  pendingNewer: number;
-  /** Events up to the horizon, ordered by aggregate and seq. */
-  events: ObservedEvent[];
-  /** Aggregates with their last seq up to the horizon (outbox_aggregates' last seq minus newer events). */
-  aggregates: { key: string; lastSeq: number }[];
-  /** The check set's own read in S1 (none without a check set that has one). */
-  producerSnapshot: ProducerSnapshot;
-  /** Events beyond the horizon in S1 (what S1, and so `producerSnapshot`, holds beyond it). */
-  newerInSnapshot: NewerEvent[];
+export interface Observation extends Omit<ConsumerState, 'meta' | 'appliedCounter'>, Omit<ProducerRead, 'maxId'> {
+  // The ProducerRead fields: SQLite (or PostgreSQL), one read transaction (S1).
   /** Events beyond the horizon: in S1, and committed after S1 up to the second SQLite read (S2). */
   newer: NewerEvent[];
   // Redis, one MULTI per partition: each partition's consumer state at one instant. Below, the
@@ -134,15 +120,58 @@ const NEWER_ROWS = 'SELECT id, event_id, aggregate_id, seq, event_type, payload,
 
 /** S1: what the checks read from the producer's database in one consistent snapshot. */
 export interface ProducerRead {
+  /** The highest outbox id the checks cover: the newest row of the first snapshot. */
+  horizon: number;
+  /** The highest outbox id in S1 (S2 reads the rows above it). */
+  maxId: number;
+  pruned: number;
+  /** PENDING rows up to the horizon; `pendingNewer`: beyond it. */
+  pending: number[];
+  pendingNewer: number;
+  /** Events up to the horizon, ordered by aggregate and seq. */
+  events: ObservedEvent[];
+  /** Aggregates with their last seq up to the horizon (outbox_aggregates' last seq minus newer events). */
+  aggregates: { key: string; lastSeq: number }[];
+  /** The check set's own read in S1 (none without a check set that has one). */
+  producerSnapshot: ProducerSnapshot;
+  /** Events beyond the horizon in S1 (what S1, and so `producerSnapshot`, holds beyond it). */
+  newerInSnapshot: NewerEvent[];
+}
+
+/** What S1 reads as it is, on either store, before `producerRead` cuts it at the horizon. */
+export interface RawProducerRead {
   horizon: number;
   maxId: number;
   pruned: number;
-  pending: number[];
-  pendingNewer: number;
-  events: ObservedEvent[];
-  aggregates: { key: string; lastSeq: number }[];
+  /** Every PENDING row, in id order. */
+  pendingRows: number[];
+  /** Every event, ordered by aggregate and seq. */
+  all: ObservedEvent[];
+  /** The rows beyond the horizon. */
+  newer: NewerEvent[];
+  /** outbox_aggregates, ordered by aggregate. */
+  lastSeqs: { key: string; lastSeq: number }[];
   producerSnapshot: ProducerSnapshot;
-  newerInSnapshot: NewerEvent[];
+}
+
+/** S1 cut at its horizon: what the checks compare (the same for app.db and PostgreSQL). */
+export function producerRead({ horizon, maxId, pruned, pendingRows, all, newer, lastSeqs, producerSnapshot }: RawProducerRead): ProducerRead {
+  const newerPerAggregate = new Map<string, number>();
+  for (const e of newer) newerPerAggregate.set(e.aggregate_id, (newerPerAggregate.get(e.aggregate_id) ?? 0) + 1);
+  const aggregates = lastSeqs
+    .map((a) => ({ key: a.key, lastSeq: a.lastSeq - (newerPerAggregate.get(a.key) ?? 0) }))
+    .filter((a) => a.lastSeq > 0 || !newerPerAggregate.has(a.key));
+  return {
+    horizon,
+    maxId,
+    pruned,
+    pending: pendingRows.filter((id) => id <= horizon),
+    pendingNewer: pendingRows.filter((id) => id > horizon).length,
+    events: all.filter((e) => e.id <= horizon),
+    aggregates,
+    producerSnapshot,
+    newerInSnapshot: newer,
+  };
 }
 
 /**
@@ -208,24 +237,8 @@ function readSqlite(db: Db, horizonOrNone: number | undefined, checkSet: VerifyC
       .prepare<[], ObservedEvent>('SELECT id, event_id, aggregate_id, seq, status FROM outbox ORDER BY aggregate_id, seq')
       .all();
     const newer = db.prepare<[number], OutboxRow>(NEWER_ROWS).all(horizon).map(newerEvent);
-    const newerPerAggregate = new Map<string, number>();
-    for (const e of newer) newerPerAggregate.set(e.aggregate_id, (newerPerAggregate.get(e.aggregate_id) ?? 0) + 1);
-    const aggregates = db
-      .prepare<[], { key: string; lastSeq: number }>('SELECT aggregate_id AS key, last_seq AS lastSeq FROM outbox_aggregates ORDER BY aggregate_id')
-      .all()
-      .map((a) => ({ key: a.key, lastSeq: a.lastSeq - (newerPerAggregate.get(a.key) ?? 0) }))
-      .filter((a) => a.lastSeq > 0 || !newerPerAggregate.has(a.key));
-    return {
-      horizon,
-      maxId,
-      pruned,
-      pending: pendingRows.filter((id) => id <= horizon),
-      pendingNewer: pendingRows.filter((id) => id > horizon).length,
-      events: all.filter((e) => e.id <= horizon),
-      aggregates,
-      producerSnapshot: producerSnapshotOf(db, checkSet),
-      newerInSnapshot: newer,
-    };
+    const lastSeqs = db.prepare<[], { key: string; lastSeq: number }>('SELECT aggregate_id AS key, last_seq AS lastSeq FROM outbox_aggregates ORDER BY aggregate_id').all();
+    return producerRead({ horizon, maxId, pruned, pendingRows, all, newer, lastSeqs, producerSnapshot: producerSnapshotOf(db, checkSet) });
   })();
 }
 

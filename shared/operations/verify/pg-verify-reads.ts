@@ -1,20 +1,9 @@
 import type { Pool } from 'pg';
 import type { VerifyCheckSet } from '../../outbox/verify/verify-checks.js';
-import type { OutboxRow } from '../../outbox/store/events.js';
 import { pgHasPublished, pgStoreIdOf } from '../../outbox/postgres/pg-store-meta.js';
-import { newerEvent, type ObservedEvent, type ProducerRead, type ProducerSnapshot, type VerifyReads } from './observe.js';
+import { fromPgRow, type PgOutboxRow } from '../../outbox/postgres/pg-rows.js';
+import { newerEvent, producerRead, type ObservedEvent, type ProducerRead, type ProducerSnapshot, type VerifyReads } from './observe.js';
 
-interface PgOutboxRow {
-  id: string;
-  event_id: string;
-  aggregate_id: string;
-  seq: string;
-  event_type: string;
-  payload: string;
-  created_at: string;
-}
-
-const toRow = (row: PgOutboxRow): OutboxRow => ({ ...row, id: Number(row.id), seq: Number(row.seq), created_at: Number(row.created_at) });
 
 const NEWER_ROWS = 'SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE id > $1 ORDER BY id';
 
@@ -38,33 +27,21 @@ export function pgVerifyReads(pool: Pool): VerifyReads {
       const all = (await client.query<{ id: string; event_id: string; aggregate_id: string; seq: string; status: string }>(
         'SELECT id, event_id, aggregate_id, seq, status FROM outbox ORDER BY aggregate_id COLLATE "C", seq',
       )).rows.map((e): ObservedEvent => ({ ...e, id: Number(e.id), seq: Number(e.seq) }));
-      const newer = (await client.query<PgOutboxRow>(NEWER_ROWS, [horizon])).rows.map((row) => newerEvent(toRow(row)));
-      const newerPerAggregate = new Map<string, number>();
-      for (const e of newer) newerPerAggregate.set(e.aggregate_id, (newerPerAggregate.get(e.aggregate_id) ?? 0) + 1);
-      const aggregates = (await client.query<{ key: string; last_seq: string }>('SELECT aggregate_id AS key, last_seq FROM outbox_aggregates ORDER BY aggregate_id COLLATE "C"')).rows
-        .map((a) => ({ key: a.key, lastSeq: Number(a.last_seq) - (newerPerAggregate.get(a.key) ?? 0) }))
-        .filter((a) => a.lastSeq > 0 || !newerPerAggregate.has(a.key));
+      const newer = (await client.query<PgOutboxRow>(NEWER_ROWS, [horizon])).rows.map((row) => newerEvent(fromPgRow(row)));
+      const lastSeqs = (await client.query<{ key: string; last_seq: string }>('SELECT aggregate_id AS key, last_seq FROM outbox_aggregates ORDER BY aggregate_id COLLATE "C"')).rows.map(
+        (a) => ({ key: a.key, lastSeq: Number(a.last_seq) }),
+      );
       let producerSnapshot: ProducerSnapshot = { value: undefined };
-      const producerRead = checkSet?.snapshot?.postgres;
-      if (producerRead !== undefined) {
+      const checkSetRead = checkSet?.snapshot?.postgres;
+      if (checkSetRead !== undefined) {
         try {
-          producerSnapshot = { value: await producerRead(client) };
+          producerSnapshot = { value: await checkSetRead(client) };
         } catch (error) {
           producerSnapshot = { error };
         }
       }
       await client.query('COMMIT');
-      return {
-        horizon,
-        maxId,
-        pruned,
-        pending: pendingRows.filter((id) => id <= horizon),
-        pendingNewer: pendingRows.filter((id) => id > horizon).length,
-        events: all.filter((e) => e.id <= horizon),
-        aggregates,
-        producerSnapshot,
-        newerInSnapshot: newer,
-      };
+      return producerRead({ horizon, maxId, pruned, pendingRows, all, newer, lastSeqs, producerSnapshot });
     } catch (error) {
       broken = true;
       await client.query('ROLLBACK').catch(() => {});
@@ -76,7 +53,7 @@ export function pgVerifyReads(pool: Pool): VerifyReads {
 
   return {
     snapshot,
-    newerThan: async (id) => (await pool.query<PgOutboxRow>(NEWER_ROWS, [id])).rows.map((row) => newerEvent(toRow(row))),
+    newerThan: async (id) => (await pool.query<PgOutboxRow>(NEWER_ROWS, [id])).rows.map((row) => newerEvent(fromPgRow(row))),
     pendingOf: async (eventIds) =>
       new Set((await pool.query<{ event_id: string }>("SELECT event_id FROM outbox WHERE status = 'PENDING' AND event_id = ANY($1)", [eventIds])).rows.map((r) => r.event_id)),
     publishedRowsOf: async (eventIds) =>
@@ -85,7 +62,7 @@ export function pgVerifyReads(pool: Pool): VerifyReads {
           "SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE status = 'PUBLISHED' AND event_id = ANY($1)",
           [eventIds],
         )
-      ).rows.map(toRow),
+      ).rows.map(fromPgRow),
     storeId: () => pgStoreIdOf(pool),
     hasPublished: () => pgHasPublished(pool),
     prunedAggregates: async (limit) =>
