@@ -2,20 +2,13 @@ import type { Redis } from 'ioredis';
 import type { Pool, PoolClient } from 'pg';
 import type { Partitions } from '../../outbox/redis/partitions.js';
 import { REPLAY_LOCK } from '../../outbox/postgres/locks.js';
+import { fromPgRow, type PgOutboxRow } from '../../outbox/postgres/pg-rows.js';
 import { createPgRelay } from '../../outbox/postgres/pg-relay.js';
 import { rangeColumn, type PublishedRows, type RecoveryStore, type ReplayPlan, type ReplayRange, type RowToChange } from './repair.js';
 
-interface PgRowToChange {
-  id: string;
-  event_id: string;
-  aggregate_id: string;
-  seq: string;
-  event_type: string;
-  created_at: string;
-}
+type PgRowToChange = Omit<PgOutboxRow, 'payload'>;
 
 const COLUMNS = 'id, event_id, aggregate_id, seq, event_type, created_at';
-const toRow = (row: PgRowToChange): RowToChange => ({ ...row, id: Number(row.id), seq: Number(row.seq), created_at: Number(row.created_at) });
 
 /**
  * `republish` on PostgreSQL: sets the given events' PUBLISHED rows back to PENDING in one transaction
@@ -55,7 +48,7 @@ async function inReplayLock<T>(pool: Pool, fn: (client: PoolClient) => Promise<T
 /** The rows of the given events, in id order, up to `shown`: what a repair would republish. */
 export async function pgRowsOfEvents(pool: Pool, eventIds: string[], shown: number): Promise<RowToChange[]> {
   const { rows } = await pool.query<PgRowToChange>(`SELECT ${COLUMNS} FROM outbox WHERE event_id = ANY($1) ORDER BY id LIMIT $2`, [eventIds, shown]);
-  return rows.map(toRow);
+  return rows.map(fromPgRow);
 }
 
 /** The PUBLISHED rows a rebuild sets back to PENDING: how many, their id range, the first `shown`. */
@@ -68,7 +61,7 @@ export async function pgPublishedRows(pool: Pool, shown: number, inLost?: (aggre
     const mine = perAggregate.filter((a) => inLost(a.aggregate_id));
     const firstRows = (
       await pool.query<PgRowToChange>(`SELECT ${COLUMNS} FROM outbox WHERE status = 'PUBLISHED' AND aggregate_id = ANY($1) ORDER BY id LIMIT $2`, [mine.map((a) => a.aggregate_id), shown])
-    ).rows.map(toRow);
+    ).rows.map(fromPgRow);
     return {
       count: mine.reduce((n, a) => n + Number(a.count), 0),
       firstId: mine.reduce((min, a) => (min === 0 ? Number(a.first) : Math.min(min, Number(a.first))), 0),
@@ -79,7 +72,7 @@ export async function pgPublishedRows(pool: Pool, shown: number, inLost?: (aggre
   const { rows } = await pool.query<{ count: string; first: string | null; last: string | null }>(
     "SELECT COUNT(*) AS count, MIN(id) AS first, MAX(id) AS last FROM outbox WHERE status = 'PUBLISHED'",
   );
-  const firstRows = (await pool.query<PgRowToChange>(`SELECT ${COLUMNS} FROM outbox WHERE status = 'PUBLISHED' ORDER BY id LIMIT $1`, [shown])).rows.map(toRow);
+  const firstRows = (await pool.query<PgRowToChange>(`SELECT ${COLUMNS} FROM outbox WHERE status = 'PUBLISHED' ORDER BY id LIMIT $1`, [shown])).rows.map(fromPgRow);
   return { count: Number(rows[0].count), firstId: Number(rows[0].first ?? 0), lastId: Number(rows[0].last ?? 0), firstRows };
 }
 
@@ -90,7 +83,7 @@ export async function pgPlanReplay(pool: Pool, range: ReplayRange, shown: number
     `SELECT COUNT(*) AS count, MIN(id) AS first, MAX(id) AS last FROM outbox WHERE ${where}`,
     [range.from, range.to],
   );
-  const firstRows = (await pool.query<PgRowToChange>(`SELECT ${COLUMNS} FROM outbox WHERE ${where} ORDER BY id LIMIT $3`, [range.from, range.to, shown])).rows.map(toRow);
+  const firstRows = (await pool.query<PgRowToChange>(`SELECT ${COLUMNS} FROM outbox WHERE ${where} ORDER BY id LIMIT $3`, [range.from, range.to, shown])).rows.map(fromPgRow);
   const { count, first, last } = rows[0];
   return { count: Number(count), firstId: first === null ? null : Number(first), lastId: last === null ? null : Number(last), firstRows };
 }

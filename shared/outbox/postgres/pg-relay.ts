@@ -8,6 +8,7 @@ import { DEFAULT_RELAY_BATCH_SIZE, type RelayAllOptions, type RelayBatch, type R
 import type { Pairing } from '../relay/store-pairing.js';
 import type { OutboxRow } from '../store/events.js';
 import { REPLAY_LOCK } from './locks.js';
+import { fromPgRow, type PgOutboxRow } from './pg-rows.js';
 import { pgReason } from './pg-errors.js';
 import { ensurePgPaired } from './pg-pairing.js';
 import { pgStoreIdOf, pgStoreName } from './pg-store-meta.js';
@@ -28,18 +29,6 @@ export interface PgRelayOptions extends Pick<RelayOptions, 'batchSize' | 'onPair
  * new store id): the pass stops and the relay pairs again, for the store the tables hold now.
  */
 class StateLostError extends Error {}
-
-interface PgRow {
-  id: string;
-  event_id: string;
-  aggregate_id: string;
-  seq: string;
-  event_type: string;
-  payload: string;
-  created_at: string;
-}
-
-const toRow = (row: PgRow): OutboxRow => ({ ...row, id: Number(row.id), seq: Number(row.seq), created_at: Number(row.created_at) });
 
 function whole(name: string, value: number, max: number): number {
   if (!Number.isInteger(value) || value < 1 || value > max) throw new OutboxError(`relay ${name} must be an integer from 1 to ${max}, got ${value}`, 2);
@@ -89,9 +78,9 @@ export function createPgRelay(pool: Pool, redis: Redis | Partitions, options: Pg
     client.on('error', onError);
     let broken = false;
     try {
-      const results = (await client.query(claim)) as unknown as QueryResult<PgRow>[];
+      const results = (await client.query(claim)) as unknown as QueryResult<PgOutboxRow>[];
       if ((results[4].rows[0] as unknown as { store?: string } | undefined)?.store !== store) throw new StateLostError();
-      const rows = results[3].rows.map(toRow);
+      const rows: OutboxRow[] = results[3].rows.map(fromPgRow);
       if (rows.length === 0) {
         await client.query('COMMIT');
         return undefined;
