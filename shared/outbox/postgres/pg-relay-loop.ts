@@ -6,10 +6,9 @@ import { incidentLog } from '../incident-log.js';
 import type { Logger } from '../logger.js';
 import { keys } from '../redis/keys.js';
 import { partitionsOf, type Partitions } from '../redis/partitions.js';
-import { createRelayStats, type PassOutcome } from '../relay/relay-stats.js';
+import { createRelayStats, startRelayStatsLine, type PassOutcome } from '../relay/relay-stats.js';
 import { describePairing } from '../relay/store-pairing.js';
 import { sleep } from '../sleep.js';
-import { everyInterval } from '../stats-interval.js';
 import { createPgRelay, type PgRelay } from './pg-relay.js';
 import { pgStoreIdOf } from './pg-store-meta.js';
 
@@ -107,14 +106,7 @@ export function startPgRelayLoop(pool: Pool, queues: Redis | Partitions, log: Lo
     }
   })();
 
-  const stopStats = everyInterval(
-    options.statsEveryMs ?? 10_000,
-    async () => {
-      const { relayed, batches, passes, errors } = stats.interval();
-      log.info('relay stats', { relayed, batches, passes, errors, lagMs: await oldestPendingAgeMs(pool).catch(() => null) });
-    },
-    log,
-  );
+  const stopStats = startRelayStatsLine(stats, options.statsEveryMs ?? 10_000, () => oldestPendingAgeMs(pool).catch(() => null), log);
 
   return {
     /** This relay's numbers (see `createRelayStats`). */

@@ -1,4 +1,5 @@
-import { deltaSince } from '../stats-interval.js';
+import type { Logger } from '../logger.js';
+import { deltaSince, everyInterval } from '../stats-interval.js';
 
 /**
  * How a relay pass (one BullMQ job's slice) ended: `ok` (whatever it relayed, none included),
@@ -72,3 +73,19 @@ export function createRelayStats() {
 }
 
 export type RelayStats = ReturnType<typeof createRelayStats>;
+
+/**
+ * The relay's `relay stats` line, one per interval at info: what it relayed in the interval, and
+ * `lagMs()`, the age of the oldest PENDING row now (read from the store the relay runs on).
+ * Returns the function that stops it.
+ */
+export function startRelayStatsLine(stats: RelayStats, everyMs: number, lagMs: () => number | null | Promise<number | null>, log: Logger): () => void {
+  return everyInterval(
+    everyMs,
+    async () => {
+      const { relayed, batches, passes, errors } = stats.interval();
+      log.info('relay stats', { relayed, batches, passes, errors, lagMs: await lagMs() });
+    },
+    log,
+  );
+}

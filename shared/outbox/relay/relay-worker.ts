@@ -15,8 +15,7 @@ import { OutboxError } from '../errors/outbox-error.js';
 import { describePairing } from './store-pairing.js';
 import { StoreMismatchError } from '../errors/store-mismatch-error.js';
 import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
-import { everyInterval } from '../stats-interval.js';
-import { createRelayStats, type PassOutcome } from './relay-stats.js';
+import { createRelayStats, startRelayStatsLine, type PassOutcome } from './relay-stats.js';
 
 export const RELAY_QUEUE = 'outbox-relay';
 export const RELAY_SCHEDULER_ID = 'relay-pass';
@@ -263,14 +262,7 @@ export async function startRelayWorker(database: DatabaseWatch, queues: Redis | 
   });
 
   // One line per interval at info: what was relayed in it, and the age of the oldest PENDING row now.
-  const stopStats = everyInterval(
-    config.statsEveryMs,
-    () => {
-      const { relayed, batches, passes, errors } = stats.interval();
-      log.info('relay stats', { relayed, batches, passes, errors, lagMs: oldestPendingAgeMs(database) });
-    },
-    log,
-  );
+  const stopStats = startRelayStatsLine(stats, config.statsEveryMs, () => oldestPendingAgeMs(database), log);
 
   return {
     /** This relay's numbers: counters, its last pass, a pass running now (see `createRelayStats`). */
