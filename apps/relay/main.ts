@@ -54,6 +54,7 @@ runApp('outbox-relay', relaySettings, async (config, log, signal) => {
   const pruner = pruneOlderThanMs === undefined ? undefined : await startPruneWorker(database, redis, config.redisUrl, log, { olderThanMs: pruneOlderThanMs, everyMs: config.pruneEveryMs });
   log.info('relay started', {
     redis: config.redisUrl,
+    partitions: config.partitions,
     db: `${config.dir}/app.db`,
     everyMs: config.everyMs,
     sliceMs: config.sliceMs,
