@@ -5,18 +5,10 @@ import type { Partitions } from '../redis/partitions.js';
 import { checkPartitionLayout } from '../redis/partition-layout.js';
 import { keys } from '../redis/keys.js';
 import { consumerMembers, partitionLease } from '../redis/scripts.js';
+import { within } from '../sleep.js';
 import { reclaimOrphans } from './orphans.js';
 
 export const DEFAULT_PARTITION_LEASE_MS = 5000;
-
-/** `promise`, or a rejection after `ms`. */
-function within<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
 
 /** A consumer running on one partition (run-consumer.ts's `startConsumer`). */
 export interface PartitionRun {

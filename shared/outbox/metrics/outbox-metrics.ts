@@ -1,3 +1,4 @@
+import { within } from '../sleep.js';
 import type { Redis } from 'ioredis';
 import type { Metric, Registry } from 'prom-client';
 import type { Pool } from 'pg';
@@ -34,15 +35,6 @@ export interface OutboxMetricsOptions {
 const BATCH_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
 /** Buckets of commit → applied, seconds: milliseconds while the pipeline keeps up, minutes in a backlog. */
 const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
-
-/** Resolves `promise`, or rejects after `ms`. */
-function within<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
 
 /** PENDING rows and the age of the oldest (by id, through the partial index), ms; age 0 when none. */
 export function pendingOf(db: Db, now = Date.now()): { pending: number; oldestAgeMs: number } {

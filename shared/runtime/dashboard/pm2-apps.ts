@@ -1,3 +1,4 @@
+import { within } from '../../outbox/sleep.js';
 import { existsSync, readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -47,13 +48,6 @@ function daemonRuns(home: string): boolean {
 
 type Pm2Api = typeof import('pm2');
 
-function withTimeout<T>(promise: Promise<T>, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: no answer within ${LIST_TIMEOUT_MS} ms`)), LIST_TIMEOUT_MS);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
 
 function describeApp(p: ProcessDescription, now: number): Pm2App {
   const env = p.pm2_env ?? {};
@@ -79,7 +73,7 @@ export function pm2Apps(dir: string, env: NodeJS.ProcessEnv = process.env) {
   let api: Promise<Pm2Api> | undefined;
   const connect = async (): Promise<Pm2Api> => {
     const pm2 = (await import('pm2')).default;
-    await withTimeout(new Promise<void>((done, fail) => pm2.connect((error) => (error ? fail(error) : done()))), 'pm2 connect');
+    await within(new Promise<void>((done, fail) => pm2.connect((error) => (error ? fail(error) : done()))), LIST_TIMEOUT_MS, 'pm2 connect');
     return pm2;
   };
   const disconnect = () => {
@@ -95,7 +89,7 @@ export function pm2Apps(dir: string, env: NodeJS.ProcessEnv = process.env) {
       try {
         api ??= connect();
         const pm2 = await api;
-        const all = await withTimeout(new Promise<ProcessDescription[]>((done, fail) => pm2.list((error, list) => (error ? fail(error) : done(list)))), 'pm2 list');
+        const all = await within(new Promise<ProcessDescription[]>((done, fail) => pm2.list((error, list) => (error ? fail(error) : done(list)))), LIST_TIMEOUT_MS, 'pm2 list');
         const now = Date.now();
         const ours = all.filter((p) => {
           const appDir = (p.pm2_env as Record<string, unknown> | undefined)?.OUTBOX_DIR;

@@ -1,3 +1,4 @@
+import { within } from '../../outbox/sleep.js';
 import type { ConsumerHeartbeat } from '../../outbox/consumer/heartbeats.js';
 import type { Logger } from '../../outbox/logger.js';
 import { checkPartitionLayout } from '../../outbox/redis/partition-layout.js';
@@ -53,13 +54,6 @@ export interface SamplerOptions {
 const EVERY_MS = 1000;
 /** A round of Redis reads that takes longer is given up (the sample shows what it has). */
 const REDIS_TIMEOUT_MS = 800;
-
-function timeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([promise, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms)))]).finally(() =>
-    clearTimeout(timer),
-  );
-}
 
 /** `read()`, or undefined with the line `problem` makes of its error added to `problems` (a locked or damaged app.db, PostgreSQL down: shown, not fatal). */
 async function attempt<T>(read: () => Promise<T>, problem: (error: unknown) => string, problems: string[]): Promise<T | undefined> {
@@ -135,7 +129,7 @@ export function startSampler(options: SamplerOptions) {
     if (queues && !notReady) {
       try {
         let layout: string | undefined;
-        [counts, deadLetters, parked, layout] = await timeout(
+        [counts, deadLetters, parked, layout] = await within(
           Promise.all([readRedisCounts(queues), heldRows(queues, 'dead-letter'), heldRows(queues, 'parked'), layoutProblem(queues)]),
           REDIS_TIMEOUT_MS,
           'Redis',
