@@ -9,7 +9,7 @@ import { pgHasPublished, pgStoreIdOf } from '../outbox/postgres/pg-store-meta.js
 import { parseMessage } from '../outbox/store/parse-message.js';
 import { readEnvelope } from '../outbox/redis/envelope.js';
 import { keys } from '../outbox/redis/keys.js';
-import { keyPrefixOfConnection } from '../outbox/redis/scan-keys.js';
+import { namespacePrefixOfConnection } from '../outbox/redis/scan-keys.js';
 import { processingLists } from '../outbox/redis/processing-lists.js';
 import { mastersOf } from '../outbox/redis/cluster-client.js';
 import { partitionsOf, type Partitions } from '../outbox/redis/partitions.js';
@@ -200,7 +200,7 @@ export function pgStatusReads(pool: Queryable, dir: string): StatusStoreReads {
 
 /** A connection's namespace: its key prefix without a partition's tag and the ':'. */
 function namespaceOf(redis: Redis): string {
-  return keyPrefixOfConnection(redis).replace(/\{[^{}]+\}:$/, '').slice(0, -1);
+  return namespacePrefixOfConnection(redis).slice(0, -1);
 }
 
 /** What one partition (or the one Redis) holds. */

@@ -15,6 +15,7 @@ import { startConsumer, type RunConsumerOptions } from './run-consumer.js';
 import { keys } from '../redis/keys.js';
 import { partitionsOf, type Partitions } from '../redis/partitions.js';
 import { checkPartitionLayout } from '../redis/partition-layout.js';
+import { partitionTagOfConnection } from '../redis/scan-keys.js';
 import { DEFAULT_PARTITION_LEASE_MS } from './partition-leases.js';
 import { startPartitionedConsumer } from './partitioned-consumer.js';
 
@@ -136,13 +137,8 @@ function startOnPartitions(partitions: Partitions, consumerId: string, leaseMs: 
     consumerId,
     leaseMs: leaseMs ?? DEFAULT_PARTITION_LEASE_MS,
     log,
-    startOne: (index, redis) => startOne(redis, () => connectBlocking(tagOf(redis)), log, { ...run, partition: index }),
+    startOne: (index, redis) => startOne(redis, () => connectBlocking(partitionTagOfConnection(redis)), log, { ...run, partition: index }),
   });
-}
-
-/** The key tag of a partition's connection: its key prefix after the namespace's. */
-function tagOf(redis: Redis): string {
-  return /\{p\d+\}:$/.exec(String(redis.options.keyPrefix ?? ''))?.[0] ?? '';
 }
 
 type StartOne = (redis: Redis, connectBlocking: () => Promise<Redis>, log: Logger, run: Omit<StartOptions, 'log' | 'connectBlocking'> & { partition?: number }) => ReturnType<typeof startConsumer>;

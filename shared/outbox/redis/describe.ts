@@ -1,18 +1,14 @@
 import type { Redis } from 'ioredis';
 import { isCluster } from './cluster-client.js';
-import { keyPrefixOfConnection } from './scan-keys.js';
-
-/** A partition's part of a key prefix: the trailing hash tag and ':' (namespaces contain no '{'). */
-const PARTITION_SUFFIX = /\{[^{}]+\}:$/;
+import { namespacePrefixOfConnection, partitionTagOfConnection } from './scan-keys.js';
 
 /**
  * "Redis at host:port" (or "Redis Cluster at host:port,…", its startup nodes) plus its namespace
  * and partition, for messages (never the password).
  */
 export function describeRedis(redis: Redis): string {
-  const prefix = keyPrefixOfConnection(redis);
-  const partition = PARTITION_SUFFIX.exec(prefix)?.[0] ?? '';
-  const namespace = prefix.slice(0, prefix.length - partition.length);
+  const partition = partitionTagOfConnection(redis);
+  const namespace = namespacePrefixOfConnection(redis);
   let at: string;
   if (isCluster(redis)) {
     // startupNodes is private in ioredis's types; connectRedisCluster gives it {host, port} objects.

@@ -3,12 +3,8 @@ import type { Redis } from 'ioredis';
 import { ConfigError } from '../errors/config-error.js';
 import { describeRedis } from './describe.js';
 import { keys } from './keys.js';
+import { namespacePrefixOfConnection, partitionTagOfConnection } from './scan-keys.js';
 import { partitionLayout, partitionTag, type Partitions } from './partitions.js';
-
-/** The partition tag at the end of a connection's key prefix (`{p3}:`), '' for none. */
-function partitionTagOf(redis: Redis): string {
-  return /\{p\d+\}:$/.exec(String(redis.options.keyPrefix ?? ''))?.[0] ?? '';
-}
 
 /** ioredis's Command: a command built with it gets no key prefix (ioredis is CommonJS: required lazily, as connect.ts does). */
 function commandClass(): typeof import('ioredis').Command {
@@ -31,12 +27,11 @@ export function layoutMismatch(redis: Redis, expected: string, served: string): 
  * leave events in queues nobody consumes, or split an aggregate's events between two.
  */
 export async function checkPartitionLayout(partitions: Partitions): Promise<void> {
-  if (partitions.count > 1 || partitionTagOf(partitions.clients[0]) !== '') {
+  if (partitions.count > 1 || partitionTagOfConnection(partitions.clients[0]) !== '') {
     // The seed's own meta hash (no partition tag) claimed: a relay for 1 partition feeds the untagged
     // queue, which no consumer of these partitions reads. Read without the connection's key prefix.
     const redis = partitions.clients[0];
-    const prefix = String(redis.options.keyPrefix ?? '');
-    const untagged = `${prefix.slice(0, prefix.length - partitionTagOf(redis).length)}${keys.meta}`;
+    const untagged = `${namespacePrefixOfConnection(redis)}${keys.meta}`;
     const [store] = (await redis.sendCommand(new (commandClass())('hmget', [untagged, 'store']))) as (string | null)[];
     if (store !== null) {
       throw new ConfigError(
@@ -44,7 +39,7 @@ export async function checkPartitionLayout(partitions: Partitions): Promise<void
       );
     }
   }
-  if (partitions.count === 1 && partitionTagOf(partitions.clients[0]) === '') {
+  if (partitions.count === 1 && partitionTagOfConnection(partitions.clients[0]) === '') {
     const redis = partitions.clients[0];
     const partitioned = await redis.hget(`${partitionTag(0, 2, false)}${keys.meta}`, 'partition');
     if (partitioned !== null) {

@@ -6,6 +6,20 @@ export function keyPrefixOfConnection(redis: Redis): string {
   return String(redis.options.keyPrefix ?? '');
 }
 
+/** A partition's part of a key prefix: the trailing hash tag and ':' (namespaces contain no '{'). */
+const PARTITION_SUFFIX = /\{[^{}]+\}:$/;
+
+/** The partition tag at the end of a connection's key prefix (`{p3}:`), '' for none. */
+export function partitionTagOfConnection(redis: Redis): string {
+  return PARTITION_SUFFIX.exec(keyPrefixOfConnection(redis))?.[0] ?? '';
+}
+
+/** The namespace's part of a connection's key prefix (`ns:`), without the partition's tag; '' for none. */
+export function namespacePrefixOfConnection(redis: Redis): string {
+  const prefix = keyPrefixOfConnection(redis);
+  return prefix.slice(0, prefix.length - partitionTagOfConnection(redis).length);
+}
+
 /**
  * The keys matching `pattern` within the connection's namespace, without the prefix (so they can be
  * passed to commands, which add it again). SCAN is the one place where ioredis does not add it. On
