@@ -10,6 +10,13 @@ export function deltaSince<T extends { [K in keyof T]: number }>(counters: T): (
   };
 }
 
+/** `zero`'s counters, each summed over `list` (a counter missing from an entry counts 0). */
+export function sumCounters<T extends { [K in keyof T]: number }>(zero: T, list: readonly Partial<T>[]): T {
+  const total = { ...zero };
+  for (const counters of list) for (const key of Object.keys(total) as (keyof T)[]) total[key] = (total[key] + (counters[key] ?? 0)) as T[keyof T];
+  return total;
+}
+
 /**
  * Calls `tick` every `everyMs` (never when 0) without keeping the process alive; a failing tick is
  * logged as a warning, and ticks never overlap. Resolves the stop.

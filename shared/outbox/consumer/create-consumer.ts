@@ -13,6 +13,7 @@ import { loadHandlerSet, notAHandlerSet } from './load-handlers.js';
 import { runRedisHandlers } from './run-redis-handlers.js';
 import { startConsumer, type RunConsumerOptions } from './run-consumer.js';
 import { keys } from '../redis/keys.js';
+import { sumCounters } from '../stats-interval.js';
 import { partitionsOf, type Partitions } from '../redis/partitions.js';
 import { checkPartitionLayout } from '../redis/partition-layout.js';
 import { partitionTagOfConnection } from '../redis/scan-keys.js';
@@ -280,11 +281,7 @@ export type OutboxConsumer = Awaited<ReturnType<typeof createConsumer>>;
 async function drainAll(drains: ((onRound: (stats: ConsumeStats) => void) => Promise<ConsumeStats>)[], onRound?: (stats: ConsumeStats) => void): Promise<ConsumeStats> {
   if (drains.length === 1) return drains[0]((stats) => onRound?.(stats));
   const each = drains.map(() => emptyStats());
-  const total = () => {
-    const sum = emptyStats();
-    for (const stats of each) for (const key of Object.keys(sum) as (keyof ConsumeStats)[]) sum[key] += stats[key];
-    return sum;
-  };
+  const total = () => sumCounters(emptyStats(), each);
   const results = await Promise.all(
     drains.map((drain, index) =>
       drain((stats) => {

@@ -1,7 +1,8 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from '../logger.js';
 import type { Partitions } from '../redis/partitions.js';
-import { emptyStats, type ConsumeStats } from './consumer.js';
+import { emptyStats } from './consumer.js';
+import { sumCounters } from '../stats-interval.js';
 import type { ConsumerCounters, ConsumerStats } from './consumer-stats.js';
 import { startPartitionLeases, type PartitionRun } from './partition-leases.js';
 
@@ -9,13 +10,6 @@ import { startPartitionLeases, type PartitionRun } from './partition-leases.js';
 interface Started extends PartitionRun {
   stats: ConsumerCounters;
   consumerStats: ConsumerStats;
-}
-
-/** Counters summed over `list`. */
-function sum(list: readonly ConsumeStats[]): ConsumerCounters {
-  const total: ConsumerCounters = { ...emptyStats(), errors: 0 };
-  for (const stats of list) for (const key of Object.keys(total) as (keyof ConsumerCounters)[]) total[key] += (stats as ConsumerCounters)[key] ?? 0;
-  return total;
 }
 
 /**
@@ -47,7 +41,7 @@ export function startPartitionedConsumer(
     },
     onChange: (held) => options.log.info('partitions held', { partitions: held }),
   });
-  const counters = (): ConsumerCounters => sum([...finished, ...[...runs.values()].map((run) => run.stats)]);
+  const counters = (): ConsumerCounters => sumCounters({ ...emptyStats(), errors: 0 }, [...finished, ...[...runs.values()].map((run) => run.stats)]);
 
   /** The health endpoint's view: the same shape as one consumer's ConsumerStats snapshot. */
   const consumerStats = {
