@@ -100,6 +100,15 @@ export function emptyStats(): ConsumeStats {
   return { received: 0, recovered: 0, applied: 0, duplicates: 0, parked: 0, dead: 0, stale: 0, invalid: 0, retried: 0, failed: 0 };
 }
 
+/** What the apply script takes for one event whose handler gave `effects`. */
+export function eventToApply(raw: string, event: OutboxEvent, effects: EncodedEffect[]): EventToApply {
+  const { eventId, storeId, seq, type } = event;
+  const aggregate = event.aggregateId;
+  // The processed entry says what was applied; the script adds applyOrder and appliedAt.
+  const result = `{"type":${JSON.stringify(type)},"aggregate":${JSON.stringify(aggregate)},"seq":${seq},"effects":${effects.length}}`;
+  return { raw, eventId, storeId, aggregate, seq, effects, result };
+}
+
 /**
  * The idempotent consumer. Every message is first moved to this consumer's own processing list and
  * removed from it only by the same atomic script that applies it, so a crash at any instant leaves
@@ -132,14 +141,6 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
     p.attempt = attempts;
     if (status === 'dead') p.reason = `handler failed ${attempts} times: ${error}`;
     return status;
-  }
-
-  function toApply(raw: string, event: OutboxEvent, effects: EncodedEffect[]): EventToApply {
-    const { eventId, storeId, seq, type } = event;
-    const aggregate = event.aggregateId;
-    // The processed entry says what was applied; the script adds applyOrder and appliedAt.
-    const result = `{"type":${JSON.stringify(type)},"aggregate":${JSON.stringify(aggregate)},"seq":${seq},"effects":${effects.length}}`;
-    return { raw, eventId, storeId, aggregate, seq, effects, result };
   }
 
   /**
@@ -221,7 +222,7 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
         failed.push({ item: p, error: result.error });
       } else {
         applied.push(p);
-        batch.push(toApply(p.raw as string, p.event, result.effects));
+        batch.push(eventToApply(p.raw as string, p.event, result.effects));
       }
     }
     const sent: Promise<Outcome[]>[] = [

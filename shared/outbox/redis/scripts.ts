@@ -87,6 +87,11 @@ function wellFormed(text: string): string {
 
 /** See lua/apply-events-11.lua: applies `events` and their effects in order, resolving one outcome per event. */
 export async function applyEvents(redis: Redis, processingList: string, events: EventToApply[], dedupeTtlSeconds: number): Promise<ApplyResult> {
+  return sendApplyEvents(redis, applyEventsArgs(redis, processingList, events, dedupeTtlSeconds));
+}
+
+/** The keys and arguments of one apply-events call (apart so that `outbox bench` can time the script on arguments built beforehand). */
+export function applyEventsArgs(redis: Redis, processingList: string, events: EventToApply[], dedupeTtlSeconds: number): string[] {
   // The markers' and the effects' keys are derived in the script, so their prefix carries the namespace itself.
   const namespace = keyPrefixOfConnection(redis);
   // The events' values in one JSON argument and the raw messages after it: ioredis pays for every
@@ -97,8 +102,7 @@ export async function applyEvents(redis: Redis, processingList: string, events: 
   // the script's JSON decoder refuses: replaced by U+FFFD, as a string argument's UTF-8 encoding
   // replaces it. (The test also meets an escaped backslash before "ud8": then only the work is redone.)
   if (/\\ud[89a-f]/i.test(packed)) packed = JSON.stringify(rows, (_, value: unknown) => (typeof value === 'string' ? wellFormed(value) : value));
-  const raws = events.map((e) => e.raw);
-  const [outcomes, problems] = (await client(redis).applyEvents(
+  return [
     processingList,
     keys.processed,
     keys.appliedSeq,
@@ -114,8 +118,13 @@ export async function applyEvents(redis: Redis, processingList: string, events: 
     String(dedupeTtlSeconds),
     namespace,
     packed,
-    ...raws,
-  )) as [ApplyOutcome[], string[]];
+    ...events.map((e) => e.raw),
+  ];
+}
+
+/** Runs apply-events with the arguments `applyEventsArgs` built. */
+export async function sendApplyEvents(redis: Redis, args: string[]): Promise<ApplyResult> {
+  const [outcomes, problems] = (await client(redis).applyEvents(...args)) as [ApplyOutcome[], string[]];
   return { outcomes, problems };
 }
 

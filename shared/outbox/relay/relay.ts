@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import { crashPoint } from '../crash-point.js';
+import type { Statement } from 'better-sqlite3';
 import type { Db } from '../store/open-database.js';
 import { replayGenerationReader, storeIdOf } from '../store/store-meta.js';
 import { OutboxError } from '../errors/outbox-error.js';
@@ -18,6 +19,24 @@ export interface RelayOptions {
   assertLive?: () => void;
   /** Counts each batch (events pushed, its duration) and each Redis state loss found (`createOutboxMetrics`). Default none. */
   metrics?: Pick<OutboxMetrics, 'relayStarted' | 'batchRelayed' | 'stateLost'>;
+}
+
+/**
+ * The relay's two statements on app.db: `outbox bench` times them alone (no Redis) as the relay's
+ * SQLite bound.
+ */
+export function relayStatements(db: Db): { selectPending: Statement<[number, number], OutboxRow>; markRows: Statement<[number, string]> } {
+  return {
+    // The partial index holds (status, rowid): WHERE status='PENDING' ORDER BY id reads it in order, no sort.
+    selectPending: db.prepare<[number, number], OutboxRow>(
+      "SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE status = 'PENDING' AND id > ? ORDER BY id LIMIT ?",
+    ),
+    // Exactly the rows of the batch, in one statement. (A range UPDATE could also mark a row that a
+    // concurrent replay set back to PENDING after the SELECT, without pushing it again.)
+    markRows: db.prepare<[number, string]>(
+      "UPDATE outbox SET status = 'PUBLISHED', published_at = ? WHERE id IN (SELECT value FROM json_each(?)) AND status = 'PENDING'",
+    ),
+  };
 }
 
 /** Redis lost its state between two pushes: the pass stops and the relay pairs again. */
@@ -66,15 +85,7 @@ export function createRelay(db: Db, redis: Redis | Partitions, options: RelayOpt
   if (!Number.isInteger(batchSize) || batchSize < 1) {
     throw new OutboxError(`relay batch size must be a positive integer, got ${batchSize}`, 2);
   }
-  // The partial index holds (status, rowid): WHERE status='PENDING' ORDER BY id reads it in order, no sort.
-  const selectPending = db.prepare<[number, number], OutboxRow>(
-    "SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE status = 'PENDING' AND id > ? ORDER BY id LIMIT ?",
-  );
-  // Exactly the rows of the batch, in one statement. (A range UPDATE could also mark a row that a
-  // concurrent replay set back to PENDING after the SELECT, without pushing it again.)
-  const markRows = db.prepare<[number, string]>(
-    "UPDATE outbox SET status = 'PUBLISHED', published_at = ? WHERE id IN (SELECT value FROM json_each(?)) AND status = 'PENDING'",
-  );
+  const { selectPending, markRows } = relayStatements(db);
   const storeId = storeIdOf(db);
   const replayGeneration = replayGenerationReader(db);
   options.metrics?.relayStarted();

@@ -8,6 +8,11 @@ import { seededRandom } from '../../lab/random.js';
 import { keys } from '../../outbox/redis/keys.js';
 import { INVENTORY_KEY } from '../../lab/orders/order-keys.js';
 import { median, rate, timed, type Rate } from './measure.js';
+import { processCpuMs, redisCpuMs } from './cpu-time.js';
+import { applyEventsArgs, sendApplyEvents } from '../../outbox/redis/scripts.js';
+import { eventToApply } from '../../outbox/consumer/consumer.js';
+import { parseMessage } from '../../outbox/store/parse-message.js';
+import { runRedisHandlers } from '../../outbox/consumer/run-redis-handlers.js';
 import { progress } from './progress.js';
 
 export interface ConsumerFigures {
@@ -30,10 +35,30 @@ export interface ConsumerFigures {
   /** Naive consumer: per message LPOP, SET NX, HSET processed, HINCRBY inventory; applied (distinct) events too. */
   naive: Rate;
   duplicateShare: number;
+  /** CPU time per applied event of the Redis-effects rounds: this process (the consumer) and the Redis server. */
+  cpu: { consumerUs: number; redisUs: number };
+  /**
+   * The apply script's own limit on this Redis: the same messages already in the processing list,
+   * the script's arguments built beforehand (the consumer's own code: parse, handlers, packing), all
+   * calls sent at once, in chunks of 200 as the consumer sends them. Applied (distinct) events.
+   */
+  scriptLimit: Rate;
+  /** The Redis server's CPU time per applied event in the script-limit rounds. */
+  scriptRedisUs: number;
+  /**
+   * The lab's handler set given as a module URL, run on a pool of 2 worker threads (what the
+   * consumer app does with a team's handlers), same messages. Applied (distinct) events.
+   */
+  pool: Rate;
+  /** CPU time per applied event of the pool rounds: this process with its worker threads, and Redis. */
+  poolCpu: { consumerUs: number; redisUs: number };
 }
 
 const ROUNDS = 3;
 const DUPLICATE_SHARE = 0.1;
+/** Events per apply-events call, as the consumer sends them (consumer.ts). */
+const APPLY_CHUNK = 200;
+const LAB_HANDLERS_MODULE = new URL('../../lab/orders/order-handlers.js', import.meta.url);
 
 /** The store the bench's messages come from, which its Redis is made to serve. */
 export const BENCH_STORE = 'bench';
@@ -108,23 +133,72 @@ function checkDatabase(path: string, events: number, expected: Map<string, numbe
  * ROUNDS rounds each (median), each round on a cleared Redis (and, in database mode, a new file
  * in `workspace`); then the naive consumer.
  */
-export async function benchConsumer(redis: Redis, workspace: string, events: number, naiveEvents: number): Promise<ConsumerFigures> {
+export async function benchConsumer(redis: Redis, redisUrl: string, workspace: string, events: number, naiveEvents: number): Promise<ConsumerFigures> {
   const messages = benchMessages(events);
   const expected = expectedReserved(events);
-  const bar = progress('consumer: dedupe + effect + ack', 2 * ROUNDS * messages.length + naiveEvents);
+  const bar = progress('consumer: dedupe + effect + ack', 4 * ROUNDS * messages.length + naiveEvents);
   let done = 0;
   const ours: Rate[] = [];
+  const cpu = { consumerMs: 0, redisMs: 0 };
   for (let round = 0; round < ROUNDS; round += 1) {
     await clearConsumerState(redis);
     await fill(redis, messages);
     const consumer = await createConsumer({ redis, handlers, consumerId: 'bench', batchSize: 1000 });
+    const [consumerBefore, redisBefore] = [processCpuMs(), await redisCpuMs([redisUrl])];
     ours.push(await timed(events, () => consumer.drain((stats) => bar.set(done + stats.received))));
+    cpu.consumerMs += processCpuMs() - consumerBefore;
+    cpu.redisMs += (await redisCpuMs([redisUrl])) - redisBefore;
     done += messages.length;
     await appliedCount(redis, events, 'Redis effects');
     const inventory = await redis.hgetall(INVENTORY_KEY);
     checkReserved('the consumer (Redis effects)', new Map(Object.entries(inventory).map(([sku, qty]) => [sku, Number(qty)])), expected);
   }
   const ourMedian = median(ours);
+
+  // The script's own limit: its arguments built before the clock starts, then every call sent at once.
+  const limit: Rate[] = [];
+  let scriptRedisMs = 0;
+  const processingList = keys.processing('bench');
+  for (let round = 0; round < ROUNDS; round += 1) {
+    await clearConsumerState(redis);
+    for (let i = 0; i < messages.length; i += 1000) await redis.rpush(processingList, ...messages.slice(i, i + 1000));
+    const calls: string[][] = [];
+    for (let i = 0; i < messages.length; i += APPLY_CHUNK) {
+      const chunk = messages.slice(i, i + APPLY_CHUNK);
+      const parsed = chunk.map((raw) => parseMessage(raw));
+      const results = runRedisHandlers(handlers, parsed);
+      calls.push(applyEventsArgs(redis, processingList, chunk.map((raw, j) => {
+        const result = results[j];
+        if (!('effects' in result)) throw new Error(`the lab's handler refused bench event ${parsed[j].eventId}`);
+        return eventToApply(raw, parsed[j], result.effects);
+      }), 7 * 24 * 3600));
+    }
+    const redisBefore = await redisCpuMs([redisUrl]);
+    limit.push(await timed(events, () => Promise.all(calls.map((args) => sendApplyEvents(redis, args)))));
+    scriptRedisMs += (await redisCpuMs([redisUrl])) - redisBefore;
+    done += messages.length;
+    bar.set(done);
+    await appliedCount(redis, events, 'script limit');
+  }
+
+  // A team's handlers as the consumer app runs them: a module on worker threads.
+  const inPool: Rate[] = [];
+  const poolCpu = { consumerMs: 0, redisMs: 0 };
+  for (let round = 0; round < ROUNDS; round += 1) {
+    await clearConsumerState(redis);
+    await fill(redis, messages);
+    const consumer = await createConsumer({ redis, handlers: LAB_HANDLERS_MODULE, threads: 2, consumerId: 'bench', batchSize: 1000 });
+    try {
+      const [consumerBefore, redisBefore] = [processCpuMs(), await redisCpuMs([redisUrl])];
+      inPool.push(await timed(events, () => consumer.drain((stats) => bar.set(done + stats.received))));
+      poolCpu.consumerMs += processCpuMs() - consumerBefore;
+      poolCpu.redisMs += (await redisCpuMs([redisUrl])) - redisBefore;
+    } finally {
+      await consumer.close();
+    }
+    done += messages.length;
+    await appliedCount(redis, events, 'handler module on worker threads');
+  }
 
   const inDatabase: Rate[] = [];
   for (let round = 0; round < ROUNDS; round += 1) {
@@ -160,6 +234,7 @@ export async function benchConsumer(redis: Redis, workspace: string, events: num
   });
   bar.finish();
   await clearConsumerState(redis);
+  const perEvent = (ms: number) => (ms * 1000) / (ROUNDS * events);
   return {
     consumer: ourMedian,
     consumerMessages: rate(messages.length, ourMedian.ms),
@@ -167,5 +242,10 @@ export async function benchConsumer(redis: Redis, workspace: string, events: num
     databaseMessages: rate(messages.length, databaseMedian.ms),
     naive,
     duplicateShare: DUPLICATE_SHARE,
+    cpu: { consumerUs: perEvent(cpu.consumerMs), redisUs: perEvent(cpu.redisMs) },
+    scriptLimit: median(limit),
+    scriptRedisUs: perEvent(scriptRedisMs),
+    pool: median(inPool),
+    poolCpu: { consumerUs: perEvent(poolCpu.consumerMs), redisUs: perEvent(poolCpu.redisMs) },
   };
 }

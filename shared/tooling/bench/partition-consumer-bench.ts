@@ -170,3 +170,18 @@ export async function benchPartitionConsumers(redisUrl: string, clusterNodes: st
   }
   return result;
 }
+
+/**
+ * A small drain (`events` distinct messages plus 10 % re-deliveries) in a new process of its own:
+ * started, connected and its consumer created before the clock starts, but no event handled before
+ * (no warm-up drain), as `outbox consume` or a consumer app just started meets them. `rounds` runs,
+ * each in a new process (median).
+ */
+export async function benchSmallRun(redisUrl: string, events: number, rounds: number): Promise<Rate> {
+  const messages = benchMessages(events);
+  const runs: Rate[] = [];
+  const bar = progress(`consumer: ${events} events in a new process`, rounds * messages.length);
+  for (let round = 0; round < rounds; round += 1) runs.push((await runOnce({ redisUrl, partitions: 1 }, [], events, messages, [], (n) => bar.tick(n))).rate);
+  bar.finish();
+  return median(runs);
+}

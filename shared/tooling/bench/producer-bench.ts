@@ -4,6 +4,7 @@ import { openDatabase } from '../../outbox/store/open-database.js';
 import { createDatabase } from '../../lab/init-stores.js';
 import { createOrderService } from '../../lab/orders/order-service.js';
 import { median, timed, type Rate } from './measure.js';
+import { processCpuMs } from './cpu-time.js';
 import { progress } from './progress.js';
 
 export interface ProducerFigures {
@@ -13,6 +14,8 @@ export interface ProducerFigures {
   rawPerTransaction: Rate;
   /** The batch API: 1000 orders per transaction. */
   batch: Rate;
+  /** CPU time of this process per order (one order, one event) in the order service's rounds: one per transaction, and the batch API. */
+  cpu: { perTransactionUs: number; batchUs: number };
 }
 
 const ROUNDS = 3;
@@ -29,6 +32,7 @@ export async function benchProducer(workspace: string, orders: number): Promise<
   const ours: Rate[] = [];
   const raw: Rate[] = [];
   const batch: Rate[] = [];
+  const cpu = { perTransactionMs: 0, batchMs: 0 };
   for (let round = 0; round < ROUNDS; round += 1) {
     const rawDb = freshDb(workspace, `raw-${round}`);
     const insertOrder = rawDb.prepare('INSERT INTO orders (sku, qty) VALUES (?, ?)');
@@ -49,21 +53,26 @@ export async function benchProducer(workspace: string, orders: number): Promise<
 
     const db = freshDb(workspace, `ours-${round}`);
     const service = createOrderService(db);
+    let cpuBefore = processCpuMs();
     ours.push(await timed(orders, () => {
       for (let i = 0; i < orders; i += 1) service.placeOrder({ sku: 'SKU-1', qty: 1 + (i % 5) });
     }));
+    cpu.perTransactionMs += processCpuMs() - cpuBefore;
     bar.tick(orders);
     db.close();
 
     const batchDb = freshDb(workspace, `batch-${round}`);
     const batchService = createOrderService(batchDb);
     const chunk = Array.from({ length: 1000 }, (_, i) => ({ sku: 'SKU-1', qty: 1 + (i % 5) }));
+    cpuBefore = processCpuMs();
     batch.push(await timed(orders, () => {
       for (let i = 0; i < orders; i += 1000) batchService.placeOrders(chunk.slice(0, Math.min(1000, orders - i)));
     }));
+    cpu.batchMs += processCpuMs() - cpuBefore;
     bar.tick(orders);
     batchDb.close();
   }
   bar.finish();
-  return { perTransaction: median(ours), rawPerTransaction: median(raw), batch: median(batch) };
+  const perOrder = (ms: number) => (ms * 1000) / (ROUNDS * orders);
+  return { perTransaction: median(ours), rawPerTransaction: median(raw), batch: median(batch), cpu: { perTransactionUs: perOrder(cpu.perTransactionMs), batchUs: perOrder(cpu.batchMs) } };
 }

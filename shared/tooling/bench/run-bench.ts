@@ -11,6 +11,8 @@ import { benchProducer, type ProducerFigures } from './producer-bench.js';
 import { benchRelay, type RelayFigures } from './relay-bench.js';
 import { benchScaleOut, type ScaleOutFigures } from './scale-out-bench.js';
 import type { BenchStage } from './stages.js';
+import { benchSmallRun } from './partition-consumer-bench.js';
+import type { Rate } from './measure.js';
 
 export interface BenchSizes {
   producerOrders: number;
@@ -18,6 +20,8 @@ export interface BenchSizes {
   relayNaiveEvents: number;
   consumerEvents: number;
   consumerNaiveEvents: number;
+  /** A small consumer run, in a new process: compared with the large one (consumerEvents). */
+  consumerSmallEvents: number;
   growthPublished: number;
   growthPending: number;
   rssEvents: number;
@@ -40,6 +44,7 @@ export const FULL: BenchSizes = {
   relayNaiveEvents: 5_000,
   consumerEvents: 100_000,
   consumerNaiveEvents: 5_000,
+  consumerSmallEvents: 5_000,
   growthPublished: 1_000_000,
   growthPending: 20_000,
   rssEvents: 1_000_000,
@@ -58,6 +63,7 @@ export const QUICK: BenchSizes = {
   relayNaiveEvents: 500,
   consumerEvents: 5_000,
   consumerNaiveEvents: 500,
+  consumerSmallEvents: 1_000,
   growthPublished: 20_000,
   growthPending: 2_000,
   rssEvents: 20_000,
@@ -77,6 +83,8 @@ export interface BenchResult {
   producer?: ProducerFigures;
   relay?: RelayFigures;
   consumer?: ConsumerFigures;
+  /** `sizes.consumerSmallEvents` in a new process (median of 3): see benchSmallRun. */
+  consumerSmall?: Rate;
   growth?: GrowthFigures;
   /** One per rate of `sizes.e2eRates`, in that order. */
   e2e?: EndToEndFigures[];
@@ -101,8 +109,11 @@ export async function runBench(stages: BenchStage[], sizes: BenchSizes, postgres
   };
   try {
     if (stages.includes('producer')) result.producer = await benchProducer(workspace, sizes.producerOrders);
-    if (stages.includes('relay')) result.relay = await benchRelay(workspace, client, sizes.relayEvents, sizes.relayNaiveEvents);
-    if (stages.includes('consumer')) result.consumer = await benchConsumer(client, workspace, sizes.consumerEvents, sizes.consumerNaiveEvents);
+    if (stages.includes('relay')) result.relay = await benchRelay(workspace, client, redis.url, sizes.relayEvents, sizes.relayNaiveEvents);
+    if (stages.includes('consumer')) {
+      result.consumer = await benchConsumer(client, redis.url, workspace, sizes.consumerEvents, sizes.consumerNaiveEvents);
+      result.consumerSmall = await benchSmallRun(redis.url, sizes.consumerSmallEvents, 3);
+    }
     if (stages.includes('growth')) {
       await client.flushall();
       result.growth = await benchGrowth(workspace, client, redis.url, sizes.growthPublished, sizes.growthPending, sizes.rssEvents);
