@@ -2,7 +2,10 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import Database from 'better-sqlite3';
 import { openDatabase } from '../shared/outbox/store/open-database.js';
+import { createRelay } from '../shared/outbox/relay/relay.js';
+import { closeRedis, connectRedis } from '../shared/outbox/redis/connect.js';
 import { createOrderService } from '../shared/lab/orders/order-service.js';
 import { sleep } from '../shared/outbox/sleep.js';
 import { runCli } from './helpers/cli.js';
@@ -184,6 +187,53 @@ describe('at-least-once: relay-crash then relay', () => {
     await h.cli('relay');
     assert.equal(await h.client.llen('outbox.events'), 12);
     assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 0);
+  });
+
+  it('a relay with a backlog (full batches, each marked on the mark thread while the next is pushed) killed mid-batch leaves that batch PENDING: the next relay marks every row once', async () => {
+    // Batches of 2 over 7 rows: full batches are marked on the mark thread, the crash point fires there
+    // (the first mark), so rows 1-2 stay PENDING with the rest; the next relay pushes all again.
+    o.place(7);
+    const crash = await runCli(['relay', '--batch-size', '2'], { ...h.env, env: { OUTBOX_CRASH_POINTS: 'relay.mid-batch' } });
+    assert.equal(crash.signal, 'SIGKILL');
+    assert.match(crash.stderr, /crash point relay\.mid-batch: dying with rows 1-1 marked, uncommitted/);
+    assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 7);
+    // Pushed before the kill: the first batch, maybe the second (read and pushed while the first was being marked).
+    const pushed = await h.client.llen('outbox.events');
+    assert.ok(pushed === 2 || pushed === 4, `${pushed}`);
+    const relayed = await runCli(['relay', '--batch-size', '2'], h.env);
+    assert.equal(relayed.code, 0, relayed.stderr);
+    assert.match(relayed.stdout, /relayed 7 events in 4 batches/);
+    assert.equal(await h.client.llen('outbox.events'), pushed + 7);
+    assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 0);
+  });
+
+  it('a mark that app.db refuses on the mark thread (locked past the busy timeout) fails as SQLITE_BUSY, and the next pass marks what was pushed without pushing it again', async () => {
+    o.place(6);
+    const redis = await connectRedis(h.env.redisUrl);
+    const db = openDatabase(h.env.dir);
+    const locker = openDatabase(h.env.dir);
+    try {
+      db.pragma('busy_timeout = 50');
+      const relay = createRelay(db, redis, { batchSize: 2 });
+      // Paired first, then the write lock taken: the pass reads and pushes, and its marks wait 50 ms and fail.
+      await relay.pair();
+      locker.prepare('BEGIN IMMEDIATE').run();
+      await assert.rejects(relay.relayAll(), (error: Error & { code?: string }) => error instanceof Database.SqliteError && error.code === 'SQLITE_BUSY');
+      const pushed = await h.client.llen('outbox.events');
+      assert.ok(pushed === 2 || pushed === 4, `${pushed}`);
+      assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 6);
+      locker.prepare('COMMIT').run();
+      assert.deepEqual(await relay.relayAll(), { batches: 3, events: 6 });
+      // Every row pushed once: the batches acknowledged before the failure were marked, not pushed again.
+      assert.equal(await h.client.llen('outbox.events'), 6);
+      assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 0);
+      relay.close();
+    } finally {
+      if (locker.inTransaction) locker.prepare('ROLLBACK').run();
+      locker.close();
+      db.close();
+      await closeRedis(redis);
+    }
   });
 
   it('relay-crash with nothing PENDING does not crash', async () => {

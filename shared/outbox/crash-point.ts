@@ -1,4 +1,4 @@
-import { appendFileSync, readFileSync } from 'node:fs';
+import { appendFileSync, readFileSync, writeSync } from 'node:fs';
 
 /**
  * Named places where the process can be made to die at once (SIGKILL to itself), to prove that a
@@ -57,8 +57,21 @@ export function enableCrashPoint(name: CrashPointName): void {
 }
 
 export function crashPoint(name: CrashPointName, announce?: () => string): void {
-  if (!enabled.has(name) || (armedMode && (armed === false || (armed !== true && !armed.has(name))))) return;
+  if (crashPointFires(name)) crashNow(name, announce);
+}
+
+/**
+ * Whether `crashPoint(name)` would fire now. Asked in the main thread for a point that a worker
+ * thread reaches (the relay's mark thread): SIGUSR2 arms the main thread's points only.
+ */
+export function crashPointFires(name: CrashPointName): boolean {
+  return enabled.has(name) && !(armedMode && (armed === false || (armed !== true && !armed.has(name))));
+}
+
+/** Logs the point and kills the whole process (from any thread): what a firing crash point does. */
+export function crashNow(name: CrashPointName, announce?: () => string): void {
   if (process.env.OUTBOX_CRASH_LOG) appendFileSync(process.env.OUTBOX_CRASH_LOG, `${name}\n`);
-  if (announce) process.stderr.write(`${announce()}\n`);
+  // Straight to fd 2: a worker thread's process.stderr goes through the main thread, which the kill stops.
+  if (announce) writeSync(2, `${announce()}\n`);
   process.kill(process.pid, 'SIGKILL');
 }

@@ -6,7 +6,7 @@ import { partitionsOf, type Partitions } from '../redis/partitions.js';
 import { pushRows } from '../relay/push-rows.js';
 import { DEFAULT_RELAY_BATCH_SIZE, type RelayAllOptions, type RelayBatch, type RelayOptions } from '../relay/relay.js';
 import type { Pairing } from '../relay/store-pairing.js';
-import type { OutboxRow } from '../store/events.js';
+import { toMessage, type OutboxRow } from '../store/events.js';
 import { REPLAY_LOCK } from './locks.js';
 import { fromPgRow, type PgOutboxRow } from './pg-rows.js';
 import { pgReason } from './pg-errors.js';
@@ -58,7 +58,7 @@ export function createPgRelay(pool: Pool, redis: Redis | Partitions, options: Pg
   let paired = false;
 
   async function push(client: PoolClient, rows: OutboxRow[], store: string): Promise<number> {
-    const result = await pushRows(partitions, store, rows);
+    const result = await pushRows(partitions, store, rows.map((row) => ({ id: row.id, aggregate_id: row.aggregate_id, message: toMessage(row, store) })));
     if (result.status === 'unclaimed') throw new StateLostError();
     if (result.status === 'foreign') throw new StoreMismatchError(store, result.servedStore, { database: await pgStoreName(client), redis: describeRedis(result.redis) });
     crashPoint('relay.after-push', () => `crash point relay.after-push: pushed rows ${rows[0].id}-${rows[rows.length - 1].id}, dying before marking them PUBLISHED`);

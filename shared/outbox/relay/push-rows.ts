@@ -3,8 +3,14 @@ import { explainError } from '../errors/explain-error.js';
 import { OutboxError } from '../errors/outbox-error.js';
 import { byPartition, partitionLayout, type Partitions } from '../redis/partitions.js';
 import { pushEvents } from '../redis/scripts.js';
-import { toMessage, type OutboxRow } from '../store/events.js';
 import { layoutMismatch } from '../redis/partition-layout.js';
+
+/** A row as the relay pushes it: its id (what it marks), its aggregate (its partition) and its message (`toMessage`'s text). */
+export interface RowToPush {
+  id: number;
+  aggregate_id: string;
+  message: string;
+}
 
 export type PushOutcome =
   /** Every partition took its rows; `pushedAt`: Redis's clock when the last of them reached its queue. */
@@ -20,7 +26,7 @@ export type PushOutcome =
  * a push that fails leaves the whole batch to be pushed again: duplicates, never loss. A partition
  * claimed for another number of partitions is a setting to fix (exit 2); a failed push, exit 5.
  */
-export async function pushRows(partitions: Partitions, storeId: string, rows: OutboxRow[]): Promise<PushOutcome> {
+export async function pushRows(partitions: Partitions, storeId: string, rows: RowToPush[]): Promise<PushOutcome> {
   const groups = [...byPartition(partitions, rows, (row) => row.aggregate_id)];
   let results;
   try {
@@ -28,7 +34,7 @@ export async function pushRows(partitions: Partitions, storeId: string, rows: Ou
       groups.map(async ([index, group]) => {
         const redis = partitions.clients[index];
         const layout = partitionLayout(index, partitions.count);
-        return { redis, layout, result: await pushEvents(redis, storeId, group.map((row) => toMessage(row, storeId)), layout) };
+        return { redis, layout, result: await pushEvents(redis, storeId, group.map((row) => row.message), layout) };
       }),
     );
   } catch (error) {

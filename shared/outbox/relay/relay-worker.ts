@@ -100,6 +100,8 @@ export async function startRelayWorker(database: DatabaseWatch, queues: Redis | 
   let current: { live: LiveDatabase; relay: Relay } | undefined;
   const relayOn = (live: LiveDatabase): Relay => {
     if (current?.live !== live) {
+      // The last file's mark thread, if any, ends with its connection.
+      current?.relay.close();
       // The process's connection (prune shares it): its waits block the event loop, lock renewal included.
       live.db.pragma(`busy_timeout = ${config.busyTimeoutMs}`);
       const relay = createRelay(live.db, queues, {
@@ -272,6 +274,7 @@ export async function startRelayWorker(database: DatabaseWatch, queues: Redis | 
       stopStats();
       closing.abort();
       await scheduled.close();
+      current?.relay.close();
     },
   };
 }

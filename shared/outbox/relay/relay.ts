@@ -1,13 +1,14 @@
 import type { Redis } from 'ioredis';
-import { crashPoint } from '../crash-point.js';
-import type { Statement } from 'better-sqlite3';
+import { crashPoint, crashPointFires } from '../crash-point.js';
 import type { Db } from '../store/open-database.js';
 import { replayGenerationReader, storeIdOf } from '../store/store-meta.js';
 import { OutboxError } from '../errors/outbox-error.js';
-import type { OutboxRow } from '../store/events.js';
 import { partitionsOf, type Partitions } from '../redis/partitions.js';
 import { ensurePaired, mismatch, type Pairing } from './store-pairing.js';
-import { pushRows } from './push-rows.js';
+import { pushRows, type RowToPush } from './push-rows.js';
+import { relayStatements } from './relay-statements.js';
+import { createMarkPublished, markHalves } from './mark-published.js';
+import { startMarkThread, type MarkThread } from './mark-thread.js';
 import type { OutboxMetrics } from '../metrics/outbox-metrics.js';
 
 export interface RelayOptions {
@@ -19,24 +20,6 @@ export interface RelayOptions {
   assertLive?: () => void;
   /** Counts each batch (events pushed, its duration) and each Redis state loss found (`createOutboxMetrics`). Default none. */
   metrics?: Pick<OutboxMetrics, 'relayStarted' | 'batchRelayed' | 'stateLost'>;
-}
-
-/**
- * The relay's two statements on app.db: `outbox bench` times them alone (no Redis) as the relay's
- * SQLite bound.
- */
-export function relayStatements(db: Db): { selectPending: Statement<[number, number], OutboxRow>; markRows: Statement<[number, string]> } {
-  return {
-    // The partial index holds (status, rowid): WHERE status='PENDING' ORDER BY id reads it in order, no sort.
-    selectPending: db.prepare<[number, number], OutboxRow>(
-      "SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE status = 'PENDING' AND id > ? ORDER BY id LIMIT ?",
-    ),
-    // Exactly the rows of the batch, in one statement. (A range UPDATE could also mark a row that a
-    // concurrent replay set back to PENDING after the SELECT, without pushing it again.)
-    markRows: db.prepare<[number, string]>(
-      "UPDATE outbox SET status = 'PUBLISHED', published_at = ? WHERE id IN (SELECT value FROM json_each(?)) AND status = 'PENDING'",
-    ),
-  };
 }
 
 /** Redis lost its state between two pushes: the pass stops and the relay pairs again. */
@@ -65,7 +48,7 @@ export interface RelayAllOptions {
 
 /** A batch Redis acknowledged whose mark failed (app.db locked or full): marked before anything is pushed again. */
 interface UnmarkedBatch {
-  rows: OutboxRow[];
+  rows: RowToPush[];
   generation: number;
   started: number;
   /** Redis's clock when the push reached the queue: the rows' published_at. */
@@ -85,26 +68,36 @@ export function createRelay(db: Db, redis: Redis | Partitions, options: RelayOpt
   if (!Number.isInteger(batchSize) || batchSize < 1) {
     throw new OutboxError(`relay batch size must be a positive integer, got ${batchSize}`, 2);
   }
-  const { selectPending, markRows } = relayStatements(db);
+  const { selectPending } = relayStatements(db);
   const storeId = storeIdOf(db);
   const replayGeneration = replayGenerationReader(db);
+  const markInThisThread = createMarkPublished(db);
   options.metrics?.relayStarted();
-  /**
-   * Marks the rows, unless a replay, repair or rebuild set rows back to PENDING since the pass read
-   * `generation`: those rows may be among these, and they must be pushed again, not marked (a
-   * relay paused between push and mark would otherwise undo the replay). Resolves false then.
-   */
-  const markPublished = db.transaction((rows: OutboxRow[], pushedAt: number, generation: number): boolean => {
-    if (replayGeneration() !== generation) return false;
+
+  /** The crash point's line for a batch killed mid-mark. */
+  const midBatchLine = (rows: RowToPush[]) => {
     const half = rows.length >> 1;
-    markRows.run(pushedAt, JSON.stringify(rows.slice(0, half).map((row) => row.id)));
-    crashPoint('relay.mid-batch', () => `crash point relay.mid-batch: dying with rows ${rows[0].id}-${rows[half - 1]?.id ?? rows[0].id} marked, uncommitted`);
-    markRows.run(pushedAt, JSON.stringify(rows.slice(half).map((row) => row.id)));
-    return true;
-  });
+    return `crash point relay.mid-batch: dying with rows ${rows[0].id}-${rows[half - 1]?.id ?? rows[0].id} marked, uncommitted`;
+  };
+
+  /** Marks a batch in this thread (see createMarkPublished): false when a replay came in between. */
+  function markHere({ rows, pushedAt, generation }: UnmarkedBatch): boolean {
+    return markInThisThread({ ...markHalves(rows), pushedAt, generation }, () => crashPoint('relay.mid-batch', () => midBatchLine(rows)));
+  }
+
+  let thread: MarkThread | undefined;
+  /**
+   * Marks a batch on the mark thread (started on first use, again after it ended), while this
+   * thread reads and pushes the next: only for a file database and a full batch (a backlog).
+   */
+  function markThere({ rows, pushedAt, generation }: UnmarkedBatch): Promise<boolean> {
+    if (!thread?.alive) thread = startMarkThread({ path: db.name, busyTimeoutMs: db.pragma('busy_timeout', { simple: true }) as number }, storeId);
+    return thread.mark({ ...markHalves(rows), pushedAt, generation }, crashPointFires('relay.mid-batch') ? midBatchLine(rows) : undefined);
+  }
+  const canMarkThere = !db.memory && db.name !== '';
 
   /** Pushes `rows`; resolves Redis's clock when they reached the queue (their published_at). */
-  async function push(rows: OutboxRow[]): Promise<number> {
+  async function push(rows: RowToPush[]): Promise<number> {
     const result = await pushRows(partitions, storeId, rows);
     if (result.status === 'unclaimed') throw new StateLostError();
     if (result.status === 'foreign') throw mismatch(db, result.redis, storeId, result.servedStore);
@@ -112,7 +105,7 @@ export function createRelay(db: Db, redis: Redis | Partitions, options: RelayOpt
     return result.pushedAt;
   }
 
-  function summary(rows: OutboxRow[], started: number): RelayBatch {
+  function summary(rows: RowToPush[], started: number): RelayBatch {
     return { count: rows.length, firstId: rows[0].id, lastId: rows[rows.length - 1].id, durationMs: performance.now() - started };
   }
 
@@ -146,8 +139,8 @@ export function createRelay(db: Db, redis: Redis | Partitions, options: RelayOpt
     const total = { batches: 0, events: 0 };
     while (unmarked.length > 0) {
       beforeWrite?.();
-      const { rows, generation, started, pushedAt } = unmarked[0];
-      const marked = markPublished.immediate(rows, pushedAt, generation);
+      const { rows, started } = unmarked[0];
+      const marked = markHere(unmarked[0]);
       unmarked.shift();
       // Not marked: a replay set rows back to PENDING since; the pass below pushes them again.
       if (marked) count(total, rows, started, onBatch);
@@ -169,7 +162,7 @@ export function createRelay(db: Db, redis: Redis | Partitions, options: RelayOpt
     }
   }
 
-  function count(total: { batches: number; events: number }, rows: OutboxRow[], started: number, onBatch: RelayAllOptions['onBatch']): void {
+  function count(total: { batches: number; events: number }, rows: RowToPush[], started: number, onBatch: RelayAllOptions['onBatch']): void {
     total.batches += 1;
     total.events += rows.length;
     const batch = summary(rows, started);
@@ -178,46 +171,47 @@ export function createRelay(db: Db, redis: Redis | Partitions, options: RelayOpt
   }
 
   /**
-   * Marks `batch`; when that fails, remembers it as unmarked, and `inFlight` too once Redis
-   * acknowledged its push, then throws.
+   * Relays one pass. Batch N is marked once its push was acknowledged; meanwhile batch N+1 is read
+   * and its push sent. With a backlog (full batches) the mark runs on the mark thread, alongside
+   * the read and push of the next batch; otherwise here, after that push was sent. When a mark
+   * fails, the batch and, once Redis acknowledged it, the next one are remembered as unmarked.
    */
-  async function markOrOwe(batch: UnmarkedBatch, inFlight?: { batch: Omit<UnmarkedBatch, 'pushedAt'>; pushing: Promise<number> }): Promise<boolean> {
-    try {
-      return markPublished.immediate(batch.rows, batch.pushedAt, batch.generation);
-    } catch (error) {
-      unmarked = [batch];
-      const pushedAt = await inFlight?.pushing.catch(() => undefined);
-      if (inFlight && pushedAt !== undefined) unmarked.push({ ...inFlight.batch, pushedAt });
-      throw error;
-    }
-  }
-
   async function relayPass(
     total: { batches: number; events: number },
     { onBatch, deadline = Infinity, beforeWrite }: RelayAllOptions,
   ): Promise<{ batches: number; events: number }> {
     const generation = replayGeneration();
     let started = performance.now();
-    let rows = selectPending.all(0, batchSize);
+    let rows = selectPending.all({ store: storeId, after: 0, limit: batchSize });
     if (rows.length === 0) return total;
     beforeWrite?.();
     let pushing: Promise<number> = push(rows);
     for (;;) {
-      const pushedAt = await pushing;
-      const next = Date.now() < deadline ? selectPending.all(rows[rows.length - 1].id, batchSize) : [];
+      const batch: UnmarkedBatch = { rows, generation, started, pushedAt: await pushing };
+      let marking: Promise<boolean> | undefined;
+      if (canMarkThere && rows.length === batchSize) {
+        beforeWrite?.();
+        marking = markThere(batch);
+        marking.catch(() => {});
+      }
+      const next = Date.now() < deadline ? selectPending.all({ store: storeId, after: rows[rows.length - 1].id, limit: batchSize }) : [];
       const nextStarted = performance.now();
       if (next.length > 0) {
         beforeWrite?.();
         pushing = push(next);
-        // Let ioredis write the next push to the socket before the synchronous UPDATE below.
-        await new Promise((resolve) => setImmediate(resolve));
+        pushing.catch(() => {});
+        // Let ioredis write the next push to the socket before a synchronous mark below.
+        if (!marking) await new Promise((resolve) => setImmediate(resolve));
       }
       let marked: boolean;
       try {
-        beforeWrite?.();
-        marked = await markOrOwe({ rows, generation, started, pushedAt }, next.length > 0 ? { batch: { rows: next, generation, started: nextStarted }, pushing } : undefined);
-      } finally {
-        if (next.length > 0) pushing.catch(() => {});
+        if (!marking) beforeWrite?.();
+        marked = marking ? await marking : markHere(batch);
+      } catch (error) {
+        unmarked = [batch];
+        const pushedAt = next.length > 0 ? await pushing.catch(() => undefined) : undefined;
+        if (pushedAt !== undefined) unmarked.push({ rows: next, generation, started: nextStarted, pushedAt });
+        throw error;
       }
       // Rows were set back to PENDING meanwhile: the next pass pushes them (again) and marks them.
       if (!marked) return total;
@@ -228,7 +222,12 @@ export function createRelay(db: Db, redis: Redis | Partitions, options: RelayOpt
     }
   }
 
-  return { relayAll, pair };
+  /** Ends the mark thread, if one runs (it also ends by itself after a while without work). */
+  function close(): void {
+    thread?.close();
+  }
+
+  return { relayAll, pair, close };
 }
 
 export type Relay = ReturnType<typeof createRelay>;

@@ -41,6 +41,16 @@ export function toMessage(row: OutboxRow, storeId: string): string {
   );
 }
 
+/**
+ * `toMessage` as a SQLite expression over the outbox table's columns, the store id given as the
+ * named parameter @store: the same text (json_quote escapes as JSON.stringify does), built in
+ * SQLite's C instead of JavaScript, so that the relay on app.db reads each row's message ready made
+ * (test/relay-message.test.ts holds the two to the same text).
+ */
+export const MESSAGE_SQL =
+  `'{"event_id":' || json_quote(event_id) || ',"aggregate_id":' || json_quote(aggregate_id) || ',"seq":' || seq || ',"event_type":' || json_quote(event_type) ||` +
+  ` ',"payload":' || payload || ',"store_id":' || json_quote(@store) || ',"created_at":' || created_at || '}'`;
+
 /** The event_id of a queue entry, read without checking the rest; undefined when there is none. */
 export function eventIdOf(message: string): string | undefined {
   try {

@@ -6,7 +6,8 @@ import { toMessage, type OutboxRow } from '../../outbox/store/events.js';
 import { createDatabase } from '../../lab/init-stores.js';
 import { createOrderService } from '../../lab/orders/order-service.js';
 import { keys } from '../../outbox/redis/keys.js';
-import { createRelay, relayStatements } from '../../outbox/relay/relay.js';
+import { createRelay } from '../../outbox/relay/relay.js';
+import { relayStatements } from '../../outbox/relay/relay-statements.js';
 import { median, serveStore, timed, type Rate } from './measure.js';
 import { processCpuMs, redisCpuMs } from './cpu-time.js';
 import { progress } from './progress.js';
@@ -56,7 +57,7 @@ export async function benchRelay(workspace: string, redis: Redis, redisUrl: stri
     const markBatch = db.transaction((ids: string) => markRows.run(Date.now(), ids));
     const readAndMark = () => {
       for (let last = 0; ; ) {
-        const rows = selectPending.all(last, 1000);
+        const rows = selectPending.all({ store: storeId, after: last, limit: 1000 });
         if (rows.length === 0) return;
         markBatch.immediate(JSON.stringify(rows.map((row) => row.id)));
         last = rows[rows.length - 1].id;
