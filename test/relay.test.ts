@@ -189,7 +189,7 @@ describe('at-least-once: relay-crash then relay', () => {
     assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 0);
   });
 
-  it('a relay with a backlog (full batches, each marked on the mark thread while the next is pushed) killed mid-batch leaves that batch PENDING: the next relay marks every row once', async () => {
+  it('a relay with a backlog (full batches, each marked on the mark thread while the next is pushed) killed mid-batch leaves that batch and the rest PENDING: the next relay pushes and marks them all', async () => {
     // Batches of 2 over 7 rows: full batches are marked on the mark thread, the crash point fires there
     // (the first mark), so rows 1-2 stay PENDING with the rest; the next relay pushes all again.
     o.place(7);
