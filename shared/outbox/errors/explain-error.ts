@@ -30,7 +30,9 @@ function wrongTypeKey(error: unknown): string | null {
  */
 export function explainError(error: unknown): OutboxError | null {
   if (error instanceof OutboxError) return error;
-  const { name, code, message } = (error ?? {}) as { name?: string; code?: string; message?: string };
+  const { name, code: rawCode, message } = (error ?? {}) as { name?: string; code?: unknown; message?: string };
+  // Not every library's code is a string (BullMQ's lock errors carry numbers).
+  const code = typeof rawCode === 'string' ? rawCode : undefined;
   // yargs's own validation (an option without its value, say).
   if (name === 'YError') return new InvalidInputError(`${message} (see "outbox --help")`);
   if (isConnectionError(error)) {
