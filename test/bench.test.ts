@@ -25,6 +25,14 @@ describe('outbox bench', () => {
       'consumer, Redis effects (10 % duplicates)',
       'consumer, database mode (10 % duplicates)',
       'consumer vs naive',
+      'consumer vs the apply script alone',
+      'consumer, handler module on 2 worker threads',
+      'consumer, 1,000 events in a new process',
+      'CPU per 1,000 events, producer (1 order per transaction)',
+      'CPU per 1,000 events, relay',
+      'CPU per 1,000 events, consumer (handlers in its thread)',
+      'CPU per 1,000 events, consumer (handler module, 2 threads)',
+      'CPU per 1,000 events under pm2',
       'end to end under pm2',
       'relay pass, 0 vs',
       'relay RSS over',
@@ -62,6 +70,19 @@ describe('outbox bench', () => {
       figures.consumer.consumerMessages.perSecond,
       figures.consumer.database.perSecond,
       figures.consumer.databaseMessages.perSecond,
+      figures.relay.sqliteBound.perSecond,
+      figures.relay.cpu.relayUs,
+      figures.relay.cpu.redisUs,
+      figures.producer.cpu.perTransactionUs,
+      figures.consumer.scriptLimit.perSecond,
+      figures.consumer.scriptRedisUs,
+      figures.consumer.pool.perSecond,
+      figures.consumer.cpu.consumerUs,
+      figures.consumer.cpu.redisUs,
+      figures.consumer.poolCpu.consumerUs,
+      figures.consumerSmall.perSecond,
+      ...figures.e2e.map((run: { redisCpuPerThousand: number }) => run.redisCpuPerThousand),
+      ...figures.e2e.flatMap((run: { cpuPerThousand: { ms: number }[] }) => run.cpuPerThousand.map((app) => app.ms)),
       figures.cli.nodeMs,
       figures.cli.helpMs,
       figures.cli.reportMs,
@@ -78,6 +99,10 @@ describe('outbox bench', () => {
     assert.deepEqual(figures.e2e.map((run: { rate: number }) => run.rate), figures.sizes.e2eRates);
     assert.equal(figures.sizes.e2eRates.length, 2);
     for (const run of figures.e2e) assert.equal(run.negativeLags, 0);
+    // CPU per 1,000 events under pm2: the producer, the relay and the consumer each measured.
+    for (const run of figures.e2e) {
+      assert.deepEqual(['outbox-consumer', 'outbox-producer', 'outbox-relay'].filter((app) => run.cpuPerThousand.some((a: { app: string }) => a.app === app)), ['outbox-consumer', 'outbox-producer', 'outbox-relay']);
+    }
     assert.equal((result.stdout.match(/^\| end to end under pm2, /gm) ?? []).length, 2);
     // Applied events/s leave the re-deliveries out: fewer than the messages taken.
     assert.ok(figures.consumer.consumer.perSecond < figures.consumer.consumerMessages.perSecond);

@@ -32,19 +32,21 @@ let ticksPerSecond: number | undefined;
  * checkpointer and other shared processes are not counted.
  */
 export async function backendsCpuMs(pool: pg.Pool, database: string): Promise<number> {
-  ticksPerSecond ??= Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
   const { rows } = await pool.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()', [database]);
-  let ticks = 0;
-  for (const { pid } of rows) {
-    try {
-      // The fields after the command name (which may hold spaces) in parentheses: utime and stime are the 12th and 13th.
-      const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '').split(' ');
-      ticks += Number(fields[11]) + Number(fields[12]);
-    } catch {
-      // A session that ended meanwhile: its time is not counted.
-    }
+  // A session that ended meanwhile: its time is not counted.
+  return rows.reduce((sum, { pid }) => sum + (pidCpuMs(pid) ?? 0), 0);
+}
+
+/** CPU time process `pid` (all its threads) has used, ms: utime + stime from /proc/<pid>/stat; undefined when it is gone. */
+export function pidCpuMs(pid: number): number | undefined {
+  ticksPerSecond ??= Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+  try {
+    // The fields after the command name (which may hold spaces) in parentheses: utime and stime are the 12th and 13th.
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '').split(' ');
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / ticksPerSecond;
+  } catch {
+    return undefined;
   }
-  return (ticks * 1000) / ticksPerSecond;
 }
 
 /** The machine's CPU time so far from /proc/stat, in ticks: all of it, and the idle part (idle + iowait). */

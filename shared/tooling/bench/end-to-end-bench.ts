@@ -6,6 +6,7 @@ import { freePort, RedisServer, testClient } from '../local/redis-server.js';
 import { waitFor } from '../local/wait-for.js';
 import { keys } from '../../outbox/redis/keys.js';
 import { percentile } from './measure.js';
+import { pidCpuMs, redisCpuMs } from './cpu-time.js';
 import { progress } from './progress.js';
 
 export interface EndToEndFigures {
@@ -34,6 +35,13 @@ export interface EndToEndFigures {
   startupEvents: number;
   /** The start-up burst's window, from the first commit (ms). */
   startupWindowMs: number;
+  /**
+   * CPU time per 1,000 events committed in the steady window (from the first event applied to the
+   * end of the traffic), ms: each pm2 app (all its threads, from /proc) and the Redis server (INFO
+   * cpu). An app restarted meanwhile is left out.
+   */
+  cpuPerThousand: { app: string; ms: number }[];
+  redisCpuPerThousand: number;
 }
 
 /** The start-up burst: the events committed in the first seconds of traffic. */
@@ -70,6 +78,8 @@ export async function benchEndToEnd(workspace: string, rate: number, durationMs:
     if (started.code !== 0) throw new Error(`pm2 start failed: ${started.stderr}`);
     await waitFor(async () => (await client.hlen(keys.processed)) > 0, { timeoutMs: 30_000, message: 'no event got through' });
     const begin = Date.now();
+    const apps = (await pm2.list()).filter((app) => app.pid > 0).map((app) => ({ name: app.name, pid: app.pid, before: pidCpuMs(app.pid) }));
+    const redisBefore = await redisCpuMs([redis.url]);
     await waitFor(
       () => {
         bar.set(Math.min(durationMs, Date.now() - begin));
@@ -77,8 +87,13 @@ export async function benchEndToEnd(workspace: string, rate: number, durationMs:
       },
       { timeoutMs: durationMs + 10_000, intervalMs: 200 },
     );
+    const end = Date.now();
+    const appsUsed = apps.map((app) => ({ app: app.name, used: (pidCpuMs(app.pid) ?? NaN) - (app.before ?? NaN) }));
+    const redisUsed = (await redisCpuMs([redis.url])) - redisBefore;
     const db = openDatabase(dataDir);
     try {
+      const committed = db.prepare<[number, number], number>('SELECT COUNT(*) FROM outbox WHERE created_at >= ? AND created_at < ?').pluck().get(begin, end)!;
+      const perThousand = (ms: number) => (ms * 1000) / committed;
       const total = () => db.prepare('SELECT COUNT(*) FROM outbox').pluck().get() as number;
       await waitFor(async () => (await client.hlen(keys.processed)) === total() && (await client.llen(keys.events)) === 0, {
         timeoutMs: 60_000,
@@ -124,6 +139,8 @@ export async function benchEndToEnd(workspace: string, rate: number, durationMs:
         startupP99Ms: percentile(startupLatencies, 99),
         startupEvents: startupLatencies.length,
         startupWindowMs: STARTUP_MS,
+        cpuPerThousand: appsUsed.filter(({ used }) => Number.isFinite(used)).map(({ app, used }) => ({ app, ms: perThousand(used) })),
+        redisCpuPerThousand: perThousand(redisUsed),
       };
     } finally {
       db.close();

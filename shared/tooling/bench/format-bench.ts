@@ -75,6 +75,11 @@ export function formatBench(r: BenchResult): string[] {
       met(run.firstAppliedAfterStartMs <= 1000 && run.startupP99Ms <= 250),
     ]);
   }
+  for (const run of e2e ?? []) {
+    const parts = [...run.cpuPerThousand.map(({ app, ms }) => `${app} ${n(ms, 1)}`), `Redis ${n(run.redisCpuPerThousand, 1)}`];
+    const total = run.cpuPerThousand.reduce((sum, { ms }) => sum + ms, run.redisCpuPerThousand);
+    rows.push([`CPU per 1,000 events under pm2, ${n(run.rate)} ops/s`, `${n(total, 1)} ms`, '', `per app, ms: ${parts.join(', ')} (steady state, idle polling included)`, '', '']);
+  }
   if (growth) {
     const ratio = growth.relayEmptyTable.perSecond / growth.relayFullTable.perSecond;
     const { emptyFirst, fullFirst } = growth.costRatioByOrder;
