@@ -128,8 +128,9 @@ export function createRelay(db: Db, redis: Redis | Partitions, options: RelayOpt
 
   /**
    * Relays until no row is PENDING. Pipelined: once batch N's push is acknowledged, batch N+1 is
-   * read and its push sent, and batch N is marked while that push is in flight. Still, a row is
-   * marked only after its own push was acknowledged, and pushes go out in id order. When a push finds
+   * read and its push sent while batch N is marked (on the mark thread when batches are full, see
+   * relayPass). Still, a row is marked only after its own push was acknowledged, batches are marked
+   * in order, and pushes go out in id order. When a push finds
    * that Redis lost its state, the relay rebuilds it (see `ensurePaired`) and starts over from the
    * lowest PENDING id. When a mark fails (SQLITE_BUSY, SQLITE_FULL, …), the error is thrown and
    * the batches Redis acknowledged are remembered: the next call marks them before it pushes
