@@ -30,14 +30,15 @@
     ARGV[3] namespace key prefix ('' for none): an effect's key is <prefix><key>
       (Marker and effect keys are derived, not declared: like the rest of this project, the script
       expects one Redis, not a Cluster.)
-    ARGV[4] the events, a JSON array with one array per event, all values strings: event_id,
-      aggregate key, seq (an integer), store id of the message, processed value (a JSON object, to
-      which the script adds "applyOrder", the stats hash's 'applied' counter, and "appliedAt"),
-      and its effects, an array of [op, key (relative to the namespace), field or member ('' for
-      set), value ('' for hdel, srem; the increment for hincrby, zincrby)]
+    ARGV[4] the events, one flat JSON array of strings, per event in order: event_id, aggregate
+      key, seq (an integer), store id of the message, processed value (a JSON object, to which the
+      script adds "applyOrder", the stats hash's 'applied' counter, and "appliedAt"), the number n
+      of its effects (an integer), then n times: op, key (relative to the namespace), field or
+      member ('' for set), value ('' for hdel, srem; the increment for hincrby, zincrby)
     ARGV[5] ... one per event, in the same order: the raw message exactly as it sits in the
       processing list
-      (One JSON argument rather than one argument per value: a client pays for every argument.)
+      (One JSON argument rather than one argument per value: a client pays for every argument.
+      Flat rather than an array per event and per effect: the decoder then makes one table, not three per event.)
 
   Time: appliedAt, parkedAt and deadAt are Redis's clock (TIME, ms since epoch) when the script
   runs, i.e. when the event was applied, not when the consumer built the call. (TIME is allowed in
@@ -70,6 +71,9 @@ local function integer(text)
   return n
 end
 local function int(n) return fmt('%d', n) end
+-- The small integers by their text: the usual seqs and effect counts are read with one look-up.
+local SMALL = {}
+for n = 0, 63 do SMALL[int(n)] = n end
 
 local ttl = integer(ttlText)
 if not ttl or ttl < 0 or not namespace then
@@ -102,32 +106,34 @@ local function hmget(key, fields, call)
 end
 
 -- The events, read before anything else: a call that does not add up changes nothing.
-local BAD_EVENTS = 'apply-events: ARGV[4] must be a JSON array of [event_id, aggregate, seq, store, processed, effects] '
-  .. '(strings, and effects an array of [op, key, field, value] strings), then one raw message per event'
-local decoded, list = pcall(cjson.decode, ARGV[4] or '')
-if not decoded or type(list) ~= 'table' or (#list == 0 and next(list) ~= nil) or #ARGV ~= 4 + #list then
+local BAD_EVENTS = 'apply-events: ARGV[4] must be a flat JSON array of strings, per event event_id, aggregate, seq, store, processed, '
+  .. 'the number n of its effects, then n times op, key, field, value; then one raw message per event'
+local decoded, flat = pcall(cjson.decode, ARGV[4] or '')
+if not decoded or type(flat) ~= 'table' or (#flat == 0 and next(flat) ~= nil) then
   return redis.error_reply(BAD_EVENTS)
 end
-local count = #list
--- Event i is list[i] = { event_id, aggregate, seq text, store, processed, effects }, its raw
--- message ARGV[4 + i]; what the script finds out about it is kept in arrays by i.
-local seqOf, kindOf = {}, {}
-for i = 1, count do
-  local e = list[i]
-  if type(e) ~= 'table' or type(e[1]) ~= 'string' or type(e[2]) ~= 'string' or type(e[3]) ~= 'string'
-    or type(e[4]) ~= 'string' or type(e[5]) ~= 'string' or type(e[6]) ~= 'table' then
-    return redis.error_reply(BAD_EVENTS)
+-- Event i's values start at flat[at[i]]: event_id, aggregate, seq text, store, processed, n, then
+-- its effects, 4 values each; its raw message is ARGV[4 + i]. What the script finds out about it
+-- is kept in arrays by i.
+local at, seqOf, kindOf = {}, {}, {}
+local count, size, pos = 0, #flat, 1
+while pos <= size do
+  local last = pos + 5
+  for k = pos, last do
+    if type(flat[k]) ~= 'string' then return redis.error_reply(BAD_EVENTS) end
   end
-  local effects = e[6]
-  for j = 1, #effects do
-    local f = effects[j]
-    if type(f) ~= 'table' or type(f[1]) ~= 'string' or type(f[2]) ~= 'string' or type(f[3]) ~= 'string' or type(f[4]) ~= 'string' then
-      return redis.error_reply(BAD_EVENTS)
-    end
+  local n = SMALL[flat[last]] or integer(flat[last])
+  if not n or n < 0 then return redis.error_reply(BAD_EVENTS) end
+  last = last + 4 * n
+  if last > size then return redis.error_reply(BAD_EVENTS) end
+  for k = pos + 6, last do
+    if type(flat[k]) ~= 'string' then return redis.error_reply(BAD_EVENTS) end
   end
-  seqOf[i] = integer(e[3]) or false
-  kindOf[i] = false
+  count = count + 1
+  at[count], seqOf[count], kindOf[count] = pos, SMALL[flat[pos + 2]] or integer(flat[pos + 2]) or false, false
+  pos = last + 1
 end
+if #ARGV ~= 4 + count then return redis.error_reply(BAD_EVENTS) end
 
 local clock = rcall('TIME')
 local now = int(tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
@@ -223,7 +229,7 @@ local function checkEffect(op, key, field, value)
   if wanted == 'hash' then
     local fields = fieldsOf[full] or tableOf(fieldsOf, full)
     if op == 'hincrby' then
-      local by = integer(value)
+      local by = SMALL[value] or integer(value)
       if not by then return 'increment "' .. value .. '" is not an integer' end
       local current = fields[field]
       if current == nil then
@@ -280,15 +286,14 @@ local function checkEffect(op, key, field, value)
 end
 
 -- Checks an event's effects; nil when all can be applied, else why not (and the state is as before).
-local function checkEffects(e)
+local function checkEffects(s)
   undone = 0
-  local effects = e[6]
-  for j = 1, #effects do
-    local f = effects[j]
-    local refused = checkEffect(f[1], f[2], f[3], f[4])
+  for j = 1, tonumber(flat[s + 5]) do
+    local f = s + 2 + 4 * j
+    local refused = checkEffect(flat[f], flat[f + 1], flat[f + 2], flat[f + 3])
     if refused then
       for i = undone, 1, -1 do undoTable[i][undoSlot[i]] = undoValue[i] end
-      return 'effect ' .. j .. ' of event ' .. e[1] .. ' (' .. f[1] .. ' ' .. f[2] .. '): ' .. refused
+      return 'effect ' .. j .. ' of event ' .. flat[s] .. ' (' .. flat[f] .. ' ' .. flat[f + 1] .. '): ' .. refused
     end
   end
   return nil
@@ -299,7 +304,7 @@ end
 local open, openAggregates = {}, {}
 local present = {}
 for i = 1, count do
-  local e = list[i]
+  local s = at[i]
   if not atHead then
     -- Not at the head: each message must still be in the list (a re-sent call finds it gone).
     local raw = ARGV[4 + i]
@@ -312,13 +317,13 @@ for i = 1, count do
   end
   if kindOf[i] then
     -- stale: nothing more to check
-  elseif e[4] ~= served then
+  elseif flat[s + 3] ~= served then
     kindOf[i] = 'foreign'
   elseif not seqOf[i] or seqOf[i] < 1 or not applied then
     kindOf[i] = 'invalid'
   else
     open[#open + 1] = i
-    openAggregates[#openAggregates + 1] = e[2]
+    openAggregates[#openAggregates + 1] = flat[s + 1]
   end
 end
 
@@ -333,7 +338,7 @@ for j = 1, #open do
   local last = value and integer(value) or (not value and 0) or nil
   if last and seqOf[open[j]] > last then
     maybeNew[#maybeNew + 1] = open[j]
-    maybeNewIds[#maybeNewIds + 1] = list[open[j]][1]
+    maybeNewIds[#maybeNewIds + 1] = flat[at[open[j]]]
   end
 end
 local processedValues = hmget(KEYS[2], maybeNewIds)
@@ -360,8 +365,8 @@ local restoreSeqOf, expectedOf = {}, {}
 local toApply = {}
 for j = 1, #open do
   local i = open[j]
-  local e = list[i]
-  local aggregate, seq = e[2], seqOf[i]
+  local s = at[i]
+  local aggregate, seq = flat[s + 1], seqOf[i]
   local last = lastOf[aggregate]
   if last == nil then
     local value = seqValues[j]
@@ -371,19 +376,19 @@ for j = 1, #open do
   end
   if not last then
     kindOf[i] = 'invalid'
-  elseif seq <= last or seenNow[e[1]] then
+  elseif seq <= last or seenNow[flat[s]] then
     -- Behind the seq guard, or seen in this call: no need to ask Redis.
     kindOf[i] = 'duplicate'
   else
     -- (An event that gets here was past the seq guard before this call: its entry was read above.)
     local processed = processedOf[i]
-    if processed == nil then processed = rcall('HEXISTS', KEYS[2], e[1]) == 1 end
+    if processed == nil then processed = rcall('HEXISTS', KEYS[2], flat[s]) == 1 end
     if processed then
       -- Applied before, but its applied seq was lost: put the seq guard back.
       kindOf[i] = 'duplicate'
       restoreSeqOf[i] = true
       lastOf[aggregate] = seq
-    elseif markersExist > 0 and rcall('EXISTS', markerOf[i] or prefix .. e[1]) == 1 then
+    elseif markersExist > 0 and rcall('EXISTS', markerOf[i] or prefix .. flat[s]) == 1 then
       kindOf[i] = 'duplicate'
     end
   end
@@ -393,15 +398,15 @@ for j = 1, #open do
     kindOf[i] = 'parked'
     expectedOf[i] = last + 1
   else
-    local refused = checkEffects(e)
+    local refused = checkEffects(s)
     if refused then
       problem(refused)
       kindOf[i] = 'invalid'
     else
       kindOf[i] = 'apply'
       lastOf[aggregate] = seq
-      seenNow[e[1]] = true
-      toApply[#toApply + 1] = e[1]
+      seenNow[flat[s]] = true
+      toApply[#toApply + 1] = flat[s]
     end
   end
 end
@@ -438,11 +443,10 @@ end
 
 local touched, touchedList = {}, {}
 -- An event's effects other than on hash fields (those are written once, after the loop).
-local function applyEffects(effects)
-  for j = 1, #effects do
-    local f = effects[j]
-    local op, field, value = f[1], f[3], f[4]
-    local key = fullKeyOf[f[2]]
+local function applyEffects(s)
+  for f = s + 6, s + 2 + 4 * tonumber(flat[s + 5]), 4 do
+    local op, field, value = flat[f], flat[f + 2], flat[f + 3]
+    local key = fullKeyOf[flat[f + 1]]
     if not touched[key] then
       touched[key] = true
       touchedList[#touchedList + 1] = key
@@ -456,12 +460,12 @@ end
 
 local applying = 0
 for i = 1, count do
-  local e = list[i]
+  local s = at[i]
   local kind = kindOf[i]
   local outcome
   if kind == 'apply' then
     applying = applying + 1
-    local eventId, seqText = e[1], e[3]
+    local eventId, seqText = flat[s], flat[s + 2]
     applied = applied + 1
     local marker = markerOf[i] or prefix .. eventId
     if markerTtl then
@@ -469,12 +473,12 @@ for i = 1, count do
     else
       rcall('SET', marker, '1')
     end
-    applyEffects(e[6])
+    applyEffects(s)
     local n = #processedPairs
     processedPairs[n + 1] = eventId
-    processedPairs[n + 2] = sub(e[5], 1, -2) .. ',"applyOrder":' .. int(applied) .. ',"appliedAt":' .. now .. '}'
+    processedPairs[n + 2] = sub(flat[s + 4], 1, -2) .. ',"applyOrder":' .. int(applied) .. ',"appliedAt":' .. now .. '}'
     n = #seqPairs
-    seqPairs[n + 1] = e[2]
+    seqPairs[n + 1] = flat[s + 1]
     seqPairs[n + 2] = seqText
     -- The count is evidence, not a condition: a field holding a non-number is reported, and
     -- pcall keeps its error from aborting the script after the writes above.
@@ -494,8 +498,8 @@ for i = 1, count do
       problem('event ' .. eventId .. ' was applied more than once (its processed entry had been removed)')
     end
     if anyParked then
-      rcall('HDEL', KEYS[4], e[2] .. ':' .. seqText)
-      local successorField = e[2] .. ':' .. int(seqOf[i] + 1)
+      rcall('HDEL', KEYS[4], flat[s + 1] .. ':' .. seqText)
+      local successorField = flat[s + 1] .. ':' .. int(seqOf[i] + 1)
       local successor = rcall('HGET', KEYS[4], successorField)
       if successor then
         rcall('HDEL', KEYS[4], successorField)
@@ -514,10 +518,10 @@ for i = 1, count do
   elseif kind == 'duplicate' then
     -- Seen before: by its marker, by its processed entry (even with the marker and the applied
     -- seq gone), or by the seq guard.
-    if anyParked then rcall('HDEL', KEYS[4], e[2] .. ':' .. e[3]) end
+    if anyParked then rcall('HDEL', KEYS[4], flat[s + 1] .. ':' .. flat[s + 2]) end
     if restoreSeqOf[i] then
-      seqPairs[#seqPairs + 1] = e[2]
-      seqPairs[#seqPairs + 1] = e[3]
+      seqPairs[#seqPairs + 1] = flat[s + 1]
+      seqPairs[#seqPairs + 1] = flat[s + 2]
     end
     counts.duplicates = counts.duplicates + 1
     outcome = 'duplicate'
@@ -525,19 +529,19 @@ for i = 1, count do
     outcome = kind
     allAcked = false
   elseif kind == 'foreign' then
-    deadLetter(served and ('from store ' .. e[4] .. ', but this Redis serves store ' .. served)
-      or ('from store ' .. e[4] .. ', but this Redis serves no store (it lost its state; the relay rebuilds it from SQLite)'), ARGV[4 + i])
+    deadLetter(served and ('from store ' .. flat[s + 3] .. ', but this Redis serves store ' .. served)
+      or ('from store ' .. flat[s + 3] .. ', but this Redis serves no store (it lost its state; the relay rebuilds it from SQLite)'), ARGV[4 + i])
     outcome = 'foreign'
   else
     -- parked: not applied, so no dedupe marker: its redelivery has to be applied later.
-    local reason = 'gap: expected seq ' .. int(expectedOf[i]) .. ', got ' .. e[3]
-    rcall('HSET', KEYS[4], e[2] .. ':' .. e[3], cjson.encode({ reason = reason, message = ARGV[4 + i], parkedAt = tonumber(now) }))
+    local reason = 'gap: expected seq ' .. int(expectedOf[i]) .. ', got ' .. flat[s + 2]
+    rcall('HSET', KEYS[4], flat[s + 1] .. ':' .. flat[s + 2], cjson.encode({ reason = reason, message = ARGV[4 + i], parkedAt = tonumber(now) }))
     anyParked = true
     counts.parked = counts.parked + 1
     outcome = 'parked'
   end
   outcomes[i] = outcome
-  if anyAttempts and outcome ~= 'stale' and outcome ~= 'invalid' then attemptsDone[#attemptsDone + 1] = e[1] end
+  if anyAttempts and outcome ~= 'stale' and outcome ~= 'invalid' then attemptsDone[#attemptsDone + 1] = flat[s] end
 end
 
 inSlices('HSET', KEYS[2], processedPairs, 2 * SLICE)
