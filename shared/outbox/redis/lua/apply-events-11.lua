@@ -45,7 +45,8 @@
   a script that writes: Redis >= 5 replicates a script's effects, not the script.)
 
   Output: { outcomes, problems }
-    outcomes, one per event, in order:
+    outcomes, one letter per event, in order (one string: a reply of one value per event costs
+    both sides more), the letter being the first of:
       'invalid'   its seq is not an integer, an effect is refused, or Redis holds bad state it would
                   need (see problems): nothing done, the message stays in the processing list
       'stale'     the message was not in the processing list (already acked, e.g. a re-sent call): nothing done
@@ -514,7 +515,7 @@ for i = 1, count do
         end
       end
     end
-    outcome = 'applied'
+    outcome = 'a'
   elseif kind == 'duplicate' then
     -- Seen before: by its marker, by its processed entry (even with the marker and the applied
     -- seq gone), or by the seq guard.
@@ -524,24 +525,24 @@ for i = 1, count do
       seqPairs[#seqPairs + 1] = flat[s + 2]
     end
     counts.duplicates = counts.duplicates + 1
-    outcome = 'duplicate'
+    outcome = 'd'
   elseif kind == 'stale' or kind == 'invalid' then
-    outcome = kind
+    outcome = kind == 'stale' and 's' or 'i'
     allAcked = false
   elseif kind == 'foreign' then
     deadLetter(served and ('from store ' .. flat[s + 3] .. ', but this Redis serves store ' .. served)
       or ('from store ' .. flat[s + 3] .. ', but this Redis serves no store (it lost its state; the relay rebuilds it from SQLite)'), ARGV[4 + i])
-    outcome = 'foreign'
+    outcome = 'f'
   else
     -- parked: not applied, so no dedupe marker: its redelivery has to be applied later.
     local reason = 'gap: expected seq ' .. int(expectedOf[i]) .. ', got ' .. flat[s + 2]
     rcall('HSET', KEYS[4], flat[s + 1] .. ':' .. flat[s + 2], cjson.encode({ reason = reason, message = ARGV[4 + i], parkedAt = tonumber(now) }))
     anyParked = true
     counts.parked = counts.parked + 1
-    outcome = 'parked'
+    outcome = 'p'
   end
   outcomes[i] = outcome
-  if anyAttempts and outcome ~= 'stale' and outcome ~= 'invalid' then attemptsDone[#attemptsDone + 1] = flat[s] end
+  if anyAttempts and outcome ~= 's' and outcome ~= 'i' then attemptsDone[#attemptsDone + 1] = flat[s] end
 end
 
 inSlices('HSET', KEYS[2], processedPairs, 2 * SLICE)
@@ -583,4 +584,4 @@ if statOk.applied and #toApply > 0 then rcall('HSET', KEYS[5], 'applied', int(ap
 for name, n in pairs(counts) do
   if n > 0 and statOk[name] then rcall('HINCRBY', KEYS[5], name, n) end
 end
-return { outcomes, problems }
+return { table.concat(outcomes), problems }
