@@ -83,8 +83,6 @@ export const DEFAULT_MAX_ATTEMPTS = 5;
 /** One message of a round and what became of it. */
 export interface Handled {
   raw: string | Buffer;
-  /** The entry as taken from Redis, when read from it: what the apply script is sent for it (its bytes, not the text encoded again). */
-  bytes?: Buffer;
   event?: OutboxEvent;
   /** The number of this attempt at the event (1 = first); after a failed one, the failed attempts counted. */
   attempt?: number;
@@ -136,7 +134,7 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
     return status;
   }
 
-  function toApply(raw: string | Buffer, event: OutboxEvent, effects: EncodedEffect[]): EventToApply {
+  function toApply(raw: string, event: OutboxEvent, effects: EncodedEffect[]): EventToApply {
     const { eventId, storeId, seq, type } = event;
     const aggregate = event.aggregateId;
     // The processed entry says what was applied; the script adds applyOrder and appliedAt.
@@ -195,10 +193,7 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
     // A round's items are its own: they are completed in place (attempt, reason, outcome), not copied.
     const parsed: Handled[] = entries.map((entry) => {
       const read: Handled = readEntry(entry);
-      if (read.event) {
-        read.attempt = 1;
-        read.bytes = entry;
-      }
+      if (read.event) read.attempt = 1;
       return read;
     });
     if (recovered) await loadAttempts(parsed);
@@ -226,7 +221,7 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
         failed.push({ item: p, error: result.error });
       } else {
         applied.push(p);
-        batch.push(toApply(p.bytes ?? (p.raw as string), p.event, result.effects));
+        batch.push(toApply(p.raw as string, p.event, result.effects));
       }
     }
     const sent: Promise<Outcome[]>[] = [

@@ -54,8 +54,8 @@ function client(redis: Redis): ScriptClient {
 export type ApplyOutcome = 'applied' | 'duplicate' | 'parked' | 'stale' | 'invalid' | 'foreign';
 
 export interface EventToApply {
-  /** The message exactly as it sits in the processing list (as taken, bytes: sent without encoding it again). */
-  raw: string | Buffer;
+  /** The message exactly as it sits in the processing list. */
+  raw: string;
   eventId: string;
   /** The store the message comes from: applied only where Redis serves that store. */
   storeId: string;
@@ -107,7 +107,7 @@ export async function applyEvents(redis: Redis, processingList: string, events: 
   // replaces it. (The test also meets an escaped backslash before "ud8": then only the work is redone.
   // The plain search first: it is the usual answer, and much cheaper than the regex over the whole text.)
   if (packed.includes('\\u') && /\\ud[89a-f]/i.test(packed)) packed = JSON.stringify(flat.map(wellFormed));
-  const args: (string | Buffer)[] = [
+  const args: string[] = [
     processingList,
     keys.processed,
     keys.appliedSeq,
