@@ -134,11 +134,19 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
     return status;
   }
 
+  // The processed entry's start per event type (a handful of declared types), made once.
+  const resultStartOf = new Map<string, string>();
+
   function toApply(raw: string, event: OutboxEvent, effects: EncodedEffect[]): EventToApply {
     const { eventId, storeId, seq, type } = event;
     const aggregate = event.aggregateId;
+    let start = resultStartOf.get(type);
+    if (start === undefined) {
+      start = `{"type":${JSON.stringify(type)},"aggregate":`;
+      resultStartOf.set(type, start);
+    }
     // The processed entry says what was applied; the script adds applyOrder and appliedAt.
-    const result = `{"type":${JSON.stringify(type)},"aggregate":${JSON.stringify(aggregate)},"seq":${seq},"effects":${effects.length}}`;
+    const result = `${start}${JSON.stringify(aggregate)},"seq":${seq},"effects":${effects.length}}`;
     return { raw, eventId, storeId, aggregate, seq, effects, result };
   }
 
@@ -236,10 +244,12 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
         }),
       );
     }
+    // (Counted now: the answer does not keep the round's entries, and the reply they slice, alive.)
+    const received = entries.length;
     const answered = Promise.all(sent).then((results) => {
       const outcomes = results.flat();
       if (outcomes.length > 0) crashPoint('consumer.after-apply', () => `crash point consumer.after-apply: dying after ${outcomes.length} messages were handled`);
-      stats.received += entries.length;
+      stats.received += received;
       stats.failed += failed.length;
       for (const outcome of outcomes) stats[STAT_OF[outcome]] += 1;
       for (const { item, error } of failed) item.reason ??= error;
