@@ -117,24 +117,36 @@ end
 -- its effects, 4 values each; its raw message is ARGV[4 + i]. What the script finds out about it
 -- is kept in arrays by i.
 local at, seqOf, kindOf = {}, {}, {}
-local count, size, pos = 0, #flat, 1
-while pos <= size do
-  local last = pos + 5
-  for k = pos, last do
-    if type(flat[k]) ~= 'string' then return redis.error_reply(BAD_EVENTS) end
+local count, size = 0, #flat
+-- Walks the events; false when they do not add up. A value that is not a string raises an error
+-- (caught below): `#` refuses a number, a boolean or null, `.. ''` a table; two operators per
+-- value rather than a call of type().
+local function walk()
+  local pos = 1
+  while pos <= size do
+    local last = pos + 5
+    for k = pos, last do
+      local v = flat[k]
+      local _ = #v
+      v = v .. ''
+    end
+    local n = SMALL[flat[last]] or integer(flat[last])
+    if not n or n < 0 then return false end
+    last = last + 4 * n
+    if last > size then return false end
+    for k = pos + 6, last do
+      local v = flat[k]
+      local _ = #v
+      v = v .. ''
+    end
+    count = count + 1
+    at[count], seqOf[count], kindOf[count] = pos, SMALL[flat[pos + 2]] or integer(flat[pos + 2]) or false, false
+    pos = last + 1
   end
-  local n = SMALL[flat[last]] or integer(flat[last])
-  if not n or n < 0 then return redis.error_reply(BAD_EVENTS) end
-  last = last + 4 * n
-  if last > size then return redis.error_reply(BAD_EVENTS) end
-  for k = pos + 6, last do
-    if type(flat[k]) ~= 'string' then return redis.error_reply(BAD_EVENTS) end
-  end
-  count = count + 1
-  at[count], seqOf[count], kindOf[count] = pos, SMALL[flat[pos + 2]] or integer(flat[pos + 2]) or false, false
-  pos = last + 1
+  return true
 end
-if #ARGV ~= 4 + count then return redis.error_reply(BAD_EVENTS) end
+local walked, added = pcall(walk)
+if not walked or not added or #ARGV ~= 4 + count then return redis.error_reply(BAD_EVENTS) end
 
 local clock = rcall('TIME')
 local now = int(tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
