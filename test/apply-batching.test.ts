@@ -240,15 +240,22 @@ describe('bad state and bad input: refused before the first write', () => {
     const before = await snapshot();
     const c = redis as unknown as { applyEvents: (...a: string[]) => Promise<unknown> };
     const keys = [LIST, 'processed', 'outbox:applied-seq', 'outbox.events:parked', 'outbox:stats', 'outbox.events', 'outbox:meta', 'outbox.events:dead', 'outbox:apply-count', 'outbox:attempts', 'outbox:effect-keys'];
-    const row = JSON.stringify([['e1', 'a', '1', h.storeId, '{"ok":true}', [['set', 'k', '', 'v']]]]);
+    const row = JSON.stringify(['e1', 'a', '1', h.storeId, '{"ok":true}', '1', 'set', 'k', '', 'v']);
     for (const args of [
       ['outbox:seen:', '60', '', 'not json', 'm'],
       ['outbox:seen:', '60', '', row],
       ['outbox:seen:', '60', '', row, 'm', 'extra'],
       ['outbox:seen:', '1.5', '', row, 'm'],
       ['outbox:seen:', '-1', '', row, 'm'],
-      ['outbox:seen:', '60', '', JSON.stringify([['e1', 'a', 1, h.storeId, '{}', []]]), 'm'],
-      ['outbox:seen:', '60', '', JSON.stringify([['e1', 'a', '1', h.storeId, '{}', [['set', 'k', '', 5]]]]), 'm'],
+      ['outbox:seen:', '60', '', JSON.stringify(['e1', 'a', 1, h.storeId, '{}', '0']), 'm'],
+      ['outbox:seen:', '60', '', JSON.stringify(['e1', 'a', '1', h.storeId, '{}', '1', 'set', 'k', '', 5]), 'm'],
+      // the number of effects: not an integer, negative, more than the values that follow, fewer (the rest read as a second event)
+      ['outbox:seen:', '60', '', JSON.stringify(['e1', 'a', '1', h.storeId, '{}', 'x']), 'm'],
+      ['outbox:seen:', '60', '', JSON.stringify(['e1', 'a', '1', h.storeId, '{}', '-1']), 'm'],
+      ['outbox:seen:', '60', '', JSON.stringify(['e1', 'a', '1', h.storeId, '{}', '2', 'set', 'k', '', 'v']), 'm'],
+      ['outbox:seen:', '60', '', JSON.stringify(['e1', 'a', '1', h.storeId, '{}', '0', 'set', 'k', '', 'v']), 'm'],
+      // the old shape, an array per event
+      ['outbox:seen:', '60', '', JSON.stringify([['e1', 'a', '1', h.storeId, '{}', []]]), 'm'],
       ['outbox:seen:', '60', '', JSON.stringify({ a: 1 }), 'm'],
     ]) {
       await assert.rejects(c.applyEvents(...keys, ...args), /apply-events/, args.join(' '));

@@ -100,12 +100,20 @@ export function emptyStats(): ConsumeStats {
   return { received: 0, recovered: 0, applied: 0, duplicates: 0, parked: 0, dead: 0, stale: 0, invalid: 0, retried: 0, failed: 0 };
 }
 
+// The processed entry's start per event type (only declared types get here, a handful), made once.
+const resultStartOf = new Map<string, string>();
+
 /** What the apply script takes for one event whose handler gave `effects`. */
 export function eventToApply(raw: string, event: OutboxEvent, effects: EncodedEffect[]): EventToApply {
   const { eventId, storeId, seq, type } = event;
   const aggregate = event.aggregateId;
+  let start = resultStartOf.get(type);
+  if (start === undefined) {
+    start = `{"type":${JSON.stringify(type)},"aggregate":`;
+    resultStartOf.set(type, start);
+  }
   // The processed entry says what was applied; the script adds applyOrder and appliedAt.
-  const result = `{"type":${JSON.stringify(type)},"aggregate":${JSON.stringify(aggregate)},"seq":${seq},"effects":${effects.length}}`;
+  const result = `${start}${JSON.stringify(aggregate)},"seq":${seq},"effects":${effects.length}}`;
   return { raw, eventId, storeId, aggregate, seq, effects, result };
 }
 
@@ -237,10 +245,12 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
         }),
       );
     }
+    // (Counted now: the answer does not keep the round's entries, and the reply they slice, alive.)
+    const received = entries.length;
     const answered = Promise.all(sent).then((results) => {
       const outcomes = results.flat();
       if (outcomes.length > 0) crashPoint('consumer.after-apply', () => `crash point consumer.after-apply: dying after ${outcomes.length} messages were handled`);
-      stats.received += entries.length;
+      stats.received += received;
       stats.failed += failed.length;
       for (const outcome of outcomes) stats[STAT_OF[outcome]] += 1;
       for (const { item, error } of failed) item.reason ??= error;

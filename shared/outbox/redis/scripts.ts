@@ -68,6 +68,9 @@ export interface EventToApply {
   result: string;
 }
 
+/** The script answers each event's outcome by its first letter. */
+const OUTCOME_OF_LETTER: Record<string, ApplyOutcome> = { a: 'applied', d: 'duplicate', p: 'parked', s: 'stale', i: 'invalid', f: 'foreign' };
+
 export interface ApplyResult {
   /** One per event, in order. */
   outcomes: ApplyOutcome[];
@@ -96,13 +99,20 @@ export function applyEventsArgs(redis: Redis, processingList: string, events: Ev
   const namespace = keyPrefixOfConnection(redis);
   // The events' values in one JSON argument and the raw messages after it: ioredis pays for every
   // argument (it copies, measures and encodes each), far more than JSON.stringify for a value.
-  const rows = events.map((e) => [e.eventId, e.aggregate, String(e.seq), e.storeId, e.result, e.effects]);
-  let packed = JSON.stringify(rows);
+  // One flat array of strings (see the script's header): the script's decoder then makes one table,
+  // not three per event.
+  const flat: string[] = [];
+  for (const e of events) {
+    flat.push(e.eventId, e.aggregate, String(e.seq), e.storeId, e.result, String(e.effects.length));
+    for (const f of e.effects) flat.push(f[0], f[1], f[2], f[3]);
+  }
+  let packed = JSON.stringify(flat);
   // A lone surrogate (a payload's "\ud800" passed on by a handler) is written as that escape, which
   // the script's JSON decoder refuses: replaced by U+FFFD, as a string argument's UTF-8 encoding
-  // replaces it. (The test also meets an escaped backslash before "ud8": then only the work is redone.)
-  if (/\\ud[89a-f]/i.test(packed)) packed = JSON.stringify(rows, (_, value: unknown) => (typeof value === 'string' ? wellFormed(value) : value));
-  return [
+  // replaces it. (The test also meets an escaped backslash before "ud8": then only the work is redone.
+  // The plain search first: it is the usual answer, and much cheaper than the regex over the whole text.)
+  if (packed.includes('\\u') && /\\ud[89a-f]/i.test(packed)) packed = JSON.stringify(flat.map(wellFormed));
+  const args: string[] = [
     processingList,
     keys.processed,
     keys.appliedSeq,
@@ -118,13 +128,16 @@ export function applyEventsArgs(redis: Redis, processingList: string, events: Ev
     String(dedupeTtlSeconds),
     namespace,
     packed,
-    ...events.map((e) => e.raw),
   ];
+  for (const e of events) args.push(e.raw);
+  return args;
 }
 
 /** Runs apply-events with the arguments `applyEventsArgs` built. */
 export async function sendApplyEvents(redis: Redis, args: string[]): Promise<ApplyResult> {
-  const [outcomes, problems] = (await client(redis).applyEvents(...args)) as [ApplyOutcome[], string[]];
+  const [letters, problems] = (await client(redis).applyEvents(...args)) as [string, string[]];
+  const outcomes: ApplyOutcome[] = new Array(letters.length);
+  for (let i = 0; i < letters.length; i++) outcomes[i] = OUTCOME_OF_LETTER[letters[i]];
   return { outcomes, problems };
 }
 

@@ -30,21 +30,23 @@
     ARGV[3] namespace key prefix ('' for none): an effect's key is <prefix><key>
       (Marker and effect keys are derived, not declared: like the rest of this project, the script
       expects one Redis, not a Cluster.)
-    ARGV[4] the events, a JSON array with one array per event, all values strings: event_id,
-      aggregate key, seq (an integer), store id of the message, processed value (a JSON object, to
-      which the script adds "applyOrder", the stats hash's 'applied' counter, and "appliedAt"),
-      and its effects, an array of [op, key (relative to the namespace), field or member ('' for
-      set), value ('' for hdel, srem; the increment for hincrby, zincrby)]
+    ARGV[4] the events, one flat JSON array of strings, per event in order: event_id, aggregate
+      key, seq (an integer), store id of the message, processed value (a JSON object, to which the
+      script adds "applyOrder", the stats hash's 'applied' counter, and "appliedAt"), the number n
+      of its effects (an integer), then n times: op, key (relative to the namespace), field or
+      member ('' for set), value ('' for hdel, srem; the increment for hincrby, zincrby)
     ARGV[5] ... one per event, in the same order: the raw message exactly as it sits in the
       processing list
-      (One JSON argument rather than one argument per value: a client pays for every argument.)
+      (One JSON argument rather than one argument per value: a client pays for every argument.
+      Flat rather than an array per event and per effect: the decoder then makes one table, not three per event.)
 
   Time: appliedAt, parkedAt and deadAt are Redis's clock (TIME, ms since epoch) when the script
   runs, i.e. when the event was applied, not when the consumer built the call. (TIME is allowed in
   a script that writes: Redis >= 5 replicates a script's effects, not the script.)
 
   Output: { outcomes, problems }
-    outcomes, one per event, in order:
+    outcomes, one letter per event, in order (one string: a reply of one value per event costs
+    both sides more), the letter being the first of:
       'invalid'   its seq is not an integer, an effect is refused, or Redis holds bad state it would
                   need (see problems): nothing done, the message stays in the processing list
       'stale'     the message was not in the processing list (already acked, e.g. a re-sent call): nothing done
@@ -55,18 +57,24 @@
       'applied'   effects applied, counted, recorded in processed, acked; a parked successor is re-queued
     problems: one line per piece of bad state met (empty when none)
 ]]
-local rcall = redis.call
+-- (Written for the common case's cost: per event, parallel arrays rather than a table, one
+-- redis.call (its dedupe marker) and a few table look-ups; the rest is one call per hash.)
+local rcall, type, tonumber, unpack = redis.call, type, tonumber, unpack
+local find, sub, fmt = string.find, string.sub, string.format
 local prefix, ttlText, namespace = ARGV[1], ARGV[2], ARGV[3]
 
 -- Integers as Redis stores them (no leading zeros, no '+'): exact in a Lua number up to 2^53, printed back with %d.
 local MAX_EXACT = 9007199254740991
 local function integer(text)
-  if type(text) ~= 'string' or not (text == '0' or string.match(text, '^%-?[1-9]%d*$')) then return nil end
+  if type(text) ~= 'string' or not (text == '0' or find(text, '^%-?[1-9]%d*$')) then return nil end
   local n = tonumber(text)
   if not n or n > MAX_EXACT or n < -MAX_EXACT then return nil end
   return n
 end
-local function int(n) return string.format('%d', n) end
+local function int(n) return fmt('%d', n) end
+-- The small integers by their text: the usual seqs and effect counts are read with one look-up.
+local SMALL = {}
+for n = 0, 63 do SMALL[int(n)] = n end
 
 local ttl = integer(ttlText)
 if not ttl or ttl < 0 or not namespace then
@@ -80,46 +88,65 @@ local function inSlices(command, key, values, step)
     rcall(command, key, unpack(values, first, math.min(first + step - 1, #values)))
   end
 end
--- HMGET of `fields` (sliced): field -> value, false when missing. With `call` redis.pcall, nil when it fails.
+-- HMGET of `fields` (sliced), the values in the same order (false when missing). With `call`
+-- redis.pcall, nil when it fails.
 local function hmget(key, fields, call)
-  local valueOf = {}
-  for first = 1, #fields, SLICE do
-    local last = math.min(first + SLICE - 1, #fields)
-    local values = (call or rcall)('HMGET', key, unpack(fields, first, last))
+  if #fields <= SLICE then
+    if #fields == 0 then return {} end
+    local values = (call or rcall)('HMGET', key, unpack(fields))
     if values.err then return nil end
-    for i = first, last do valueOf[fields[i]] = values[i - first + 1] end
+    return values
   end
-  return valueOf
+  local all = {}
+  for first = 1, #fields, SLICE do
+    local values = (call or rcall)('HMGET', key, unpack(fields, first, math.min(first + SLICE - 1, #fields)))
+    if values.err then return nil end
+    for i = 1, #values do all[#all + 1] = values[i] end
+  end
+  return all
 end
 
 -- The events, read before anything else: a call that does not add up changes nothing.
-local BAD_EVENTS = 'apply-events: ARGV[4] must be a JSON array of [event_id, aggregate, seq, store, processed, effects] '
-  .. '(strings, and effects an array of [op, key, field, value] strings), then one raw message per event'
-local decoded, list = pcall(cjson.decode, ARGV[4] or '')
-if not decoded or type(list) ~= 'table' or (#list == 0 and next(list) ~= nil) or #ARGV ~= 4 + #list then
+local BAD_EVENTS = 'apply-events: ARGV[4] must be a flat JSON array of strings, per event event_id, aggregate, seq, store, processed, '
+  .. 'the number n of its effects, then n times op, key, field, value; then one raw message per event'
+local decoded, flat = pcall(cjson.decode, ARGV[4] or '')
+if not decoded or type(flat) ~= 'table' or (#flat == 0 and next(flat) ~= nil) then
   return redis.error_reply(BAD_EVENTS)
 end
-local events = {}
-for i = 1, #list do
-  local e = list[i]
-  if type(e) ~= 'table' or type(e[1]) ~= 'string' or type(e[2]) ~= 'string' or type(e[3]) ~= 'string'
-    or type(e[4]) ~= 'string' or type(e[5]) ~= 'string' or type(e[6]) ~= 'table' then
-    return redis.error_reply(BAD_EVENTS)
-  end
-  local effects = e[6]
-  for j = 1, #effects do
-    local f = effects[j]
-    if type(f) ~= 'table' or type(f[1]) ~= 'string' or type(f[2]) ~= 'string' or type(f[3]) ~= 'string' or type(f[4]) ~= 'string' then
-      return redis.error_reply(BAD_EVENTS)
+-- Event i's values start at flat[at[i]]: event_id, aggregate, seq text, store, processed, n, then
+-- its effects, 4 values each; its raw message is ARGV[4 + i]. What the script finds out about it
+-- is kept in arrays by i.
+local at, seqOf, kindOf = {}, {}, {}
+local count, size = 0, #flat
+-- Walks the events; false when they do not add up. A value that is not a string raises an error
+-- (caught below): `#` refuses a number, a boolean or null, `.. ''` a table; two operators per
+-- value rather than a call of type().
+local function walk()
+  local pos = 1
+  while pos <= size do
+    local last = pos + 5
+    for k = pos, last do
+      local v = flat[k]
+      local _ = #v
+      v = v .. ''
     end
+    local n = SMALL[flat[last]] or integer(flat[last])
+    if not n or n < 0 then return false end
+    last = last + 4 * n
+    if last > size then return false end
+    for k = pos + 6, last do
+      local v = flat[k]
+      local _ = #v
+      v = v .. ''
+    end
+    count = count + 1
+    at[count], seqOf[count], kindOf[count] = pos, SMALL[flat[pos + 2]] or integer(flat[pos + 2]) or false, false
+    pos = last + 1
   end
-  -- (The fields set later are named here too, so that the table is made at its final size.)
-  events[i] = {
-    raw = ARGV[4 + i], eventId = e[1], aggregate = e[2], seqText = e[3], store = e[4], result = e[5],
-    seq = integer(e[3]), effects = effects, kind = false, restoreSeq = false, expected = false,
-  }
+  return true
 end
-local count = #events
+local walked, added = pcall(walk)
+if not walked or not added or #ARGV ~= 4 + count then return redis.error_reply(BAD_EVENTS) end
 
 local clock = rcall('TIME')
 local now = int(tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
@@ -151,25 +178,30 @@ end
 local applied = statOk.applied and (integer(statValues[1] or '0')) or nil
 
 -- Usually the batch is exactly the head of the processing list, in order: then one LTRIM acks it all.
-local head = rcall('LRANGE', KEYS[1], 0, count - 1)
-local atHead = #head == count
-for i = 1, count do
-  if not atHead or head[i] ~= events[i].raw then
-    atHead = false
-    break
+local atHead = false
+if count > 0 then
+  local head = rcall('LRANGE', KEYS[1], 0, count - 1)
+  atHead = #head == count
+  for i = 1, count do
+    if not atHead or head[i] ~= ARGV[4 + i] then
+      atHead = false
+      break
+    end
   end
 end
 
--- What Redis will hold once the events checked so far are applied: key types, hash fields, scores.
--- An event's effects change it as they are checked; an undo log takes the changes back when one
--- of them is refused, so a refused event leaves nothing behind (the log is reused: no table per event).
+-- What Redis will hold once the events checked so far are applied: key types, hash fields (a
+-- string, false when absent, or the number a hincrby of this call left), scores. An event's
+-- effects change it as they are checked; an undo log takes the changes back when one of them is
+-- refused, so a refused event leaves nothing behind (the log is reused: no table per event).
 -- A hash field an applied event changed is dirty: phase 2 writes its final value once (HSET or
 -- HDEL, one call per key), not each hincrby, hset and hdel that led to it.
 local OP_TYPE = { hincrby = 'hash', hset = 'hash', hdel = 'hash', sadd = 'set', srem = 'set', zincrby = 'zset', set = 'string' }
-local HASH_OP = { hincrby = true, hset = true, hdel = true }
 local typeOf, fieldsOf, scoresOf = {}, {}, {}
 local dirtyOf, dirtyFieldsOf, dirtyKeys = {}, {}, {}
 local undoTable, undoSlot, undoValue, undone = {}, {}, {}, 0
+-- An effect's key as given -> its full name, or false for a key effects may not touch.
+local fullKeyOf = {}
 
 local function change(tbl, slot, value)
   undone = undone + 1
@@ -188,57 +220,49 @@ local function tableOf(tables, key)
 end
 
 local function isProjectKey(key)
-  return string.sub(key, 1, 6) == 'outbox' or key == 'processed' or string.sub(key, 1, 5) == 'bull:'
+  return sub(key, 1, 6) == 'outbox' or key == 'processed' or sub(key, 1, 5) == 'bull:'
 end
 
 -- Checks one effect against the state so far and records its change; nil when it can be applied, else why not.
-local function checkEffect(f)
-  local op, key, field, value = f[1], f[2], f[3], f[4]
+local function checkEffect(op, key, field, value)
   local wanted = OP_TYPE[op]
   if not wanted then return 'unknown op' end
-  if key == '' or isProjectKey(key) then return 'not a key effects may touch (outbox*, processed and bull:* are the project\'s)' end
-  local full = namespace == '' and key or namespace .. key
+  local full = fullKeyOf[key]
+  if full == nil then
+    full = key ~= '' and not isProjectKey(key) and (namespace == '' and key or namespace .. key)
+    fullKeyOf[key] = full
+  end
+  if not full then return 'not a key effects may touch (outbox*, processed and bull:* are the project\'s)' end
   local t = typeOf[full]
   if t == nil then
     t = rcall('TYPE', full).ok
     typeOf[full] = t
   end
   if t ~= 'none' and t ~= wanted then return 'the key holds a ' .. t .. ', not a ' .. wanted end
-  if op == 'hincrby' then
-    local by = integer(value)
-    if not by then return 'increment "' .. value .. '" is not an integer' end
-    local fields = tableOf(fieldsOf, full)
-    local current = fields[field]
-    if current == nil then
-      current = rcall('HGET', full, field) or false
-      fields[field] = current
+  if wanted == 'hash' then
+    local fields = fieldsOf[full] or tableOf(fieldsOf, full)
+    if op == 'hincrby' then
+      local by = SMALL[value] or integer(value)
+      if not by then return 'increment "' .. value .. '" is not an integer' end
+      local current = fields[field]
+      if current == nil then
+        current = rcall('HGET', full, field) or false
+        fields[field] = current
+      end
+      local n = current
+      if type(n) ~= 'number' then
+        n = current and integer(current) or (not current and 0) or nil
+        if n == nil then return 'field ' .. field .. ' holds "' .. current .. '", not an integer' end
+      end
+      local result = n + by
+      if result > MAX_EXACT or result < -MAX_EXACT then return 'field ' .. field .. ' would leave the exact integer range' end
+      change(fields, field, result)
+    else
+      -- hdel on a key that does not exist changes nothing: not marked, so that phase 2 does not HDEL
+      -- a key that a later set, sadd or zincrby of this call makes another type.
+      if op == 'hdel' and t == 'none' then return nil end
+      change(fields, field, op == 'hset' and value or false)
     end
-    local n = current and integer(current) or (not current and 0) or nil
-    if n == nil then return 'field ' .. field .. ' holds "' .. current .. '", not an integer' end
-    local result = n + by
-    if result > MAX_EXACT or result < -MAX_EXACT then return 'field ' .. field .. ' would leave the exact integer range' end
-    change(fields, field, int(result))
-  elseif op == 'zincrby' then
-    -- (Lua's tonumber takes surrounding whitespace, ZINCRBY does not.)
-    local by = not string.find(value, '^%s') and not string.find(value, '%s$') and tonumber(value)
-    if not by or by ~= by or by == math.huge or by == -math.huge then return 'increment "' .. value .. '" is not a finite number' end
-    local scores = tableOf(scoresOf, full)
-    local current = scores[field]
-    if current == nil then
-      local score = rcall('ZSCORE', full, field)
-      current = score and tonumber(score) or 0
-      scores[field] = current
-    end
-    local result = current + by
-    if result ~= result then return 'member ' .. field .. ' would get a score that is not a number' end
-    change(scores, field, result)
-  elseif op == 'hset' or op == 'hdel' then
-    -- hdel on a key that does not exist changes nothing: not marked, so that phase 2 does not HDEL
-    -- a key that a later set, sadd or zincrby of this call makes another type.
-    if op == 'hdel' and t == 'none' then return nil end
-    change(tableOf(fieldsOf, full), field, op == 'hset' and value or false)
-  end
-  if HASH_OP[op] then
     local dirty = dirtyOf[full]
     if not dirty then
       dirty = {}
@@ -252,6 +276,20 @@ local function checkEffect(f)
       listed[#listed + 1] = field
     end
     change(dirty, field, true)
+  elseif op == 'zincrby' then
+    -- (Lua's tonumber takes surrounding whitespace, ZINCRBY does not.)
+    local by = not find(value, '^%s') and not find(value, '%s$') and tonumber(value)
+    if not by or by ~= by or by == math.huge or by == -math.huge then return 'increment "' .. value .. '" is not a finite number' end
+    local scores = tableOf(scoresOf, full)
+    local current = scores[field]
+    if current == nil then
+      local score = rcall('ZSCORE', full, field)
+      current = score and tonumber(score) or 0
+      scores[field] = current
+    end
+    local result = current + by
+    if result ~= result then return 'member ' .. field .. ' would get a score that is not a number' end
+    change(scores, field, result)
   end
   -- srem and hdel never create a key; the others do, with the op's type. (Nor is a key that hdel or
   -- srem may have emptied taken as gone: a later effect of another type on it in the same call is
@@ -261,43 +299,44 @@ local function checkEffect(f)
 end
 
 -- Checks an event's effects; nil when all can be applied, else why not (and the state is as before).
-local function checkEffects(e)
+local function checkEffects(s)
   undone = 0
-  for j, f in ipairs(e.effects) do
-    local refused = checkEffect(f)
+  for j = 1, tonumber(flat[s + 5]) do
+    local f = s + 2 + 4 * j
+    local refused = checkEffect(flat[f], flat[f + 1], flat[f + 2], flat[f + 3])
     if refused then
       for i = undone, 1, -1 do undoTable[i][undoSlot[i]] = undoValue[i] end
-      return 'effect ' .. j .. ' of event ' .. e.eventId .. ' (' .. f[1] .. ' ' .. f[2] .. '): ' .. refused
+      return 'effect ' .. j .. ' of event ' .. flat[s] .. ' (' .. flat[f] .. ' ' .. flat[f + 1] .. '): ' .. refused
     end
   end
   return nil
 end
 
 -- First the messages that are gone (stale), of another store (foreign) or without a usable seq.
-local open, aggregates, listed = {}, {}, {}
+-- The others are open: their indexes, and their aggregates (repeated: HMGET takes that) in `openAggregates`.
+local open, openAggregates = {}, {}
 local present = {}
-for _, e in ipairs(events) do
+for i = 1, count do
+  local s = at[i]
   if not atHead then
     -- Not at the head: each message must still be in the list (a re-sent call finds it gone).
-    if present[e.raw] == nil then present[e.raw] = #rcall('LPOS', KEYS[1], e.raw, 'COUNT', 0) end
-    if present[e.raw] > 0 then
-      present[e.raw] = present[e.raw] - 1
+    local raw = ARGV[4 + i]
+    if present[raw] == nil then present[raw] = #rcall('LPOS', KEYS[1], raw, 'COUNT', 0) end
+    if present[raw] > 0 then
+      present[raw] = present[raw] - 1
     else
-      e.kind = 'stale'
+      kindOf[i] = 'stale'
     end
   end
-  if e.kind then
+  if kindOf[i] then
     -- stale: nothing more to check
-  elseif e.store ~= served then
-    e.kind = 'foreign'
-  elseif not e.seq or e.seq < 1 or not applied then
-    e.kind = 'invalid'
+  elseif flat[s + 3] ~= served then
+    kindOf[i] = 'foreign'
+  elseif not seqOf[i] or seqOf[i] < 1 or not applied then
+    kindOf[i] = 'invalid'
   else
-    open[#open + 1] = e
-    if not listed[e.aggregate] then
-      listed[e.aggregate] = true
-      aggregates[#aggregates + 1] = e.aggregate
-    end
+    open[#open + 1] = i
+    openAggregates[#openAggregates + 1] = flat[s + 1]
   end
 end
 
@@ -305,81 +344,97 @@ end
 -- seqs; then, for the events past the seq guard (only those can be new), their processed entries;
 -- and whether any of those without one has a dedupe marker (EXISTS of all: usually none has, and
 -- then no event needs its own look-up).
-local seqValueOf = hmget(KEYS[3], aggregates)
-local maybeNew = {}
-for _, e in ipairs(open) do
-  local value = seqValueOf[e.aggregate]
+local seqValues = hmget(KEYS[3], openAggregates)
+local maybeNew, maybeNewIds = {}, {}
+for j = 1, #open do
+  local value = seqValues[j]
   local last = value and integer(value) or (not value and 0) or nil
-  if last and e.seq > last then maybeNew[#maybeNew + 1] = e.eventId end
+  if last and seqOf[open[j]] > last then
+    maybeNew[#maybeNew + 1] = open[j]
+    maybeNewIds[#maybeNewIds + 1] = flat[at[open[j]]]
+  end
 end
-local processedOf = hmget(KEYS[2], maybeNew)
+local processedValues = hmget(KEYS[2], maybeNewIds)
+-- By event index: its processed entry (false when none) and, without one, its marker's key.
+local processedOf, markerOf = {}, {}
 local markerKeys = {}
-for _, eventId in ipairs(maybeNew) do
-  if not processedOf[eventId] then markerKeys[#markerKeys + 1] = prefix .. eventId end
+for j = 1, #maybeNew do
+  local i = maybeNew[j]
+  processedOf[i] = processedValues[j]
+  if not processedValues[j] then
+    local marker = prefix .. maybeNewIds[j]
+    markerOf[i] = marker
+    markerKeys[#markerKeys + 1] = marker
+  end
 end
 local markersExist = 0
 for first = 1, #markerKeys, SLICE do
   markersExist = markersExist + rcall('EXISTS', unpack(markerKeys, first, math.min(first + SLICE - 1, #markerKeys)))
 end
 
-local lastOf, badAggregate, seenNow = {}, {}, {}
-for _, e in ipairs(open) do
-  if lastOf[e.aggregate] == nil and not badAggregate[e.aggregate] then
-    local value = seqValueOf[e.aggregate]
-    lastOf[e.aggregate] = value and integer(value) or (not value and 0) or nil
-    if lastOf[e.aggregate] == nil then
-      badAggregate[e.aggregate] = true
-      problem(KEYS[3] .. ' field ' .. e.aggregate .. ' holds "' .. value .. '", not an integer')
-    end
+-- By aggregate: its last applied seq so far, false when its field is not an integer.
+local lastOf, seenNow = {}, {}
+local restoreSeqOf, expectedOf = {}, {}
+local toApply = {}
+for j = 1, #open do
+  local i = open[j]
+  local s = at[i]
+  local aggregate, seq = flat[s + 1], seqOf[i]
+  local last = lastOf[aggregate]
+  if last == nil then
+    local value = seqValues[j]
+    last = value and integer(value) or (not value and 0) or false
+    lastOf[aggregate] = last
+    if not last then problem(KEYS[3] .. ' field ' .. aggregate .. ' holds "' .. value .. '", not an integer') end
   end
-  local last = lastOf[e.aggregate]
-  if badAggregate[e.aggregate] then
-    e.kind = 'invalid'
-  elseif seenNow[e.eventId] or e.seq <= last then
-    -- Seen in this call, or behind the seq guard: no need to ask Redis.
-    e.kind = 'duplicate'
+  if not last then
+    kindOf[i] = 'invalid'
+  elseif seq <= last or seenNow[flat[s]] then
+    -- Behind the seq guard, or seen in this call: no need to ask Redis.
+    kindOf[i] = 'duplicate'
   else
     -- (An event that gets here was past the seq guard before this call: its entry was read above.)
-    local processed = processedOf[e.eventId]
-    if processed == nil then processed = rcall('HEXISTS', KEYS[2], e.eventId) == 1 end
+    local processed = processedOf[i]
+    if processed == nil then processed = rcall('HEXISTS', KEYS[2], flat[s]) == 1 end
     if processed then
       -- Applied before, but its applied seq was lost: put the seq guard back.
-      e.kind = 'duplicate'
-      e.restoreSeq = true
-      lastOf[e.aggregate] = e.seq
-    elseif markersExist > 0 and rcall('EXISTS', prefix .. e.eventId) == 1 then
-      e.kind = 'duplicate'
+      kindOf[i] = 'duplicate'
+      restoreSeqOf[i] = true
+      lastOf[aggregate] = seq
+    elseif markersExist > 0 and rcall('EXISTS', markerOf[i] or prefix .. flat[s]) == 1 then
+      kindOf[i] = 'duplicate'
     end
   end
-  if e.kind then
+  if kindOf[i] then
     -- duplicate or invalid: decided above
-  elseif e.seq > last + 1 then
-    e.kind = 'parked'
-    e.expected = last + 1
+  elseif seq > last + 1 then
+    kindOf[i] = 'parked'
+    expectedOf[i] = last + 1
   else
-    local refused = checkEffects(e)
+    local refused = checkEffects(s)
     if refused then
       problem(refused)
-      e.kind = 'invalid'
+      kindOf[i] = 'invalid'
     else
-      e.kind = 'apply'
-      lastOf[e.aggregate] = e.seq
-      seenNow[e.eventId] = true
+      kindOf[i] = 'apply'
+      lastOf[aggregate] = seq
+      seenNow[flat[s]] = true
+      toApply[#toApply + 1] = flat[s]
     end
   end
 end
 
 -- The apply counts of the events to apply, read in one call. When that hash or a count in it is
 -- not what the script writes, each count is kept as before: HINCRBY per event, its failure reported.
-local countOf
-local toApply = {}
-for _, e in ipairs(open) do
-  if e.kind == 'apply' then toApply[#toApply + 1] = e.eventId end
-end
-if #toApply > 0 then
-  countOf = hmget(KEYS[9], toApply, redis.pcall)
-  for _, eventId in ipairs(toApply) do
-    if countOf and countOf[eventId] and not integer(countOf[eventId]) then countOf = nil end
+-- (countValues follows toApply, the events applied, in order.)
+local countValues = {}
+if #toApply > 0 then countValues = hmget(KEYS[9], toApply, redis.pcall) end
+if countValues then
+  for k = 1, #toApply do
+    if countValues[k] and not integer(countValues[k]) then
+      countValues = nil
+      break
+    end
   end
 end
 
@@ -389,10 +444,10 @@ local anyParked = rcall('EXISTS', KEYS[4]) == 1
 -- Failed handler attempts are rare too: only while some are counted does an ack clear its entry.
 local anyAttempts = rcall('EXISTS', KEYS[10]) == 1
 local outcomes = {}
-local acked = {}
 local allAcked = true
 -- Written after the loop, one call per hash: processed entries, applied seqs, apply counts, cleared attempts.
 local processedPairs, seqPairs, countPairs, attemptsDone = {}, {}, {}, {}
+local markerTtl = ttl > 0
 
 local function deadLetter(reason, message)
   rcall('RPUSH', KEYS[8], cjson.encode({ reason = reason, message = message, deadAt = tonumber(now) }))
@@ -401,10 +456,10 @@ end
 
 local touched, touchedList = {}, {}
 -- An event's effects other than on hash fields (those are written once, after the loop).
-local function applyEffects(e)
-  for _, f in ipairs(e.effects) do
-    local op, key, field, value = f[1], f[2], f[3], f[4]
-    if namespace ~= '' then key = namespace .. key end
+local function applyEffects(s)
+  for f = s + 6, s + 2 + 4 * tonumber(flat[s + 5]), 4 do
+    local op, field, value = flat[f], flat[f + 2], flat[f + 3]
+    local key = fullKeyOf[flat[f + 1]]
     if not touched[key] then
       touched[key] = true
       touchedList[#touchedList + 1] = key
@@ -416,61 +471,48 @@ local function applyEffects(e)
   end
 end
 
-for _, e in ipairs(events) do
+local applying = 0
+for i = 1, count do
+  local s = at[i]
+  local kind = kindOf[i]
   local outcome
-  if e.kind == 'stale' or e.kind == 'invalid' then
-    outcome = e.kind
-  elseif e.kind == 'foreign' then
-    deadLetter(served and ('from store ' .. e.store .. ', but this Redis serves store ' .. served)
-      or ('from store ' .. e.store .. ', but this Redis serves no store (it lost its state; the relay rebuilds it from SQLite)'), e.raw)
-    outcome = 'foreign'
-  elseif e.kind == 'duplicate' then
-    -- Seen before: by its marker, by its processed entry (even with the marker and the applied
-    -- seq gone), or by the seq guard.
-    if anyParked then rcall('HDEL', KEYS[4], e.aggregate .. ':' .. e.seqText) end
-    if e.restoreSeq then
-      seqPairs[#seqPairs + 1] = e.aggregate
-      seqPairs[#seqPairs + 1] = e.seqText
-    end
-    counts.duplicates = counts.duplicates + 1
-    outcome = 'duplicate'
-  elseif e.kind == 'parked' then
-    -- Not applied, so no dedupe marker: its redelivery has to be applied later.
-    local reason = 'gap: expected seq ' .. int(e.expected) .. ', got ' .. e.seqText
-    rcall('HSET', KEYS[4], e.aggregate .. ':' .. e.seqText, cjson.encode({ reason = reason, message = e.raw, parkedAt = tonumber(now) }))
-    anyParked = true
-    counts.parked = counts.parked + 1
-    outcome = 'parked'
-  else
+  if kind == 'apply' then
+    applying = applying + 1
+    local eventId, seqText = flat[s], flat[s + 2]
     applied = applied + 1
-    if ttl > 0 then
-      rcall('SET', prefix .. e.eventId, '1', 'EX', ttlText)
+    local marker = markerOf[i] or prefix .. eventId
+    if markerTtl then
+      rcall('SET', marker, '1', 'EX', ttlText)
     else
-      rcall('SET', prefix .. e.eventId, '1')
+      rcall('SET', marker, '1')
     end
-    applyEffects(e)
-    processedPairs[#processedPairs + 1] = e.eventId
-    processedPairs[#processedPairs + 1] = string.sub(e.result, 1, -2) .. ',"applyOrder":' .. int(applied) .. ',"appliedAt":' .. now .. '}'
-    seqPairs[#seqPairs + 1] = e.aggregate
-    seqPairs[#seqPairs + 1] = e.seqText
+    applyEffects(s)
+    local n = #processedPairs
+    processedPairs[n + 1] = eventId
+    processedPairs[n + 2] = sub(flat[s + 4], 1, -2) .. ',"applyOrder":' .. int(applied) .. ',"appliedAt":' .. now .. '}'
+    n = #seqPairs
+    seqPairs[n + 1] = flat[s + 1]
+    seqPairs[n + 2] = seqText
     -- The count is evidence, not a condition: a field holding a non-number is reported, and
     -- pcall keeps its error from aborting the script after the writes above.
     local times
-    if countOf then
-      times = (countOf[e.eventId] and integer(countOf[e.eventId]) or 0) + 1
-      countPairs[#countPairs + 1] = e.eventId
-      countPairs[#countPairs + 1] = int(times)
+    if countValues then
+      local before = countValues[applying]
+      times = before and integer(before) + 1 or 1
+      n = #countPairs
+      countPairs[n + 1] = eventId
+      countPairs[n + 2] = times == 1 and '1' or int(times)
     else
-      times = redis.pcall('HINCRBY', KEYS[9], e.eventId, 1)
+      times = redis.pcall('HINCRBY', KEYS[9], eventId, 1)
     end
     if type(times) == 'table' then
-      problem(KEYS[9] .. ' field ' .. e.eventId .. ' holds a non-integer: this application was not counted')
+      problem(KEYS[9] .. ' field ' .. eventId .. ' holds a non-integer: this application was not counted')
     elseif times > 1 then
-      problem('event ' .. e.eventId .. ' was applied more than once (its processed entry had been removed)')
+      problem('event ' .. eventId .. ' was applied more than once (its processed entry had been removed)')
     end
     if anyParked then
-      rcall('HDEL', KEYS[4], e.aggregate .. ':' .. e.seqText)
-      local successorField = e.aggregate .. ':' .. int(e.seq + 1)
+      rcall('HDEL', KEYS[4], flat[s + 1] .. ':' .. seqText)
+      local successorField = flat[s + 1] .. ':' .. int(seqOf[i] + 1)
       local successor = rcall('HGET', KEYS[4], successorField)
       if successor then
         rcall('HDEL', KEYS[4], successorField)
@@ -485,15 +527,34 @@ for _, e in ipairs(events) do
         end
       end
     end
-    outcome = 'applied'
-  end
-  outcomes[#outcomes + 1] = outcome
-  if outcome == 'stale' or outcome == 'invalid' then
+    outcome = 'a'
+  elseif kind == 'duplicate' then
+    -- Seen before: by its marker, by its processed entry (even with the marker and the applied
+    -- seq gone), or by the seq guard.
+    if anyParked then rcall('HDEL', KEYS[4], flat[s + 1] .. ':' .. flat[s + 2]) end
+    if restoreSeqOf[i] then
+      seqPairs[#seqPairs + 1] = flat[s + 1]
+      seqPairs[#seqPairs + 1] = flat[s + 2]
+    end
+    counts.duplicates = counts.duplicates + 1
+    outcome = 'd'
+  elseif kind == 'stale' or kind == 'invalid' then
+    outcome = kind == 'stale' and 's' or 'i'
     allAcked = false
+  elseif kind == 'foreign' then
+    deadLetter(served and ('from store ' .. flat[s + 3] .. ', but this Redis serves store ' .. served)
+      or ('from store ' .. flat[s + 3] .. ', but this Redis serves no store (it lost its state; the relay rebuilds it from SQLite)'), ARGV[4 + i])
+    outcome = 'f'
   else
-    acked[#acked + 1] = e.raw
-    if anyAttempts then attemptsDone[#attemptsDone + 1] = e.eventId end
+    -- parked: not applied, so no dedupe marker: its redelivery has to be applied later.
+    local reason = 'gap: expected seq ' .. int(expectedOf[i]) .. ', got ' .. flat[s + 2]
+    rcall('HSET', KEYS[4], flat[s + 1] .. ':' .. flat[s + 2], cjson.encode({ reason = reason, message = ARGV[4 + i], parkedAt = tonumber(now) }))
+    anyParked = true
+    counts.parked = counts.parked + 1
+    outcome = 'p'
   end
+  outcomes[i] = outcome
+  if anyAttempts and outcome ~= 's' and outcome ~= 'i' then attemptsDone[#attemptsDone + 1] = flat[s] end
 end
 
 inSlices('HSET', KEYS[2], processedPairs, 2 * SLICE)
@@ -509,7 +570,7 @@ for _, key in ipairs(dirtyKeys) do
       local value = fields[field]
       if value then
         sets[#sets + 1] = field
-        sets[#sets + 1] = value
+        sets[#sets + 1] = type(value) == 'number' and int(value) or value
       else
         deletes[#deletes + 1] = field
       end
@@ -524,13 +585,15 @@ inSlices('SADD', KEYS[11], touchedList, SLICE)
 
 -- The ack, in the same step as what happened to each message.
 if atHead and allAcked then
-  rcall('LTRIM', KEYS[1], count, -1)
+  if count > 0 then rcall('LTRIM', KEYS[1], count, -1) end
 else
-  for _, raw in ipairs(acked) do rcall('LREM', KEYS[1], 1, raw) end
+  for i = 1, count do
+    if kindOf[i] ~= 'stale' and kindOf[i] ~= 'invalid' then rcall('LREM', KEYS[1], 1, ARGV[4 + i]) end
+  end
 end
 
 if statOk.applied and #toApply > 0 then rcall('HSET', KEYS[5], 'applied', int(applied)) end
 for name, n in pairs(counts) do
   if n > 0 and statOk[name] then rcall('HINCRBY', KEYS[5], name, n) end
 end
-return { outcomes, problems }
+return { table.concat(outcomes), problems }
