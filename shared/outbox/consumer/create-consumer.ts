@@ -179,12 +179,14 @@ export async function createConsumer(options: CreateConsumerOptions) {
     const workers = new Pool({ filename: new URL('./handler-worker.js', import.meta.url).href, minThreads: threads, maxThreads: threads, idleTimeout: 60_000 });
     pool = workers;
     handler = async (events: OutboxEvent[], attempts: number[]) => {
-      const task: HandlerTask = { module, events, attempts, cpuCostMs, fault: options.fault?.() };
+      const task: HandlerTask = { module, events: JSON.stringify(events), attempts, cpuCostMs, fault: options.fault?.() };
+      let results: string;
       try {
-        return (await workers.run(task, { signal: AbortSignal.timeout(timeoutMs) })) as HandlerResult[];
+        results = (await workers.run(task, { signal: AbortSignal.timeout(timeoutMs) })) as string;
       } catch (error) {
         throw taskError(error as Error, timeoutMs);
       }
+      return JSON.parse(results) as HandlerResult[];
     };
   } else {
     const set = options.handlers as RedisHandlerSet;

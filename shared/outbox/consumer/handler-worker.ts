@@ -1,5 +1,4 @@
 import { strike, type HandlerFault } from './handler-fault.js';
-import type { HandlerResult } from './handler-result.js';
 import { loadHandlerSet } from './load-handlers.js';
 import { runRedisHandlers } from './run-redis-handlers.js';
 import type { OutboxEvent } from '../store/events.js';
@@ -7,7 +6,12 @@ import type { OutboxEvent } from '../store/events.js';
 export interface HandlerTask {
   /** URL of the module whose export `handlers` is the handler set. */
   module: string;
-  events: OutboxEvent[];
+  /**
+   * The events, as one JSON text (`JSON.stringify(OutboxEvent[])`): a string crosses to the thread
+   * as a copy of its bytes, where an object graph is cloned field by field on the consumer's
+   * (busiest) thread.
+   */
+  events: string;
   /** The number of this attempt at each event (1 = first). */
   attempts: number[];
   cpuCostMs: number;
@@ -18,8 +22,10 @@ export interface HandlerTask {
 /**
  * Runs in a piscina worker thread: one task of events (a lane: all of a few aggregates, in order;
  * or one event being retried) through the handler set of `module`, loaded once per thread.
+ * Resolves the `HandlerResult[]` as one JSON text, for the same reason the events come as one.
  */
-export default async function handle({ module, events, attempts, cpuCostMs, fault }: HandlerTask): Promise<HandlerResult[]> {
+export default async function handle({ module, events, attempts, cpuCostMs, fault }: HandlerTask): Promise<string> {
   const set = await loadHandlerSet(module);
-  return runRedisHandlers(set, events, { cpuCostMs, beforeEach: fault ? (event, i) => strike(fault, event, attempts[i]) : undefined });
+  const parsed = JSON.parse(events) as OutboxEvent[];
+  return JSON.stringify(runRedisHandlers(set, parsed, { cpuCostMs, beforeEach: fault ? (event, i) => strike(fault, event, attempts[i]) : undefined }));
 }
