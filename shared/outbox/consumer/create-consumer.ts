@@ -178,6 +178,13 @@ export async function createConsumer(options: CreateConsumerOptions) {
     const { Piscina: Pool } = await import('piscina');
     const workers = new Pool({ filename: new URL('./handler-worker.js', import.meta.url).href, minThreads: threads, maxThreads: threads, idleTimeout: 60_000 });
     pool = workers;
+    // Each thread loads the module now, with a task of no events (one each: a busy thread takes no
+    // second task): the first round does not wait for, or share the CPU with, module loading,
+    // and a module that loads here but not in a thread fails here.
+    await Promise.all(Array.from({ length: threads }, () => workers.run({ module, events: '[]', attempts: [], cpuCostMs: 0 } satisfies HandlerTask))).catch(async (error: Error) => {
+      await workers.destroy();
+      throw new ConfigError(error.message);
+    });
     handler = async (events: OutboxEvent[], attempts: number[]) => {
       const task: HandlerTask = { module, events: JSON.stringify(events), attempts, cpuCostMs, fault: options.fault?.() };
       let results: string;
