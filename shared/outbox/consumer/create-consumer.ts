@@ -5,8 +5,7 @@ import type { Logger } from '../logger.js';
 import type { OutboxEvent } from '../store/events.js';
 import { createConsumerEngine, DEFAULT_DEDUPE_TTL_SECONDS, DEFAULT_MAX_ATTEMPTS, emptyStats, type ConsumeStats, type ConsumerOptions } from './consumer.js';
 import type { HandlerFault } from './handler-fault.js';
-import type { HandlerResult } from './handler-result.js';
-import type { HandlerTask } from './handler-worker.js';
+import { decodeResults, encodeEvents, type HandlerTask } from './handler-worker.js';
 import type { Database } from 'better-sqlite3';
 import { deliver, type DatabaseHandlerSet, type HandlerSet, type RedisHandlerSet } from './handlers.js';
 import { loadHandlerSet, notAHandlerSet } from './load-handlers.js';
@@ -186,7 +185,7 @@ export async function createConsumer(options: CreateConsumerOptions) {
       throw new ConfigError(error.message);
     });
     handler = async (events: OutboxEvent[], attempts: number[]) => {
-      const task: HandlerTask = { module, events: JSON.stringify(events), attempts, cpuCostMs, fault: options.fault?.() };
+      const task: HandlerTask = { module, events: encodeEvents(events), attempts, cpuCostMs, fault: options.fault?.() };
       // A timer cleared when the task settles: AbortSignal.timeout's would stay armed (and its
       // signal alive) for the whole timeout, thousands of them at a few hundred tasks a second.
       const timeout = new AbortController();
@@ -199,7 +198,7 @@ export async function createConsumer(options: CreateConsumerOptions) {
       } finally {
         clearTimeout(timer);
       }
-      return JSON.parse(results) as HandlerResult[];
+      return decodeResults(results);
     };
   } else {
     const set = options.handlers as RedisHandlerSet;
