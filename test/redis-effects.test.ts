@@ -265,6 +265,15 @@ describe('Redis effects as data', () => {
       name: 'ConfigError',
       message: `handlers module ${module.href} cannot be loaded: this module does not load on a worker thread`,
     });
+    process.env.OUTBOX_TEST_EXIT_ON_THREAD = '1';
+    try {
+      await assert.rejects(createConsumer({ redis, handlers: module, threads: 2 }), {
+        name: 'ConfigError',
+        message: `handlers module ${module.href} cannot be loaded on a worker thread: worker exited with code: 3`,
+      });
+    } finally {
+      delete process.env.OUTBOX_TEST_EXIT_ON_THREAD;
+    }
   });
 
   it('keeps each account in seq order across lanes on worker threads', async () => {

@@ -28,7 +28,8 @@ export interface CreateConsumerOptions {
   redis: Redis | Partitions;
   /**
    * The handler set (`defineRedisHandlers`), run in this thread; or the URL of a module whose
-   * export `handlers` is one, run on a pool of `threads` worker threads (piscina).
+   * export `handlers` is one, run on a pool of `threads` worker threads (piscina), each of which
+   * has loaded it when `createConsumer` resolves.
    */
   handlers: HandlerSet | URL;
   /** Names this consumer's processing list; a consumer started again with the same id recovers it. 1-64 of [A-Za-z0-9._-]. Default 'consumer'. */
@@ -182,7 +183,8 @@ export async function createConsumer(options: CreateConsumerOptions) {
     // and a module that loads here but not in a thread fails here.
     await Promise.all(Array.from({ length: threads }, () => workers.run({ module, events: '[]', attempts: [], cpuCostMs: 0 } satisfies HandlerTask))).catch(async (error: Error) => {
       await workers.destroy();
-      throw new ConfigError(error.message);
+      // The thread's loadHandlerSet names the module; a thread that died loading it does not.
+      throw new ConfigError(error.message.startsWith('handlers module ') ? error.message : `handlers module ${module} cannot be loaded on a worker thread: ${error.message}`);
     });
     handler = async (events: OutboxEvent[], attempts: number[]) => {
       const task: HandlerTask = { module, events: encodeEvents(events), attempts, cpuCostMs, fault: options.fault?.() };
