@@ -8,6 +8,7 @@ import { createConsumerEngine, type ConsumeStats } from '../shared/outbox/consum
 import { createConsumer, defineEvents, defineRedisHandlers, effect } from '../shared/outbox/index.js';
 import { connectRedis } from '../shared/outbox/redis/connect.js';
 import { handlers as accountHandlers } from './fixtures/account-handlers.js';
+import { handlers as echoHandlers } from './fixtures/echo-handlers.js';
 import { useHarness } from './helpers/harness.js';
 
 const h = useHarness();
@@ -258,6 +259,23 @@ describe('Redis effects as data', () => {
     }
   });
 
+  it('createConsumer fails, in one line, on a handlers module that loads in this thread but not on its worker threads', async () => {
+    const module = new URL('./fixtures/main-thread-only-handlers.js', import.meta.url);
+    await assert.rejects(createConsumer({ redis, handlers: module, threads: 2 }), {
+      name: 'ConfigError',
+      message: `handlers module ${module.href} cannot be loaded: this module does not load on a worker thread`,
+    });
+    process.env.OUTBOX_TEST_EXIT_ON_THREAD = '1';
+    try {
+      await assert.rejects(createConsumer({ redis, handlers: module, threads: 2 }), {
+        name: 'ConfigError',
+        message: `handlers module ${module.href} cannot be loaded on a worker thread: worker exited with code: 3`,
+      });
+    } finally {
+      delete process.env.OUTBOX_TEST_EXIT_ON_THREAD;
+    }
+  });
+
   it('keeps each account in seq order across lanes on worker threads', async () => {
     const queue = lifecycles(40);
     await h.client.rpush('outbox.events', ...queue);
@@ -265,6 +283,39 @@ describe('Redis effects as data', () => {
     assert.equal(run.code, 0);
     assert.equal(JSON.parse(run.stdout).applied, queue.length);
     await assertLifecyclesApplied(40);
+  });
+
+  it('a handler on a worker thread gets each event as a handler in this thread does (the events cross as JSON text)', async () => {
+    const payloads = [
+      {},
+      { none: null, list: [1, null, [2, { deep: 'x' }]], empty: '' },
+      { text: 'é ü 𝄞 \u2028 "quoted" \\ /', half: 'a \ud800 b' },
+      { big: Number.MAX_SAFE_INTEGER, small: -1e-7, exp: 1e21, frac: 0.1 },
+    ];
+    // Two aggregates, two events each; created_at on some (a relay's), absent on the others (an older relay's).
+    const messages = payloads.map((payload, i) =>
+      JSON.stringify({ event_id: `echo-${i}`, aggregate_id: `echo:${i % 2}`, seq: Math.floor(i / 2) + 1, event_type: 'Echo', payload, store_id: h.storeId, ...(i % 2 ? { created_at: 1_700_000_000_000 + i } : {}) }),
+    );
+    const seen = async (namespace: string, handlers: Parameters<typeof createConsumer>[0]['handlers']) => {
+      const namespaced = await connectRedis(h.redis.url, { namespace });
+      try {
+        await h.client.hset(`${namespace}:outbox:meta`, 'store', h.storeId);
+        await h.client.rpush(`${namespace}:outbox.events`, ...messages);
+        const consumer = await createConsumer({ redis: namespaced, handlers, consumerId: 'echo' });
+        assert.equal((await consumer.drain()).applied, messages.length);
+        await consumer.close();
+        return await Promise.all(messages.map((_, i) => h.client.get(`${namespace}:seen:echo-${i}`)));
+      } finally {
+        namespaced.disconnect();
+      }
+    };
+    const inThread = await seen('here', echoHandlers);
+    assert.deepEqual(JSON.parse(inThread[3]!), {
+      keys: ['eventId', 'storeId', 'aggregateType', 'aggregateId', 'seq', 'type', 'payload'],
+      event: { eventId: 'echo-3', storeId: h.storeId, aggregateType: 'echo', aggregateId: '1', seq: 2, type: 'Echo', payload: payloads[3] },
+    });
+    assert.deepEqual(JSON.parse(inThread[1]!).event.payload, payloads[1]);
+    assert.deepEqual(await seen('threads', new URL('./fixtures/echo-handlers.js', import.meta.url)), inThread);
   });
 
   for (const point of ['consumer.after-lmove', 'consumer.after-apply']) {

@@ -5,8 +5,7 @@ import type { Logger } from '../logger.js';
 import type { OutboxEvent } from '../store/events.js';
 import { createConsumerEngine, DEFAULT_DEDUPE_TTL_SECONDS, DEFAULT_MAX_ATTEMPTS, emptyStats, type ConsumeStats, type ConsumerOptions } from './consumer.js';
 import type { HandlerFault } from './handler-fault.js';
-import type { HandlerResult } from './handler-result.js';
-import type { HandlerTask } from './handler-worker.js';
+import { decodeResults, encodeEvents, type HandlerTask } from './handler-worker.js';
 import type { Database } from 'better-sqlite3';
 import { deliver, type DatabaseHandlerSet, type HandlerSet, type RedisHandlerSet } from './handlers.js';
 import { loadHandlerSet, notAHandlerSet } from './load-handlers.js';
@@ -29,7 +28,8 @@ export interface CreateConsumerOptions {
   redis: Redis | Partitions;
   /**
    * The handler set (`defineRedisHandlers`), run in this thread; or the URL of a module whose
-   * export `handlers` is one, run on a pool of `threads` worker threads (piscina).
+   * export `handlers` is one, run on a pool of `threads` worker threads (piscina), each of which
+   * has loaded it when `createConsumer` resolves.
    */
   handlers: HandlerSet | URL;
   /** Names this consumer's processing list; a consumer started again with the same id recovers it. 1-64 of [A-Za-z0-9._-]. Default 'consumer'. */
@@ -178,13 +178,29 @@ export async function createConsumer(options: CreateConsumerOptions) {
     const { Piscina: Pool } = await import('piscina');
     const workers = new Pool({ filename: new URL('./handler-worker.js', import.meta.url).href, minThreads: threads, maxThreads: threads, idleTimeout: 60_000 });
     pool = workers;
+    // Each thread loads the module now, with a task of no events (one each: a busy thread takes no
+    // second task): the first round does not wait for, or share the CPU with, module loading,
+    // and a module that loads here but not in a thread fails here.
+    await Promise.all(Array.from({ length: threads }, () => workers.run({ module, events: '[]', attempts: [], cpuCostMs: 0 } satisfies HandlerTask))).catch(async (error: Error) => {
+      await workers.destroy();
+      // The thread's loadHandlerSet names the module; a thread that died loading it does not.
+      throw new ConfigError(error.message.startsWith('handlers module ') ? error.message : `handlers module ${module} cannot be loaded on a worker thread: ${error.message}`);
+    });
     handler = async (events: OutboxEvent[], attempts: number[]) => {
-      const task: HandlerTask = { module, events, attempts, cpuCostMs, fault: options.fault?.() };
+      const task: HandlerTask = { module, events: encodeEvents(events), attempts, cpuCostMs, fault: options.fault?.() };
+      // A timer cleared when the task settles: AbortSignal.timeout's would stay armed (and its
+      // signal alive) for the whole timeout, thousands of them at a few hundred tasks a second.
+      const timeout = new AbortController();
+      const timer = setTimeout(() => timeout.abort(), timeoutMs).unref();
+      let results: string;
       try {
-        return (await workers.run(task, { signal: AbortSignal.timeout(timeoutMs) })) as HandlerResult[];
+        results = (await workers.run(task, { signal: timeout.signal })) as string;
       } catch (error) {
         throw taskError(error as Error, timeoutMs);
+      } finally {
+        clearTimeout(timer);
       }
+      return decodeResults(results);
     };
   } else {
     const set = options.handlers as RedisHandlerSet;
