@@ -12,6 +12,29 @@ export interface RowToPush {
   message: string;
 }
 
+/**
+ * Characters of messages per push call. ioredis writes a command as one string: past V8's
+ * large-object size (128 KiB) that string costs the relay about twice as much CPU per message to
+ * build and write (measured: 2.0 against 0.85 µs per 250-byte message), so a batch goes in slices.
+ */
+const SLICE_CHARS = 60_000;
+
+/** `messages` in order, cut into slices of about SLICE_CHARS characters (each at least one message). */
+function slices(messages: string[]): string[][] {
+  const result: string[][] = [];
+  let start = 0;
+  let chars = 0;
+  for (let i = 0; i < messages.length; i += 1) {
+    chars += messages[i].length;
+    if (chars >= SLICE_CHARS || i === messages.length - 1) {
+      result.push(messages.slice(start, i + 1));
+      start = i + 1;
+      chars = 0;
+    }
+  }
+  return result;
+}
+
 export type PushOutcome =
   /** Every partition took its rows; `pushedAt`: Redis's clock when the last of them reached its queue. */
   | { status: 'ok'; pushedAt: number }
@@ -22,19 +45,25 @@ export type PushOutcome =
 
 /**
  * Pushes a batch of rows, each to its aggregate's partition (in id order within each), the
- * partitions at once. A row is marked PUBLISHED only once every push of its batch was acknowledged;
- * a push that fails leaves the whole batch to be pushed again: duplicates, never loss. A partition
+ * partitions at once, each in slices (one push script call each). A row is marked PUBLISHED only
+ * once every push of its batch was acknowledged; a push that fails leaves the whole batch to be
+ * pushed again: duplicates, never loss (a later slice may have landed before an earlier one failed:
+ * the consumer's seq guard parks what comes ahead of its predecessor). A partition
  * claimed for another number of partitions is a setting to fix (exit 2); a failed push, exit 5.
  */
 export async function pushRows(partitions: Partitions, storeId: string, rows: RowToPush[]): Promise<PushOutcome> {
-  const groups = [...byPartition(partitions, rows, (row) => row.aggregate_id)];
+  const calls: { index: number; messages: string[] }[] = [];
+  for (const [index, group] of byPartition(partitions, rows, (row) => row.aggregate_id)) {
+    for (const messages of slices(group.map((row) => row.message))) calls.push({ index, messages });
+  }
   let results;
   try {
+    // All sent at once; one partition's slices go in order on its connection, so Redis runs them in order.
     results = await Promise.all(
-      groups.map(async ([index, group]) => {
+      calls.map(async ({ index, messages }) => {
         const redis = partitions.clients[index];
         const layout = partitionLayout(index, partitions.count);
-        return { redis, layout, result: await pushEvents(redis, storeId, group.map((row) => row.message), layout) };
+        return { redis, layout, result: await pushEvents(redis, storeId, messages, layout) };
       }),
     );
   } catch (error) {
