@@ -8,7 +8,7 @@ import type { HandlerFault } from './handler-fault.js';
 import { decodeResults, encodeEvents, type HandlerTask } from './handler-worker.js';
 import type { Database } from 'better-sqlite3';
 import { deliver, type DatabaseHandlerSet, type HandlerSet, type RedisHandlerSet } from './handlers.js';
-import { loadHandlerSet, notAHandlerSet } from './load-handlers.js';
+import { notAHandlerSet } from './load-handlers.js';
 import { runRedisHandlers } from './run-redis-handlers.js';
 import { startConsumer, type RunConsumerOptions } from './run-consumer.js';
 import { keys } from '../redis/keys.js';
@@ -165,11 +165,6 @@ export async function createConsumer(options: CreateConsumerOptions) {
   let pool: Piscina | undefined;
   let handler: ConsumerOptions['handler'];
 
-  // Loaded here first: a module that is not there or exports no set fails now, not in a worker.
-  if (options.handlers instanceof URL) await loadHandlerSet(options.handlers.href);
-  // A consumer of the wrong number of partitions would leave queues unconsumed: refused once the
-  // options are known good (the first thing that touches Redis), before it takes anything.
-  await checkPartitionLayout(partitions);
   if (options.handlers instanceof URL) {
     const module = options.handlers.href;
     // A fixed pool: piscina's default idleTimeout of 0 would stop an idle thread and start it
@@ -179,8 +174,9 @@ export async function createConsumer(options: CreateConsumerOptions) {
     const workers = new Pool({ filename: new URL('./handler-worker.js', import.meta.url).href, minThreads: threads, maxThreads: threads, idleTimeout: 60_000 });
     pool = workers;
     // Each thread loads the module now, with a task of no events (one each: a busy thread takes no
-    // second task): the first round does not wait for, or share the CPU with, module loading,
-    // and a module that loads here but not in a thread fails here.
+    // second task): the first round does not wait for, or share the CPU with, module loading, and a
+    // module that is not there, exports no set or does not load on a thread fails here, before
+    // Redis is touched. (Not loaded in this thread as well: that would only delay the start.)
     await Promise.all(Array.from({ length: threads }, () => workers.run({ module, events: '[]', attempts: [], cpuCostMs: 0 } satisfies HandlerTask))).catch(async (error: Error) => {
       await workers.destroy();
       // The thread's loadHandlerSet names the module; a thread that died loading it does not.
@@ -205,6 +201,14 @@ export async function createConsumer(options: CreateConsumerOptions) {
   } else {
     const set = options.handlers as RedisHandlerSet;
     handler = (events: OutboxEvent[]) => runRedisHandlers(set, events, { cpuCostMs });
+  }
+  // A consumer of the wrong number of partitions would leave queues unconsumed: refused once the
+  // options are known good (the first thing that touches Redis), before it takes anything.
+  try {
+    await checkPartitionLayout(partitions);
+  } catch (error) {
+    await pool?.destroy();
+    throw error;
   }
 
   const engineOptions: ConsumerOptions & { consumerId: string } = {
