@@ -102,14 +102,16 @@ module.exports = {
     // treekill false: pm2's stop signal reaches outbox-redis alone, which keeps its redis-server up
     // 1.5 s longer (apps/redis/main.ts), so that the relay and the consumer close with Redis there.
     ...(managedRedis ? [app('outbox-redis', 'dist/apps/redis/main.js', { options: { treekill: false } })] : []),
-    app('outbox-producer', 'dist/apps/producer/main.js', {
-      env: { PORT: process.env.PORT || '3000', HOST: process.env.HOST || '127.0.0.1' },
-    }),
     // OUTBOX_RELAY_INSTANCES (default 1): more relays take over each other's BullMQ job (outbox chaos runs 2).
     app('outbox-relay', 'dist/apps/relay/main.js', { options: { instances: Number(process.env.OUTBOX_RELAY_INSTANCES || 1) } }),
     // OUTBOX_CONSUMER_INSTANCES (default 1): more consumers, each named consumer-<instance>; with
     // OUTBOX_PARTITIONS > 1 they share the partitions by lease.
     app('outbox-consumer', 'dist/apps/consumer/main.js', { options: { instances: Number(process.env.OUTBOX_CONSUMER_INSTANCES || 1) } }),
+    // The producer after the relay and the consumer: pm2 starts the apps in this order, so the
+    // pipeline is starting while the first orders are committed rather than after.
+    app('outbox-producer', 'dist/apps/producer/main.js', {
+      env: { PORT: process.env.PORT || '3000', HOST: process.env.HOST || '127.0.0.1' },
+    }),
     // The dashboard page (OUTBOX_DASHBOARD_PORT, default 3300; `off`: not run). PORT / HOST are the
     // producer's, for the dashboard to find its health endpoint.
     ...(dashboardOff

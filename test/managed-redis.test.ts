@@ -85,9 +85,9 @@ describe('ecosystem.config.cjs', () => {
     assert.equal(managed.status, 0, managed.stderr);
     assert.deepEqual(JSON.parse(managed.stdout), [
       ['outbox-redis', null, port],
-      ['outbox-producer', null, port],
       ['outbox-relay', null, port],
       ['outbox-consumer', null, port],
+      ['outbox-producer', null, port],
       ['outbox-dashboard', null, port],
     ]);
     assert.match(password(dir), /^[0-9a-f]{64}$/);
@@ -95,9 +95,9 @@ describe('ecosystem.config.cjs', () => {
     assert.equal(mode(join(dir, 'redis')), '0700');
     const external = loadEcosystem({ REDIS_URL: 'redis://127.0.0.1:1234', OUTBOX_DIR: tempDir() });
     assert.deepEqual(JSON.parse(external.stdout), [
-      ['outbox-producer', 'redis://127.0.0.1:1234', null],
       ['outbox-relay', 'redis://127.0.0.1:1234', null],
       ['outbox-consumer', 'redis://127.0.0.1:1234', null],
+      ['outbox-producer', 'redis://127.0.0.1:1234', null],
       ['outbox-dashboard', 'redis://127.0.0.1:1234', null],
     ]);
   });
@@ -115,7 +115,7 @@ describe('ecosystem.config.cjs', () => {
     const apps = JSON.parse(result.stdout) as [string, boolean | null, string][];
     assert.deepEqual(
       apps.map(([name, treekill, outFile]) => [name, treekill, outFile]),
-      ['outbox-redis', 'outbox-producer', 'outbox-relay', 'outbox-consumer', 'outbox-dashboard'].map((name) => [name, name === 'outbox-redis' ? false : null, join(logDir, `${name}.log`)]),
+      ['outbox-redis', 'outbox-relay', 'outbox-consumer', 'outbox-producer', 'outbox-dashboard'].map((name) => [name, name === 'outbox-redis' ? false : null, join(logDir, `${name}.log`)]),
     );
   });
 
