@@ -172,22 +172,43 @@ export function createRelay(db: Db, redis: Redis | Partitions, options: RelayOpt
   }
 
   /**
-   * Relays one pass. Batch N is marked once its push was acknowledged; meanwhile batch N+1 is read
-   * and its push sent. With a backlog (full batches) the mark runs on the mark thread, alongside
-   * the read and push of the next batch; otherwise here, after that push was sent. When a mark
-   * fails, the batch and, once Redis acknowledged it, the next one are remembered as unmarked.
+   * Relays one pass. Batches are read and pushed in id order, and marked in that order, each once
+   * its own push was acknowledged. With a backlog (full batches) two pushes are in flight and the
+   * mark runs on the mark thread, so reading and pushing the next batches, Redis running the
+   * pushes and marking all go on at once; otherwise one batch at a time, marked here after the next
+   * push was sent. When a mark fails, that batch and each following one Redis acknowledged (in
+   * order) are remembered as unmarked.
    */
   async function relayPass(
     total: { batches: number; events: number },
     { onBatch, deadline = Infinity, beforeWrite }: RelayAllOptions,
   ): Promise<{ batches: number; events: number }> {
     const generation = replayGeneration();
-    let started = performance.now();
-    let rows = selectPending.all({ store: storeId, after: 0, limit: batchSize });
-    if (rows.length === 0) return total;
-    beforeWrite?.();
-    let pushing: Promise<number> = push(rows);
-    for (;;) {
+    /** Pushed (or being pushed), not yet marked, in id order. */
+    const inFlight: { rows: RowToPush[]; started: number; pushing: Promise<number> }[] = [];
+    let after = 0;
+    let lastCount = 0;
+    /** Reads the next batch after `after` and sends its push; false when none is PENDING. */
+    function readAndPush(): boolean {
+      const started = performance.now();
+      const rows = selectPending.all({ store: storeId, after, limit: batchSize });
+      lastCount = rows.length;
+      if (rows.length === 0) return false;
+      after = rows[rows.length - 1].id;
+      beforeWrite?.();
+      const pushing = push(rows);
+      pushing.catch(() => {});
+      inFlight.push({ rows, started, pushing });
+      return true;
+    }
+    /** Reads ahead: one batch in flight, two while the batches come full (a backlog); none past the deadline. */
+    function fill(): void {
+      while (lastCount > 0 && Date.now() < deadline && (inFlight.length === 0 || (inFlight.length < 2 && lastCount === batchSize))) readAndPush();
+    }
+    if (!readAndPush()) return total;
+    fill();
+    while (inFlight.length > 0) {
+      const { rows, started, pushing } = inFlight.shift()!;
       const batch: UnmarkedBatch = { rows, generation, started, pushedAt: await pushing };
       let marking: Promise<boolean> | undefined;
       if (canMarkThere && rows.length === batchSize) {
@@ -195,32 +216,28 @@ export function createRelay(db: Db, redis: Redis | Partitions, options: RelayOpt
         marking = markThere(batch);
         marking.catch(() => {});
       }
-      const next = Date.now() < deadline ? selectPending.all({ store: storeId, after: rows[rows.length - 1].id, limit: batchSize }) : [];
-      const nextStarted = performance.now();
-      if (next.length > 0) {
-        beforeWrite?.();
-        pushing = push(next);
-        pushing.catch(() => {});
-        // Let ioredis write the next push to the socket before a synchronous mark below.
-        if (!marking) await new Promise((resolve) => setImmediate(resolve));
-      }
+      const sent = inFlight.length;
+      fill();
+      // Let ioredis write the next push to the socket before a synchronous mark below.
+      if (!marking && inFlight.length > sent) await new Promise((resolve) => setImmediate(resolve));
       let marked: boolean;
       try {
         if (!marking) beforeWrite?.();
         marked = marking ? await marking : markHere(batch);
       } catch (error) {
         unmarked = [batch];
-        const pushedAt = next.length > 0 ? await pushing.catch(() => undefined) : undefined;
-        if (pushedAt !== undefined) unmarked.push({ rows: next, generation, started: nextStarted, pushedAt });
+        for (const next of inFlight) {
+          const pushedAt = await next.pushing.catch(() => undefined);
+          if (pushedAt === undefined) break;
+          unmarked.push({ rows: next.rows, generation, started: next.started, pushedAt });
+        }
         throw error;
       }
       // Rows were set back to PENDING meanwhile: the next pass pushes them (again) and marks them.
       if (!marked) return total;
       count(total, rows, started, onBatch);
-      if (next.length === 0) return total;
-      rows = next;
-      started = nextStarted;
     }
+    return total;
   }
 
   /** Ends the mark thread, if one runs (it also ends by itself after a while without work). */
