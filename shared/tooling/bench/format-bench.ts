@@ -61,7 +61,7 @@ export function formatBench(r: BenchResult): string[] {
   if (relay) cpuRow('relay', [['relay', relay.cpu.relayUs], ['Redis', relay.cpu.redisUs]], CPU_BASELINE.relayMs);
   if (consumer) {
     cpuRow('consumer (handlers in its thread)', [['consumer', consumer.cpu.consumerUs], ['Redis', consumer.cpu.redisUs]], CPU_BASELINE.consumerMs);
-    cpuRow('consumer (handler module, 2 threads)', [['consumer', consumer.poolCpu.consumerUs], ['Redis', consumer.poolCpu.redisUs]], NaN);
+    cpuRow('consumer (handler module, 2 threads)', [['consumer', consumer.poolCpu.consumerUs], ['Redis', consumer.poolCpu.redisUs]], CPU_BASELINE.poolMs);
   }
   for (const run of e2e ?? []) {
     const negative = run.negativeLags > 0 ? `; ${n(run.negativeLags)} negative (a clock stepped back)` : '';
