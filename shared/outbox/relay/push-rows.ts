@@ -36,7 +36,11 @@ function slices(messages: string[]): string[][] {
 }
 
 export type PushOutcome =
-  /** Every partition took its rows; `pushedAt`: Redis's clock when the last of them reached its queue. */
+  /**
+   * Every slice was taken; `pushedAt`: Redis's clock when the first of them reached its queue (the
+   * rows' published_at). The earliest, not the last: no event of the batch can be applied before it,
+   * so the consumer's part of the latency (applied - published) never comes out negative.
+   */
   | { status: 'ok'; pushedAt: number }
   /** A partition serves no store (it lost its state): the relay pairs again. Other partitions may have taken theirs: duplicates. */
   | { status: 'unclaimed' }
@@ -70,12 +74,12 @@ export async function pushRows(partitions: Partitions, storeId: string, rows: Ro
     const reason = explainError(error)?.message ?? (error instanceof Error ? error.message : String(error));
     throw new OutboxError(`cannot relay outbox rows ${rows[0].id}-${rows[rows.length - 1].id}: ${reason}`, 5);
   }
-  let pushedAt = 0;
+  let pushedAt = Infinity;
   for (const { redis, layout, result } of results) {
     if (result.status === 'layout') throw layoutMismatch(redis, layout, result.servedLayout);
     if (result.status === 'foreign') return { status: 'foreign', redis, servedStore: result.servedStore };
     if (result.status === 'unclaimed') return { status: 'unclaimed' };
-    pushedAt = Math.max(pushedAt, result.pushedAt);
+    pushedAt = Math.min(pushedAt, result.pushedAt);
   }
   return { status: 'ok', pushedAt };
 }
