@@ -1,4 +1,5 @@
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
+import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
 import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
 import type { MarkRequest } from './mark-published.js';
@@ -30,7 +31,10 @@ export interface MarkThread {
 
 /** An error the thread sent back, as the relay's thread would have thrown it (a SqliteError keeps its code). */
 function rebuild({ message, code }: SentError): Error {
-  return typeof code === 'string' && code.startsWith('SQLITE_') ? new Database.SqliteError(message, code) : new Error(message);
+  if (typeof code !== 'string' || !code.startsWith('SQLITE_')) return new Error(message);
+  // Required here, not imported: the CLI's --help loads this module's importers, and must not load better-sqlite3.
+  const { SqliteError } = createRequire(import.meta.url)('better-sqlite3') as typeof Database;
+  return new SqliteError(message, code);
 }
 
 /**
@@ -85,6 +89,8 @@ export function startMarkThread(data: MarkThreadData, storeId: string): MarkThre
     void worker.terminate();
   }
 
+  // A thread started ahead (`prepare`) and never used ends too.
+  idle = setTimeout(close, IDLE_MS).unref();
   worker.on('error', (error) => end(new Error(`the relay's mark thread failed: ${error.message}`)));
   worker.on('exit', (code) => end(new Error(`the relay's mark thread exited (${code})`)));
 

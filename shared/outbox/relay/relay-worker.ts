@@ -116,6 +116,8 @@ export async function startRelayWorker(database: DatabaseWatch, queues: Redis | 
           if (!live.isLive()) throw new StoreUnavailableError(`${live.path} was deleted or replaced: not claiming Redis for it`);
         },
       });
+      // Orders committed while the app started make a backlog at once: the mark thread is ready for it.
+      relay.prepare();
       current = { live, relay };
     }
     return current.relay;

@@ -91,10 +91,13 @@ export function createRelay(db: Db, redis: Redis | Partitions, options: RelayOpt
    * thread reads and pushes the next: only for a file database and a full batch (a backlog).
    */
   function markThere({ rows, pushedAt, generation }: UnmarkedBatch): Promise<boolean> {
-    if (!thread?.alive) thread = startMarkThread({ path: db.name, busyTimeoutMs: db.pragma('busy_timeout', { simple: true }) as number }, storeId);
-    return thread.mark({ ...markHalves(rows), pushedAt, generation }, crashPointFires('relay.mid-batch') ? midBatchLine(rows) : undefined);
+    return markingThread().mark({ ...markHalves(rows), pushedAt, generation }, crashPointFires('relay.mid-batch') ? midBatchLine(rows) : undefined);
   }
   const canMarkThere = !db.memory && db.name !== '';
+  function markingThread(): MarkThread {
+    if (!thread?.alive) thread = startMarkThread({ path: db.name, busyTimeoutMs: db.pragma('busy_timeout', { simple: true }) as number }, storeId);
+    return thread;
+  }
 
   /** Pushes `rows`; resolves Redis's clock when they reached the queue (their published_at). */
   async function push(rows: RowToPush[]): Promise<number> {
@@ -245,7 +248,16 @@ export function createRelay(db: Db, redis: Redis | Partitions, options: RelayOpt
     thread?.close();
   }
 
-  return { relayAll, pair, close };
+  /**
+   * Starts the mark thread now rather than at the first backlog: the relay app, which meets one at
+   * start (orders committed while it started), does not wait for the thread then. No-op for a
+   * database in memory.
+   */
+  function prepare(): void {
+    if (canMarkThere) markingThread();
+  }
+
+  return { relayAll, pair, close, prepare };
 }
 
 export type Relay = ReturnType<typeof createRelay>;

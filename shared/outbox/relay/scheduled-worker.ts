@@ -1,10 +1,15 @@
-import { Queue, Worker, type Processor, type WorkerOptions } from 'bullmq';
+import { createRequire } from 'node:module';
+import type { Processor, Worker as BullWorker, WorkerOptions } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from '../logger.js';
 import { bullConnections, logBullErrors } from '../redis/bull-connections.js';
 import { bullPrefixOf } from '../redis/keys.js';
 import { keyPrefixOfConnection } from '../redis/scan-keys.js';
 import { keepJobScheduler } from './keep-job-scheduler.js';
+
+// BullMQ's CommonJS build, through require: node's ESM loader would compile its ESM tree file by
+// file, about 55 ms more of the relay app's start (measured: 124-138 against 171-195 ms).
+const { Queue, Worker } = createRequire(import.meta.url)('bullmq') as typeof import('bullmq');
 
 export interface ScheduledWorkerSpec {
   queue: string;
@@ -17,7 +22,7 @@ export interface ScheduledWorkerSpec {
   processor: Processor;
   workerOptions?: Omit<WorkerOptions, 'connection' | 'prefix'>;
   /** Attaches the caller's listeners, before the worker can finish a job. */
-  listen?: (worker: Worker) => void;
+  listen?: (worker: BullWorker) => void;
 }
 
 /**
