@@ -1,3 +1,4 @@
+import type { Statement } from 'better-sqlite3';
 import type { Db } from '../store/open-database.js';
 import { replayGenerationReader } from '../store/store-meta.js';
 import { relayStatements } from './relay-statements.js';
@@ -23,10 +24,10 @@ export function markHalves(rows: readonly { id: number }[]): Pick<MarkRequest, '
  * rebuild set rows back to PENDING since the pass read `generation` (those rows may be among these,
  * and they must be pushed again, not marked: a relay paused between push and mark would otherwise
  * undo the replay); then it resolves false. `midBatch` runs between the halves, inside the
- * transaction (the crash point). Used in the relay's thread and in its mark thread (mark-worker.ts).
+ * transaction (the crash point). Used in the relay's thread (with the mark statement it prepared)
+ * and in its mark thread (mark-worker.ts).
  */
-export function createMarkPublished(db: Db): (request: MarkRequest, midBatch: () => void) => boolean {
-  const { markRows } = relayStatements(db);
+export function createMarkPublished(db: Db, markRows: Statement<[number, string]> = relayStatements(db).markRows): (request: MarkRequest, midBatch: () => void) => boolean {
   const replayGeneration = replayGenerationReader(db);
   const mark = db.transaction(({ firstHalf, secondHalf, pushedAt, generation }: MarkRequest, midBatch: () => void): boolean => {
     if (replayGeneration() !== generation) return false;

@@ -7,7 +7,7 @@ import { partitionsOf, type Partitions } from '../redis/partitions.js';
 import { ensurePaired, mismatch, type Pairing } from './store-pairing.js';
 import { pushRows, type RowToPush } from './push-rows.js';
 import { relayStatements } from './relay-statements.js';
-import { createMarkPublished, markHalves } from './mark-published.js';
+import { createMarkPublished, markHalves, type MarkRequest } from './mark-published.js';
 import { startMarkThread, type MarkThread } from './mark-thread.js';
 import type { OutboxMetrics } from '../metrics/outbox-metrics.js';
 
@@ -68,10 +68,10 @@ export function createRelay(db: Db, redis: Redis | Partitions, options: RelayOpt
   if (!Number.isInteger(batchSize) || batchSize < 1) {
     throw new OutboxError(`relay batch size must be a positive integer, got ${batchSize}`, 2);
   }
-  const { selectPending } = relayStatements(db);
+  const { selectPending, markRows } = relayStatements(db);
   const storeId = storeIdOf(db);
   const replayGeneration = replayGenerationReader(db);
-  const markInThisThread = createMarkPublished(db);
+  const markInThisThread = createMarkPublished(db, markRows);
   options.metrics?.relayStarted();
 
   /** The crash point's line for a batch killed mid-mark. */
@@ -80,9 +80,12 @@ export function createRelay(db: Db, redis: Redis | Partitions, options: RelayOpt
     return `crash point relay.mid-batch: dying with rows ${rows[0].id}-${rows[half - 1]?.id ?? rows[0].id} marked, uncommitted`;
   };
 
+  /** What the mark of `batch` is told, in either thread. */
+  const markRequest = ({ rows, pushedAt, generation }: UnmarkedBatch): MarkRequest => ({ ...markHalves(rows), pushedAt, generation });
+
   /** Marks a batch in this thread (see createMarkPublished): false when a replay came in between. */
-  function markHere({ rows, pushedAt, generation }: UnmarkedBatch): boolean {
-    return markInThisThread({ ...markHalves(rows), pushedAt, generation }, () => crashPoint('relay.mid-batch', () => midBatchLine(rows)));
+  function markHere(batch: UnmarkedBatch): boolean {
+    return markInThisThread(markRequest(batch), () => crashPoint('relay.mid-batch', () => midBatchLine(batch.rows)));
   }
 
   let thread: MarkThread | undefined;
@@ -90,8 +93,8 @@ export function createRelay(db: Db, redis: Redis | Partitions, options: RelayOpt
    * Marks a batch on the mark thread (started on first use, again after it ended), while this
    * thread reads and pushes the next: only for a file database and a full batch (a backlog).
    */
-  function markThere({ rows, pushedAt, generation }: UnmarkedBatch): Promise<boolean> {
-    return markingThread().mark({ ...markHalves(rows), pushedAt, generation }, crashPointFires('relay.mid-batch') ? midBatchLine(rows) : undefined);
+  function markThere(batch: UnmarkedBatch): Promise<boolean> {
+    return markingThread().mark(markRequest(batch), crashPointFires('relay.mid-batch') ? midBatchLine(batch.rows) : undefined);
   }
   const canMarkThere = !db.memory && db.name !== '';
   function markingThread(): MarkThread {
