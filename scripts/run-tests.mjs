@@ -24,7 +24,7 @@ const ALONE = ['chaos', 'payments-chaos', 'scale-out-chaos', 'system'];
  * group's tail.
  */
 const SLOWEST = [
-  'partitions-cli', 'postgres-cli', 'readme', 'scale-out', 'data-faults', 'config', 'health', 'bench', 'cli', 'relay-lock', 'consumer', 'handler-failures',
+  'partitions-cli', 'partitions-cluster-cli', 'postgres-cli', 'readme', 'scale-out', 'data-faults', 'config', 'health', 'bench', 'cli', 'relay-lock', 'consumer', 'handler-failures',
   'postgres-lab', 'redis-cluster', 'dashboard-stores', 'recovery', 'managed-redis', 'expected-errors', 'postgres-apps', 'guards', 'package', 'init-and-orders', 'redis-settings',
 ];
 

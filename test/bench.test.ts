@@ -97,13 +97,12 @@ describe('outbox bench', () => {
     // One end-to-end run per rate, each split into relay and consumer parts taken where they
     // happen (Redis's clock at the push and at the apply): no part comes out negative.
     assert.deepEqual(figures.e2e.map((run: { rate: number }) => run.rate), figures.sizes.e2eRates);
-    assert.equal(figures.sizes.e2eRates.length, 2);
     for (const run of figures.e2e) assert.equal(run.negativeLags, 0);
     // CPU per 1,000 events under pm2: the producer, the relay and the consumer each measured.
     for (const run of figures.e2e) {
       assert.deepEqual(['outbox-consumer', 'outbox-producer', 'outbox-relay'].filter((app) => run.cpuPerThousand.some((a: { app: string }) => a.app === app)), ['outbox-consumer', 'outbox-producer', 'outbox-relay']);
     }
-    assert.equal((result.stdout.match(/^\| end to end under pm2, /gm) ?? []).length, 2);
+    assert.equal((result.stdout.match(/^\| end to end under pm2, /gm) ?? []).length, figures.sizes.e2eRates.length);
     // Applied events/s leave the re-deliveries out: fewer than the messages taken.
     assert.ok(figures.consumer.consumer.perSecond < figures.consumer.consumerMessages.perSecond);
     assert.ok(figures.consumer.database.perSecond < figures.consumer.databaseMessages.perSecond);

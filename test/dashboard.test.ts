@@ -120,7 +120,7 @@ before(async () => {
     timeoutMs: 40_000,
     message: 'the four apps did not come online',
   });
-  await waitFor(() => fetch(`${origin}/api/state`).then((r) => r.ok).catch(() => false), { message: 'the dashboard does not answer' });
+  await waitFor(() => fetch(`${origin}/api/state`, { signal: AbortSignal.timeout(2000) }).then((r) => r.ok).catch(() => false), { message: 'the dashboard does not answer' });
   token = readFileSync(join(dir, 'dashboard-token'), 'utf8').trim();
   browser = await launching;
   page = await browser.newPage();
@@ -240,7 +240,7 @@ describe('the dashboard page in a real Chromium', () => {
     const port = await freePort();
     const app = startApp(env, 'dist/apps/dashboard/main.js', [], { OUTBOX_DASHBOARD_PORT: String(port), PORT: String(await freePort()), PM2_HOME: join(env.dir, 'pm2') });
     try {
-      const state = await waitFor(() => fetch(`http://127.0.0.1:${port}/api/state`).then((r) => (r.ok ? r.json() : undefined)).catch(() => undefined), { message: app.output() });
+      const state = await waitFor(() => fetch(`http://127.0.0.1:${port}/api/state`, { signal: AbortSignal.timeout(2000) }).then((r) => (r.ok ? r.json() : undefined)).catch(() => undefined), { message: app.output() });
       assert.equal(state.problems.length, 2, state.problems.join('\n'));
       assert.ok(state.problems[0].startsWith(`no database at ${env.dir}/app.db: run "outbox init" first`), state.problems[0]);
       assert.equal(state.problems[1], 'Redis is not connected: its numbers are missing');

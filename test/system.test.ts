@@ -76,7 +76,9 @@ before(async () => {
   await waitFor(async () => (await pm2.list()).filter((p) => APPS.includes(p.name) && p.pm2_env.status === 'online').length === 3, {
     message: 'the three apps did not come online',
   });
-  await waitFor(() => fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok).catch(() => false), { message: 'producer not listening' });
+  // A timeout per try: a connection that is accepted but never answered would hold the wait for undici's
+  // 300 s header timeout (seen once in a full run: the before hook took 303 s).
+  await waitFor(() => fetch(`http://127.0.0.1:${port}/healthz`, { signal: AbortSignal.timeout(2000) }).then((r) => r.ok).catch(() => false), { message: 'producer not listening' });
 });
 
 after(async () => {

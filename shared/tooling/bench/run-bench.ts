@@ -67,7 +67,7 @@ export const QUICK: BenchSizes = {
   growthPublished: 20_000,
   growthPending: 2_000,
   rssEvents: 20_000,
-  e2eRates: [300, 600],
+  e2eRates: [600],
   e2eDurationMs: 5_000,
   cliRuns: 3,
   scaleOutTransactions: 800,
