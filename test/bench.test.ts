@@ -83,6 +83,7 @@ describe('outbox bench', () => {
       figures.consumerSmall.perSecond,
       ...figures.e2e.map((run: { redisCpuPerThousand: number }) => run.redisCpuPerThousand),
       ...figures.e2e.flatMap((run: { cpuPerThousand: { ms: number }[] }) => run.cpuPerThousand.map((app) => app.ms)),
+      ...figures.e2e.flatMap((run: { firstAppliedAfterStartMs: number; pm2DaemonStartMs: number }) => [run.firstAppliedAfterStartMs, run.pm2DaemonStartMs]),
       figures.cli.nodeMs,
       figures.cli.helpMs,
       figures.cli.reportMs,
