@@ -13,6 +13,7 @@ import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { createOrderService, type OrderService } from '../shared/lab/orders/order-service.js';
 import { connectRedis } from '../shared/outbox/redis/connect.js';
 import { createRelay } from '../shared/outbox/relay/relay.js';
+import { createConsumer } from '../shared/outbox/index.js';
 import { runCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
 
@@ -325,5 +326,46 @@ describe('outbox consume: events waiting for a retry', () => {
     await h.cli('dead-letter', 'retry', '--all');
     assert.match((await runCli(['consume'], h.env)).stdout, /applied 3/);
     await assertAllAppliedInOrder();
+  });
+});
+
+describe('handler timeout on a pool with more tasks than threads', () => {
+  it('counts from when a thread starts the task, not from when it was sent: tasks queued behind others past the timeout are not stopped', async () => {
+    // Eight orders, one per lane (laneOf spreads order:1-8 over 8 lanes), on one thread: 8 tasks of
+    // 250 ms queued at once, 2 s in all against a 1 s timeout. Each runs for 250 ms; counted from
+    // the send, the later ones would be stopped before they ran and retried.
+    await writeAndRelay((orders) => orders.placeOrders(Array.from({ length: 8 }, () => ({ sku: 'SKU-A', qty: 1 }))));
+    const redis = await connectRedis(h.env.redisUrl);
+    const consumer = await createConsumer({
+      redis,
+      handlers: new URL('../shared/lab/orders/order-handlers.js', import.meta.url),
+      threads: 1,
+      lanes: 8,
+      cpuCostMs: 250,
+      handlerTimeoutMs: 1000,
+    });
+    try {
+      const stats = await consumer.drain();
+      assert.deepEqual([stats.applied, stats.failed, stats.retried, stats.dead], [8, 0, 0, 0]);
+    } finally {
+      await consumer.close();
+      redis.disconnect();
+    }
+    assert.equal(await h.client.hget('outbox:stats', 'handlerFailures'), null, 'no handler failed');
+  });
+
+  it('still stops a task that runs past the timeout once started', async () => {
+    await writeAndRelay((orders) => orders.placeOrders([{ sku: 'SKU-A', qty: 1 }]));
+    const redis = await connectRedis(h.env.redisUrl);
+    // 600 ms of work against a 300 ms timeout: every attempt is stopped; the third dead-letters it.
+    const consumer = await createConsumer({ redis, handlers: new URL('../shared/lab/orders/order-handlers.js', import.meta.url), threads: 1, cpuCostMs: 600, handlerTimeoutMs: 300, maxAttempts: 3 });
+    try {
+      const stats = await consumer.drain();
+      assert.deepEqual([stats.applied, stats.failed, stats.dead], [0, 3, 1]);
+    } finally {
+      await consumer.close();
+      redis.disconnect();
+    }
+    assert.match(JSON.parse((await h.client.lindex('outbox.events:dead', 0))!).reason, /^handler failed 3 times: handler timed out after 300 ms \(its worker thread was stopped\)$/);
   });
 });

@@ -44,7 +44,7 @@ export interface CreateConsumerOptions {
   maxAttempts?: number;
   /** TTL of the per-event dedupe marker, seconds; 0 keeps it forever. Default 7 days. */
   dedupeTtlSeconds?: number;
-  /** How long one task on a worker thread may run before the thread is stopped and the attempt fails, ms. Default 5000. */
+  /** How long one task on a worker thread may run (from when the thread starts it, not from when it was queued) before the thread is stopped and the attempt fails, ms. Default 5000. */
   handlerTimeoutMs?: number;
   /** Simulated CPU work per event, ms, for benchmarks. Default 0. */
   cpuCostMs?: number;
@@ -116,6 +116,9 @@ export function checkConsumerOptions(options: CreateConsumerOptions): void {
   }
 }
 
+/** How often a handler task still waiting for a thread is looked at again (its timeout not running yet), ms. */
+const QUEUED_CHECK_MS = 250;
+
 /** What a rejected pool task means, in the words of the log line. */
 function taskError(error: Error, timeoutMs: number): Error {
   return error.name === 'AbortError' ? new Error(`handler timed out after ${timeoutMs} ms (its worker thread was stopped)`) : new Error(`handler task lost: ${error.message}`);
@@ -183,11 +186,23 @@ export async function createConsumer(options: CreateConsumerOptions) {
       throw new ConfigError(error.message.startsWith('handlers module ') ? error.message : `handlers module ${module} cannot be loaded on a worker thread: ${error.message}`);
     });
     handler = async (events: OutboxEvent[], attempts: number[]) => {
-      const task: HandlerTask = { module, events: encodeEvents(events), attempts, cpuCostMs, fault: options.fault?.() };
+      const startedAt = new BigInt64Array(new SharedArrayBuffer(8));
+      const task: HandlerTask = { module, events: encodeEvents(events), attempts, cpuCostMs, fault: options.fault?.(), startedAt: startedAt.buffer as SharedArrayBuffer };
+      // The timeout counts from when a thread starts the task (it sets `startedAt`), not from when
+      // it was sent: the wait for a thread (behind the other lanes, the rounds of the other
+      // partitions, a thread started again) is not the handler's. Counted from the send, a pool
+      // whose queue is longer than the timeout stopped threads and failed handlers that had not
+      // run, and every event of their lanes went back for a retry, a task each, queued again.
       // A timer cleared when the task settles: AbortSignal.timeout's would stay armed (and its
       // signal alive) for the whole timeout, thousands of them at a few hundred tasks a second.
       const timeout = new AbortController();
-      const timer = setTimeout(() => timeout.abort(), timeoutMs).unref();
+      const check = () => {
+        const started = Number(Atomics.load(startedAt, 0));
+        const left = started === 0 ? Math.min(timeoutMs, QUEUED_CHECK_MS) : started + timeoutMs - Date.now();
+        if (started !== 0 && left <= 0) timeout.abort();
+        else timer = setTimeout(check, left).unref();
+      };
+      let timer = setTimeout(check, timeoutMs).unref();
       let results: string;
       try {
         results = (await workers.run(task, { signal: timeout.signal })) as string;

@@ -14,6 +14,8 @@ export interface HandlerTask {
   cpuCostMs: number;
   /** The injected failure in force when the task was sent (OUTBOX_HANDLER_FAIL or its file), if any. */
   fault?: HandlerFault;
+  /** One BigInt64 the thread sets to Date.now() when it starts the task: the handler timeout counts from there. */
+  startedAt?: SharedArrayBuffer;
 }
 
 /** An event's fields, in the order of its row in a task. */
@@ -56,7 +58,8 @@ export function decodeResults(text: string): HandlerResult[] {
  * or one event being retried) through the handler set of `module`, loaded once per thread.
  * Resolves the results as `encodeResults` writes them.
  */
-export default async function handle({ module, events, attempts, cpuCostMs, fault }: HandlerTask): Promise<string> {
+export default async function handle({ module, events, attempts, cpuCostMs, fault, startedAt }: HandlerTask): Promise<string> {
+  if (startedAt) Atomics.store(new BigInt64Array(startedAt), 0, BigInt(Date.now()));
   const set = await loadHandlerSet(module);
   const results = runRedisHandlers(set, decodeEvents(events), { cpuCostMs, beforeEach: fault ? (event, i) => strike(fault, event, attempts[i]) : undefined });
   return encodeResults(results);
