@@ -33,6 +33,7 @@ describe('outbox bench', () => {
       'CPU per 1,000 events, consumer (handlers in its thread)',
       'CPU per 1,000 events, consumer (handler module, 2 threads)',
       'CPU per 1,000 events under pm2',
+      'Redis stalls under pm2',
       'end to end under pm2',
       'relay pass, 0 vs',
       'relay RSS over',
@@ -99,6 +100,8 @@ describe('outbox bench', () => {
     // happen (Redis's clock at the push and at the apply): no part comes out negative.
     assert.deepEqual(figures.e2e.map((run: { rate: number }) => run.rate), figures.sizes.e2eRates);
     for (const run of figures.e2e) assert.equal(run.negativeLags, 0);
+    // Redis's own stalls: what LATENCY LATEST names, each with its longest.
+    for (const run of figures.e2e) for (const stall of run.redisStalls) assert.ok(typeof stall.event === 'string' && stall.maxMs >= 5, JSON.stringify(stall));
     // CPU per 1,000 events under pm2: the producer, the relay and the consumer each measured.
     for (const run of figures.e2e) {
       assert.deepEqual(['outbox-consumer', 'outbox-producer', 'outbox-relay'].filter((app) => run.cpuPerThousand.some((a: { app: string }) => a.app === app)), ['outbox-consumer', 'outbox-producer', 'outbox-relay']);

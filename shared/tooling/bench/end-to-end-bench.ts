@@ -48,7 +48,16 @@ export interface EndToEndFigures {
    */
   cpuPerThousand: { app: string; ms: number }[];
   redisCpuPerThousand: number;
+  /**
+   * Redis's own stalls over the run (`LATENCY LATEST`, events of 5 ms or more, the monitor on
+   * from Redis's start): per event (`command`, `fast-command`, `aof-fsync-always`,
+   * `aof-write-pending-fsync`, …) the longest, ms. Empty when none reached 5 ms.
+   */
+  redisStalls: { event: string; maxMs: number }[];
 }
+
+/** Redis's latency monitor threshold in the end-to-end stage, ms. */
+const REDIS_STALL_MS = 5;
 
 /** The start-up burst: the events committed in the first seconds of traffic. */
 const STARTUP_MS = 3000;
@@ -67,6 +76,7 @@ export async function benchEndToEnd(workspace: string, rate: number, durationMs:
   const dataDir = join(workspace, 'e2e');
   const redis = await RedisServer.start(['--appendonly', 'yes'], join(workspace, 'e2e-redis'));
   const client = testClient(redis.url);
+  await client.config('SET', 'latency-monitor-threshold', String(REDIS_STALL_MS));
   const pm2 = new Pm2({
     OUTBOX_DIR: dataDir,
     REDIS_URL: redis.url,
@@ -152,6 +162,7 @@ export async function benchEndToEnd(workspace: string, rate: number, durationMs:
         startupWindowMs: STARTUP_MS,
         cpuPerThousand: appsUsed.filter(({ used }) => Number.isFinite(used)).map(({ app, used }) => ({ app, ms: perThousand(used) })),
         redisCpuPerThousand: perThousand(redisUsed),
+        redisStalls: ((await client.call('LATENCY', 'LATEST')) as [string, number, number, number][]).map(([event, , , maxMs]) => ({ event, maxMs: Number(maxMs) })),
       };
     } finally {
       db.close();

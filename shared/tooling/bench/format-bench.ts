@@ -79,6 +79,8 @@ export function formatBench(r: BenchResult): string[] {
     const parts = [...run.cpuPerThousand.map(({ app, ms }) => `${app} ${n(ms, 1)}`), `Redis ${n(run.redisCpuPerThousand, 1)}`];
     const total = run.cpuPerThousand.reduce((sum, { ms }) => sum + ms, run.redisCpuPerThousand);
     rows.push([`CPU per 1,000 events under pm2, ${n(run.rate)} ops/s`, `${n(total, 1)} ms`, '', `per app, ms: ${parts.join(', ')} (steady state, idle polling included)`, '', '']);
+    const stalls = run.redisStalls.map(({ event, maxMs }) => `${event} ${n(maxMs)} ms`).join(', ');
+    rows.push([`Redis stalls under pm2, ${n(run.rate)} ops/s`, stalls === '' ? 'none of 5 ms or more' : `longest: ${stalls}`, '', 'LATENCY LATEST over the whole run (start-up included): events Redis itself spent 5 ms or more on', '', '']);
   }
   if (growth) {
     const ratio = growth.relayEmptyTable.perSecond / growth.relayFullTable.perSecond;
