@@ -236,6 +236,43 @@ describe('at-least-once: relay-crash then relay', () => {
     }
   });
 
+  it('a mark in the relay\'s thread that waits for the write lock leaves the event loop free (timers run, the lock holder commits), and marks once the lock is free, within the busy timeout', async () => {
+    o.place(3);
+    const redis = await connectRedis(h.env.redisUrl);
+    const db = openDatabase(h.env.dir);
+    const locker = openDatabase(h.env.dir);
+    let ticker: NodeJS.Timeout | undefined;
+    try {
+      db.pragma('busy_timeout = 2000');
+      // A batch larger than the backlog: marked in this thread, not on the mark thread.
+      const relay = createRelay(db, redis, { batchSize: 10 });
+      await relay.pair();
+      // The lock is released by a timer of this process: a mark that blocked the event loop would
+      // hold it back until its own busy timeout ran out (SQLITE_BUSY).
+      locker.prepare('BEGIN IMMEDIATE').run();
+      const lockedAt = Date.now();
+      setTimeout(() => locker.prepare('COMMIT').run(), 300);
+      let last = Date.now();
+      let longestGap = 0;
+      ticker = setInterval(() => {
+        longestGap = Math.max(longestGap, Date.now() - last);
+        last = Date.now();
+      }, 10);
+      assert.deepEqual(await relay.relayAll(), { batches: 1, events: 3 });
+      assert.ok(Date.now() - lockedAt >= 290, 'the mark waited for the lock');
+      assert.ok(longestGap < 150, `the event loop was held ${longestGap} ms`);
+      assert.equal(await h.client.llen('outbox.events'), 3);
+      assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 0);
+      relay.close();
+    } finally {
+      clearInterval(ticker);
+      if (locker.inTransaction) locker.prepare('ROLLBACK').run();
+      locker.close();
+      db.close();
+      await closeRedis(redis);
+    }
+  });
+
   it('relay-crash with nothing PENDING does not crash', async () => {
     const result = await runCli(['relay-crash'], h.env);
     assert.equal(result.code, 0);
