@@ -87,7 +87,7 @@ export function createRelay(db: Db, redis: Redis | Partitions, options: RelayOpt
   /** What the mark of `batch` is told, in either thread. */
   const markRequest = ({ rows, pushedAt, generation }: UnmarkedBatch): MarkRequest => ({ ...markHalves(rows), pushedAt, generation });
 
-  /** The connection's busy timeout (ms): how long a mark in this thread keeps trying for the write lock. */
+  /** The connection's busy timeout (ms): how long a mark keeps trying for the write lock, in this thread or on the mark thread. */
   const busyTimeoutMs = db.pragma('busy_timeout', { simple: true }) as number;
 
   /**
@@ -129,7 +129,7 @@ export function createRelay(db: Db, redis: Redis | Partitions, options: RelayOpt
   }
   const canMarkThere = !db.memory && db.name !== '';
   function markingThread(): MarkThread {
-    if (!thread?.alive) thread = startMarkThread({ path: db.name, busyTimeoutMs: db.pragma('busy_timeout', { simple: true }) as number }, storeId);
+    if (!thread?.alive) thread = startMarkThread({ path: db.name, busyTimeoutMs }, storeId);
     return thread;
   }
 
