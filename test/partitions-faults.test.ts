@@ -42,6 +42,24 @@ const started = (app: App) => waitFor(() => /"msg":"(relay|consumer) started"/.t
 /** The owner of each partition's lease ("<consumer id>#<token>"), undefined where none. */
 const holders = async (on = partitions()) => Promise.all(on.clients.map(async (redis) => (await redis.get(keys.partitionLease)) ?? undefined));
 
+/** The owners of the membership joins Redis runs within `ms` (seen with MONITOR: the script's call names the owner). */
+async function joinsSeenFor(ms: number): Promise<string[]> {
+  const client = new Redis(h.env.redisUrl, { lazyConnect: true });
+  const monitor = await client.monitor();
+  const owners: string[] = [];
+  monitor.on('monitor', (_time: string, args: string[]) => {
+    const at = args.indexOf('join');
+    if (/^eval/i.test(args[0] ?? '') && at > 0 && args[at + 2]) owners.push(args[at + 2]);
+  });
+  try {
+    await sleep(ms);
+  } finally {
+    monitor.disconnect();
+    client.disconnect();
+  }
+  return owners;
+}
+
 /** Orders and their changes written a few at a time for `ms`: aggregates with many events, over every partition. */
 async function traffic(ms: number): Promise<void> {
   const db = openDatabase(h.env.dir);
@@ -189,9 +207,38 @@ describe('partition leases under faults', () => {
       assert.match(wrong.output(), /holds partition 0\/3 \(of 3\), not 0\/2: set --partitions \/ OUTBOX_PARTITIONS to 3 on every relay and consumer/);
       assert.equal(wrong.output().match(/not 0\/2: set --partitions/g)?.length, 1, 'said once');
       assert.doesNotMatch(wrong.output(), /\n\s+at /, 'no stack trace');
+      // Refused, it stays out of the members: one that joined every round (if only until the
+      // check's answer) would show up in the right one's rounds, which would hand it partitions
+      // and take them back, again and again. Every join Redis runs for 1.5 s (7 rounds each).
+      const joiners = await joinsSeenFor(1500);
+      assert.ok(joiners.some((o) => o.startsWith('b-right#')), `the right consumer renews its membership: ${joiners.join(', ')}`);
+      assert.deepEqual(joiners.filter((o) => o.startsWith('a-wrong#')), [], 'the refused consumer joined again');
       assert.ok((await holders()).every((o) => o?.startsWith('b-right#')), `leases: ${(await holders()).join(', ')}`);
     } finally {
       await stopApps(apps);
+    }
+  });
+
+  it('a consumer for 2 partitions refused once Redis is claimed for 3 lets go of both; when Redis is claimed for 2 again, it says so and takes both back', async () => {
+    const two = consumerApp('two', { OUTBOX_PARTITIONS: '2' });
+    const holdersOfTwo = async () => (await holders()).slice(0, 2);
+    try {
+      await started(two);
+      await waitFor(async () => (await holdersOfTwo()).every((o) => o?.startsWith('two#')), { timeoutMs: 10_000, message: `two never held both: ${two.output()}` });
+      // Claimed for 3 (as a relay for 3 would): partitions 0 and 1 name themselves 0/3 and 1/3.
+      for (let p = 0; p < PARTITIONS; p += 1) await claimStore(partitions().clients[p], 'store-layout', undefined, partitionLayout(p, PARTITIONS));
+      await waitFor(async () => /holds partition 0\/3 \(of 3\), not 0\/2/.test(two.output()) && (await holdersOfTwo()).every((o) => o === undefined), {
+        timeoutMs: 10_000,
+        message: `two did not let go: ${two.output()}`,
+      });
+      // Started over for 2: every partition's keys gone, partitions 0 and 1 claimed as 0/2 and 1/2.
+      for (const redis of partitions().clients) await unlinkAll(redis, scanKeys(redis, '*'));
+      for (let p = 0; p < 2; p += 1) await claimStore(partitions().clients[p], 'store-layout', undefined, partitionLayout(p, 2));
+      await waitFor(async () => (await holdersOfTwo()).every((o) => o?.startsWith('two#')), { timeoutMs: 10_000, message: `two did not take its partitions back: ${two.output()}` });
+      assert.equal(two.output().match(/Redis holds this number of partitions again: taking partitions/g)?.length, 1, two.output());
+      assert.equal(two.output().match(/not 0\/2: set --partitions/g)?.length, 1, 'said once');
+    } finally {
+      assert.equal((await stopApp(two)).code, 0, two.output());
     }
   });
 

@@ -46,7 +46,7 @@ export function assignedOwner(members: readonly string[], index: number): string
  * Every round first checks that Redis holds the partitions for this number of partitions (the
  * check at start passes on a Redis no relay claimed yet): one that holds another number leaves the
  * members and lets go of every partition, so the others share them all, and says why once (the
- * start's one-line refusal), until the layout matches again.
+ * start's one-line refusal); it joins again only once the layout is read and matches.
  */
 export function startPartitionLeases(partitions: Partitions, options: PartitionLeaseOptions) {
   const leaseMs = options.leaseMs ?? DEFAULT_PARTITION_LEASE_MS;
@@ -87,12 +87,17 @@ export function startPartitionLeases(partitions: Partitions, options: PartitionL
     log.info('partition taken', { partition: index, reclaimed });
   }
 
-  /** The refusal when Redis holds another number of partitions; undefined when it matches, or cannot be read now. */
-  async function wrongLayout(): Promise<ConfigError | undefined> {
+  /** The refusal when Redis holds another number of partitions; 'matches', or 'unknown' when it cannot be read now. */
+  async function layoutNow(): Promise<ConfigError | 'matches' | 'unknown'> {
     return checkPartitionLayout(partitions).then(
-      () => undefined,
-      (error: Error) => (error instanceof ConfigError ? error : undefined),
+      () => 'matches' as const,
+      (error: Error) => (error instanceof ConfigError ? error : ('unknown' as const)),
     );
+  }
+
+  /** Joins the members (renewing the membership): the members, or undefined when partition 0 does not answer in time. */
+  async function join(): Promise<string[] | undefined> {
+    return within(consumerMembers(partitions.clients[0], 'join', owner, leaseMs), bound).catch(() => undefined);
   }
 
   /**
@@ -135,14 +140,18 @@ export function startPartitionLeases(partitions: Partitions, options: PartitionL
   }
 
   async function tick(): Promise<void> {
-    // Bounded: a call to a master that is down can wait as long as it is down.
-    const [wrong, read] = await Promise.all([
-      within(wrongLayout(), bound).catch(() => undefined),
-      within(consumerMembers(partitions.clients[0], 'join', owner, leaseMs), bound).catch(() => undefined),
+    // Bounded: a call to a master that is down can wait as long as it is down. The check and the
+    // membership at once, except while refused: a refused consumer that joined every round, if
+    // only until the check's answer, would show up among the members of the others' rounds, which
+    // would hand it partitions and take them back, round after round.
+    let [layout, read] = await Promise.all([
+      within(layoutNow(), bound).catch(() => 'unknown' as const),
+      refused === undefined ? join() : Promise.resolve(undefined),
     ]);
-    if (wrong) {
-      if (refused !== wrong.message) log.error(wrong.message, { consumerId: options.consumerId });
-      refused = wrong.message;
+    // Refused stays refused until the layout is read and matches (not while it cannot be read).
+    if (layout instanceof ConfigError || (layout === 'unknown' && refused !== undefined)) {
+      if (layout instanceof ConfigError && refused !== layout.message) log.error(layout.message, { consumerId: options.consumerId });
+      if (layout instanceof ConfigError) refused = layout.message;
       const had = held.size > 0;
       for (const index of [...held.keys()]) await letGo(index, 'Redis holds another number of partitions');
       await within(consumerMembers(partitions.clients[0], 'leave', owner, leaseMs), bound).catch(() => {});
@@ -150,8 +159,11 @@ export function startPartitionLeases(partitions: Partitions, options: PartitionL
       if (had) changed();
       return;
     }
-    if (refused !== undefined) log.info('Redis holds this number of partitions again: taking partitions');
-    refused = undefined;
+    if (refused !== undefined) {
+      log.info('Redis holds this number of partitions again: taking partitions');
+      refused = undefined;
+      read = await join();
+    }
     members = read ?? (await membersFromLeases());
     if (!members.includes(owner)) members = [...members, owner].sort();
     lastTickAt = Date.now();
