@@ -16,6 +16,7 @@ import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { startApp, stopApp, stopApps, type App } from './helpers/apps.js';
 import { useHarness } from './helpers/harness.js';
 import { usePartitions } from './helpers/partitions.js';
+import { monitorWhile } from './helpers/redis-monitor.js';
 import { startRedisCluster, type RedisCluster } from './helpers/redis-cluster.js';
 import { Redis } from 'ioredis';
 import { slotOf } from '../shared/outbox/redis/cluster-client.js';
@@ -42,22 +43,20 @@ const started = (app: App) => waitFor(() => /"msg":"(relay|consumer) started"/.t
 /** The owner of each partition's lease ("<consumer id>#<token>"), undefined where none. */
 const holders = async (on = partitions()) => Promise.all(on.clients.map(async (redis) => (await redis.get(keys.partitionLease)) ?? undefined));
 
-/** The owners of the membership joins Redis runs within `ms` (seen with MONITOR: the script's call names the owner). */
+/** The owners of the membership joins Redis runs within `ms` (the script's call names the owner). */
 async function joinsSeenFor(ms: number): Promise<string[]> {
-  const client = new Redis(h.env.redisUrl, { lazyConnect: true });
-  const monitor = await client.monitor();
   const owners: string[] = [];
-  monitor.on('monitor', (_time: string, args: string[]) => {
+  await monitorWhile(h.env.redisUrl, (args) => {
     const at = args.indexOf('join');
     if (/^eval/i.test(args[0] ?? '') && at > 0 && args[at + 2]) owners.push(args[at + 2]);
-  });
-  try {
-    await sleep(ms);
-  } finally {
-    monitor.disconnect();
-    client.disconnect();
-  }
+  }, () => sleep(ms));
   return owners;
+}
+
+/** Resolves as soon as Redis runs a command that `matches`. */
+async function commandSeen(matches: (args: string[]) => boolean, timeoutMs: number): Promise<void> {
+  let seen = false;
+  await monitorWhile(h.env.redisUrl, (args) => (seen ||= matches(args)), () => waitFor(() => seen, { timeoutMs, intervalMs: 1, message: 'the command was not seen' }));
 }
 
 /** Orders and their changes written a few at a time for `ms`: aggregates with many events, over every partition. */
@@ -158,6 +157,35 @@ describe('partition leases under faults', () => {
       assert.equal((await stopApp(relay)).code, 0, relay.output());
       assert.equal((await stopApp(first)).code, 0, first.output());
       await stopApp(second, 'SIGKILL');
+    }
+  });
+
+  it('two consumers with the same id, lease 500 ms: one SIGSTOPped just as its idle BLMOVE began, SIGKILLed once the other took its partition; the events that arrived meanwhile are applied (its wait ended before its lease)', async () => {
+    const lease = { OUTBOX_PARTITION_LEASE: '500ms' };
+    const relay = relayApp();
+    const stopped = consumerApp('twin', lease);
+    const apps = [relay, stopped];
+    try {
+      for (const app of apps) await started(app);
+      await waitFor(async () => (await holders()).every((o) => o?.startsWith('twin#')), { timeoutMs: 10_000, message: `partitions not held: ${stopped.output()}` });
+      const [stoppedOwner] = await holders();
+      const other = consumerApp('twin', lease);
+      apps.push(other);
+      await started(other);
+      await waitFor(async () => new Set(await holders()).size === 2 && !(await holders()).includes(undefined), { timeoutMs: 10_000, message: 'the partitions were not shared' });
+      const p = (await holders()).indexOf(stoppedOwner);
+      assert.ok(p >= 0);
+      // Nothing is queued, so it waits in BLMOVE on partition p: stopped as a wait begins, that wait
+      // stays in Redis as long as its timeout, and the next event on p would be its.
+      await commandSeen((args) => args[0] === 'blmove' && args[1].startsWith(`{p${p}}:`), 10_000);
+      stopped.child.kill('SIGSTOP');
+      await waitFor(async () => ![stoppedOwner, undefined].includes((await holders())[p]), { timeoutMs: 10_000, message: 'the other did not take partition p' });
+      await traffic(500);
+      stopped.child.kill('SIGKILL');
+      await assertLedger();
+    } finally {
+      stopped.child.kill('SIGKILL');
+      await stopApps(apps.filter((app) => app !== stopped));
     }
   });
 

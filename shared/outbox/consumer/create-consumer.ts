@@ -134,14 +134,26 @@ export type StartOptions = Omit<RunConsumerOptions, keyof ConsumerOptions | 'con
   connectBlocking: (partition: string) => Promise<Redis>;
 };
 
-/** Consumes partitions by lease (one `startConsumer` per partition held); one partition is consumed directly. */
+/**
+ * Consumes partitions by lease (one `startConsumer` per partition held); one partition is consumed directly.
+ *
+ * With leases, an idle take waits at most a quarter of the lease. A wait is Redis's: a consumer
+ * stopped (SIGSTOP) while its BLMOVE waits still takes the next event when it arrives. Had that wait
+ * outlived the lease, the event could arrive after another consumer took the partition over, into a
+ * processing list the new holder had already dispatched at its take: with the same consumer id that
+ * list is the new holder's own, which nothing dispatches again. Renewals come every fifth of the lease
+ * and a round of them can take up to about three eighths more, so the wait must end before the lease
+ * does even when it began just before a late renewal.
+ */
 function startOnPartitions(partitions: Partitions, consumerId: string, leaseMs: number | undefined, { log, connectBlocking, ...run }: StartOptions, startOne: StartOne) {
   if (partitions.count === 1) return startOne(partitions.clients[0], () => connectBlocking(''), log, run);
+  const lease = leaseMs ?? DEFAULT_PARTITION_LEASE_MS;
+  const blockTimeoutSeconds = Math.min(run.blockTimeoutSeconds ?? 1, lease / 4 / 1000);
   return startPartitionedConsumer(partitions, {
     consumerId,
-    leaseMs: leaseMs ?? DEFAULT_PARTITION_LEASE_MS,
+    leaseMs: lease,
     log,
-    startOne: (index, redis) => startOne(redis, () => connectBlocking(partitionTagOfConnection(redis)), log, { ...run, partition: index }),
+    startOne: (index, redis) => startOne(redis, () => connectBlocking(partitionTagOfConnection(redis)), log, { ...run, blockTimeoutSeconds, partition: index }),
   });
 }
 
