@@ -1,6 +1,7 @@
 import { InvalidInputError } from './invalid-input-error.js';
 import { OutboxError } from './outbox-error.js';
 import { StoreUnavailableError } from './store-unavailable-error.js';
+import { sqliteBusyCode } from '../store/sqlite-busy.js';
 
 /** Connection errors that escape a command (Redis went away mid-run) are expected, not bugs. */
 export function isConnectionError(error: unknown): boolean {
@@ -47,7 +48,7 @@ export function explainError(error: unknown): OutboxError | null {
         'move it away (RENAME) and run outbox verify; if another program shares this Redis, give outbox its own --namespace',
     );
   }
-  if (code?.startsWith('SQLITE_BUSY')) return new StoreUnavailableError(`app.db is locked by another writer (${code}): try again`);
+  if (sqliteBusyCode(error)) return new StoreUnavailableError(`app.db is locked by another writer (${code}): try again`);
   if (code === 'SQLITE_FULL') return new StoreUnavailableError(`app.db's disk is full (${code}): free some space and try again`);
   return null;
 }

@@ -11,9 +11,9 @@ import { createMarkPublished, markHalves, type MarkRequest } from './mark-publis
 import { startMarkThread, type MarkThread } from './mark-thread.js';
 import type { OutboxMetrics } from '../metrics/outbox-metrics.js';
 import { sleep } from '../sleep.js';
+import { sqliteBusyCode } from '../store/sqlite-busy.js';
 
 /** Whether `error` is SQLite's "the write lock is held" (SQLITE_BUSY and its extended codes). */
-const isBusy = (error: unknown): boolean => String((error as { code?: unknown })?.code ?? '').startsWith('SQLITE_BUSY');
 
 export interface RelayOptions {
   /** Rows per batch: one SELECT, one push script (RPUSH + INCRBY), one UPDATE transaction. Default 1000. */
@@ -110,7 +110,7 @@ export function createRelay(db: Db, redis: Redis | Partitions, options: RelayOpt
       try {
         return markInThisThread(request, midBatch);
       } catch (error) {
-        if (!isBusy(error) || Date.now() >= giveUpAt) throw error;
+        if (sqliteBusyCode(error) === undefined || Date.now() >= giveUpAt) throw error;
       } finally {
         db.pragma(`busy_timeout = ${busyTimeoutMs}`);
       }

@@ -3,6 +3,7 @@ import { dirname } from 'node:path';
 import type { Redis } from 'ioredis';
 import type { DatabaseWatch } from '../../outbox/store/live-database.js';
 import { storeIdOf } from '../../outbox/store/store-meta.js';
+import { sqliteBusyCode } from '../../outbox/store/sqlite-busy.js';
 import { explainError } from '../../outbox/errors/explain-error.js';
 import { failed, type Check } from './health-report.js';
 import type { Queryable } from '../../outbox/postgres/pg-schema.js';
@@ -64,8 +65,8 @@ export function checkDatabase(database: DatabaseWatch, lockWaitMs = WRITE_LOCK_W
       db.exec('BEGIN IMMEDIATE');
       db.exec('ROLLBACK');
     } catch (error) {
-      const code = (error as { code?: string }).code ?? '';
-      const reason = code.startsWith('SQLITE_BUSY') ? `app.db is locked by another writer for more than ${lockWaitMs} ms (${code})` : `app.db refuses writes (${messageOf(error)})`;
+      const busy = sqliteBusyCode(error);
+      const reason = busy ? `app.db is locked by another writer for more than ${lockWaitMs} ms (${busy})` : `app.db refuses writes (${messageOf(error)})`;
       return failed(reason, { path, storeId, freeBytes });
     } finally {
       db.pragma(`busy_timeout = ${busyTimeout}`);
