@@ -101,6 +101,20 @@ describe('outbox bench', () => {
     assert.deepEqual(figures.e2e.map((run: { rate: number }) => run.rate), figures.sizes.e2eRates);
     for (const run of figures.e2e) assert.equal(run.negativeLags, 0);
     // Redis's own stalls: what LATENCY LATEST names, each with its longest.
+    // The start-up's steps: pm2's CLI, each app started and ready, the first commit, message and
+    // apply, each once and in the order they happen (an event is committed before it is in Redis,
+    // in Redis before it is applied, and the last is the first event applied).
+    for (const run of figures.e2e) {
+      const steps: string[] = run.startupSteps.map(({ step }: { step: string }) => step);
+      const expected = ['pm2 start returned', 'first commit', 'first message in Redis', 'first event applied'];
+      for (const app of ['outbox-relay', 'outbox-consumer', 'outbox-producer']) expected.push(`${app} started by pm2`, `${app} ready`);
+      assert.deepEqual([...steps].sort(), [...expected].sort(), JSON.stringify(run.startupSteps));
+      const at = (step: string) => run.startupSteps.find((s: { step: string }) => s.step === step).atMs;
+      assert.ok(at('first commit') <= at('first message in Redis') && at('first message in Redis') <= at('first event applied'), JSON.stringify(run.startupSteps));
+      assert.equal(at('first event applied'), run.firstAppliedAfterStartMs);
+      for (const app of ['outbox-relay', 'outbox-consumer', 'outbox-producer']) assert.ok(at(`${app} started by pm2`) <= at(`${app} ready`), JSON.stringify(run.startupSteps));
+      assert.match(result.stdout, new RegExp(`^\\| start-up steps under pm2, ${run.rate.toLocaleString('en-US')} ops/s \\|.*pm2 start returned \\d`, 'm'));
+    }
     for (const run of figures.e2e) for (const stall of run.redisStalls) assert.ok(typeof stall.event === 'string' && stall.maxMs >= 5, JSON.stringify(stall));
     // CPU per 1,000 events under pm2: the producer, the relay and the consumer each measured.
     for (const run of figures.e2e) {

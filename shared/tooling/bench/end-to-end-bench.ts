@@ -1,3 +1,4 @@
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { openDatabase } from '../../outbox/store/open-database.js';
 import { createDatabase } from '../../lab/init-stores.js';
@@ -34,6 +35,13 @@ export interface EndToEndFigures {
    * own start is `pm2DaemonStartMs`, measured before.
    */
   firstAppliedAfterStartMs: number;
+  /**
+   * Where the first event's time goes, each step in ms after `pm2 start` (as `firstAppliedAfterStartMs`):
+   * pm2's CLI returned; each app started by pm2's daemon (`pm_uptime`) and ready (its own log line:
+   * relay and consumer started, producer listening); the first commit (created_at), the first
+   * message in Redis (published_at) and the first event applied.
+   */
+  startupSteps: { step: string; atMs: number }[];
   /** How long `pm2 ping` took to start pm2's daemon on a new PM2_HOME (no app yet): what a first `pm2 start` adds. */
   pm2DaemonStartMs: number;
   /** p99 commit → applied of the events committed in the first 3 s of traffic, while the relay and the consumer start (the warm-up the figures above leave out). */
@@ -96,9 +104,11 @@ export async function benchEndToEnd(workspace: string, rate: number, durationMs:
     const startedAt = Date.now();
     const started = await pm2.run('start', 'ecosystem.config.cjs');
     if (started.code !== 0) throw new Error(`pm2 start failed: ${started.stderr}`);
+    const startReturnedMs = Date.now() - startedAt;
     await waitFor(async () => (await client.hlen(keys.processed)) > 0, { timeoutMs: 30_000, message: 'no event got through' });
     const begin = Date.now();
-    const apps = (await pm2.list()).filter((app) => app.pid > 0).map((app) => ({ name: app.name, pid: app.pid, before: pidCpuMs(app.pid) }));
+    const listed = (await pm2.list()).filter((app) => app.pid > 0);
+    const apps = listed.map((app) => ({ name: app.name, pid: app.pid, before: pidCpuMs(app.pid) }));
     const redisBefore = await redisCpuMs([redis.url]);
     await waitFor(
       () => {
@@ -143,6 +153,21 @@ export async function benchEndToEnd(workspace: string, rate: number, durationMs:
         consumerLags.push(consumerLag);
       }
       for (const list of [latencies, relayLags, consumerLags]) list.sort((a, b) => a - b);
+      const startupSteps = [
+        { step: 'pm2 start returned', atMs: startReturnedMs },
+        ...listed.flatMap((app) => {
+          const ready = readyAt(join(workspace, 'e2e-logs'), app.name);
+          return [
+            { step: `${app.name} started by pm2`, atMs: (app.pm2_env.pm_uptime ?? NaN) - startedAt },
+            { step: `${app.name} ready`, atMs: (ready ?? NaN) - startedAt },
+          ];
+        }),
+        { step: 'first commit', atMs: firstAt - startedAt },
+        { step: 'first message in Redis', atMs: Math.min(...startup.map((row) => row.published_at)) - startedAt },
+        { step: 'first event applied', atMs: firstAppliedAt - startedAt },
+      ]
+        .filter(({ atMs }) => Number.isFinite(atMs))
+        .sort((a, b) => a.atMs - b.atMs);
       bar.finish();
       return {
         rate,
@@ -157,6 +182,7 @@ export async function benchEndToEnd(workspace: string, rate: number, durationMs:
         negativeLags,
         firstAppliedAfterStartMs: firstAppliedAt - startedAt,
         pm2DaemonStartMs,
+        startupSteps,
         startupP99Ms: percentile(startupLatencies, 99),
         startupEvents: startupLatencies.length,
         startupWindowMs: STARTUP_MS,
@@ -172,6 +198,23 @@ export async function benchEndToEnd(workspace: string, rate: number, durationMs:
     await pm2.kill();
     await redis.destroy();
   }
+}
+
+/** What each app logs once it is ready (its first such line counts). */
+const READY_LINE: Record<string, RegExp> = {
+  'outbox-relay': /"msg":"relay started"/,
+  'outbox-consumer': /"msg":"consumer started"/,
+  'outbox-producer': /"msg":"producer listening"/,
+};
+
+/** When app `name` logged that it is ready (ms since the epoch, from its log line's time), undefined when it did not. */
+function readyAt(logDir: string, name: string): number | undefined {
+  const file = join(logDir, `${name}.log`);
+  const pattern = READY_LINE[name];
+  if (!pattern || !existsSync(file)) return undefined;
+  const line = readFileSync(file, 'utf8').split('\n').find((text) => pattern.test(text));
+  const time = line ? (JSON.parse(line) as { time?: string }).time : undefined;
+  return time === undefined ? undefined : Date.parse(time);
 }
 
 /** Each row's appliedAt (Redis's clock in the apply script), read from `processed` 1,000 at a time; rows not applied are left out. */

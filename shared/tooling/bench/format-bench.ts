@@ -74,6 +74,7 @@ export function formatBench(r: BenchResult): string[] {
       '',
       met(run.firstAppliedAfterStartMs <= 1000 && run.startupP99Ms <= 250),
     ]);
+    rows.push([`start-up steps under pm2, ${n(run.rate)} ops/s`, 'ms after pm2 start', '', run.startupSteps.map(({ step, atMs }) => `${step} ${n(atMs)}`).join('; '), '', '']);
   }
   for (const run of e2e ?? []) {
     const parts = [...run.cpuPerThousand.map(({ app, ms }) => `${app} ${n(ms, 1)}`), `Redis ${n(run.redisCpuPerThousand, 1)}`];

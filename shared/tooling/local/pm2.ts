@@ -9,7 +9,8 @@ const PM2_BIN = fileURLToPath(new URL('../../../../node_modules/pm2/bin/pm2', im
 export interface Pm2Process {
   name: string;
   pid: number;
-  pm2_env: { status: string; restart_time: number; exit_code?: number };
+  /** `pm_uptime`: when the daemon last started the app (ms since the epoch). */
+  pm2_env: { status: string; restart_time: number; exit_code?: number; pm_uptime?: number };
 }
 
 /** pm2 with a private PM2_HOME (short: the daemon's socket path has a length limit). */
