@@ -92,15 +92,46 @@ describe('events of one call that depend on each other', () => {
     assert.deepEqual(await h.client.hgetall('outbox:stats'), { applied: '2', parked: '1', unparked: '1' });
   });
 
-  it('a gap filled within a call (n+2, n+1, n): n applied, n+1 released, n+2 stays parked until n+1 is applied', async () => {
+  it('a gap filled within a call (n+2, n+1, n): n applied, n+1 and n+2 released together to the queue head in seq order, ahead of what was queued', async () => {
+    await h.client.rpush('outbox.events', ev('q1', 'b', 1).raw);
     const r = await apply([ev('e3', 'a', 3), ev('e2', 'a', 2), ev('e1', 'a', 1)]);
     assert.deepEqual(r.outcomes, ['parked', 'parked', 'applied']);
-    assert.deepEqual(await h.client.hkeys('outbox.events:parked'), ['a:3']);
-    assert.deepEqual(await h.client.lrange('outbox.events', 0, -1), [ev('e2', 'a', 2).raw]);
-    await moveToProcessing(redis, LIST, 10);
-    assert.deepEqual((await applyEvents(redis, LIST, [ev('e2', 'a', 2)], 60)).outcomes, ['applied']);
-    assert.deepEqual(await h.client.lrange('outbox.events', 0, -1), [ev('e3', 'a', 3).raw]);
     assert.equal(await h.client.hlen('outbox.events:parked'), 0);
+    assert.deepEqual(await h.client.lrange('outbox.events', 0, -1), [ev('e2', 'a', 2).raw, ev('e3', 'a', 3).raw, ev('q1', 'b', 1).raw]);
+    await moveToProcessing(redis, LIST, 2);
+    assert.deepEqual((await applyEvents(redis, LIST, [ev('e2', 'a', 2), ev('e3', 'a', 3)], 60)).outcomes, ['applied', 'applied']);
+    assert.equal(await h.client.hget('outbox:applied-seq', 'a'), '3');
+    assert.deepEqual(await h.client.hgetall('outbox:stats'), { applied: '3', parked: '2', unparked: '2' });
+  });
+
+  it('a chain of 300 parked events: applying its predecessor releases the first 256 in seq order, the 256th applied releases the other 44; none lost, none twice', async () => {
+    const chain = Array.from({ length: 300 }, (_, k) => ev(`c${k + 2}`, 'a', k + 2, [['hincrby', 'sum', 'a', String(k + 2)]]));
+    assert.ok((await apply(chain)).outcomes.every((o) => o === 'parked'));
+    assert.equal(await h.client.hlen('outbox.events:parked'), 300);
+    assert.deepEqual((await apply([ev('c1', 'a', 1, [['hincrby', 'sum', 'a', '1']])])).outcomes, ['applied']);
+    assert.deepEqual(await h.client.lrange('outbox.events', 0, -1), chain.slice(0, 256).map((e) => e.raw));
+    assert.deepEqual((await h.client.hkeys('outbox.events:parked')).sort(), chain.slice(256).map((e) => `a:${e.seq}`).sort());
+    await moveToProcessing(redis, LIST, 1000);
+    assert.ok((await applyEvents(redis, LIST, chain.slice(0, 256), 60)).outcomes.every((o) => o === 'applied'));
+    assert.deepEqual(await h.client.lrange('outbox.events', 0, -1), chain.slice(256).map((e) => e.raw));
+    assert.equal(await h.client.hlen('outbox.events:parked'), 0);
+    await moveToProcessing(redis, LIST, 1000);
+    assert.ok((await applyEvents(redis, LIST, chain.slice(256), 60)).outcomes.every((o) => o === 'applied'));
+    assert.equal(await h.client.hget('outbox:applied-seq', 'a'), '301');
+    assert.equal(await h.client.hget('sum', 'a'), String((301 * 302) / 2));
+    assert.deepEqual(await h.client.hgetall('outbox:stats'), { applied: '301', parked: '300', unparked: '300' });
+    assert.equal(await h.client.llen(LIST), 0);
+  });
+
+  it('a corrupt entry inside a parked chain: the events before it are released, it goes to the dead letters, the ones after it stay parked', async () => {
+    for (const seq of [2, 3, 5]) await apply([ev(`e${seq}`, 'a', seq)]);
+    await h.client.hset('outbox.events:parked', 'a:4', 'not json');
+    const r = await apply([ev('e1', 'a', 1)]);
+    assert.deepEqual(r.outcomes, ['applied']);
+    assert.match(r.problems.join('\n'), /a:4 was not valid JSON/);
+    assert.deepEqual(await h.client.lrange('outbox.events', 0, -1), [ev('e2', 'a', 2).raw, ev('e3', 'a', 3).raw]);
+    assert.deepEqual(await h.client.hkeys('outbox.events:parked'), ['a:5']);
+    assert.equal(await h.client.llen('outbox.events:dead'), 1);
   });
 
   it('n, n+2, n+1 in one call: all three end applied (n+2 via the queue), none twice', async () => {

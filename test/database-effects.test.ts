@@ -11,6 +11,7 @@ import { useHarness } from './helpers/harness.js';
 import { readDb } from './helpers/stores.js';
 import { runCli, startScript, type CliResult } from './helpers/cli.js';
 import { inboxChecks } from '../shared/operations/verify/inbox-checks.js';
+import { monitorWhile } from './helpers/redis-monitor.js';
 
 const h = useHarness();
 const FIXTURE = fileURLToPath(new URL('./fixtures/database-consumer.js', import.meta.url));
@@ -144,6 +145,30 @@ describe('database mode: effects in the consumer’s own SQLite, with an inbox',
     const again = statsOf(await runConsumer());
     assert.equal(again.duplicates, 1);
     assert.equal(again.applied, 0);
+    await assertEffectsExactlyOnce(events);
+  });
+
+  it('an aggregate\'s later events queued before its first: parked, then released together once the first completes, and applied in seq order, each once', async () => {
+    const events = await seedEvents(30);
+    // Order 30's events (placed, two quantity changes, cancelled): every one after the first moved
+    // to the head of the queue, the first to its tail.
+    const queued = await h.client.lrange('outbox.events', 0, -1);
+    const chain = queued.filter((m) => /^(order:)?30$/.test(String(JSON.parse(m).aggregate_id))).sort((a, b) => JSON.parse(a).seq - JSON.parse(b).seq);
+    assert.equal(chain.length, 4, `order 30's events: ${chain.join(', ')}`);
+    for (const message of chain) await h.client.lrem('outbox.events', 1, message);
+    await h.client.lpush('outbox.events', ...chain.slice(1).reverse());
+    await h.client.rpush('outbox.events', chain[0]);
+    // Each re-queue of parked events Redis runs (inside the complete script): how many messages it pushes.
+    const requeued: number[] = [];
+    const stats = statsOf(
+      await monitorWhile(h.env.redisUrl, (args) => {
+        if (args[0]?.toLowerCase() === 'lpush' && args[1] === 'outbox.events') requeued.push(args.length - 2);
+      }, () => runConsumer({ LANES: '3' })),
+    );
+    assert.deepEqual(requeued, [3], 'the three parked events went back in one push');
+    assert.equal(stats.applied, events);
+    assert.equal(stats.parked, 3);
+    assert.equal(await h.client.hget('outbox:stats', 'unparked'), '3');
     await assertEffectsExactlyOnce(events);
   });
 

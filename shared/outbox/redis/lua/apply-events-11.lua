@@ -16,7 +16,7 @@
     KEYS[3]  applied-seq hash (aggregate -> last applied seq)
     KEYS[4]  parked hash ("<aggregate>:<seq>" -> JSON {reason, message, parkedAt})
     KEYS[5]  stats hash (applied, duplicates, parked, unparked, dead)
-    KEYS[6]  event queue (an unparked successor is pushed back to its head)
+    KEYS[6]  event queue (an applied event's parked successors are pushed back to its head, in seq order)
     KEYS[7]  meta hash; its field 'store' names the store this Redis serves
     KEYS[8]  dead-letter list (a message of another store, or a corrupt parked entry, goes there)
     KEYS[9]  apply-count hash (event_id -> times its effects were applied: the evidence verify reads)
@@ -54,7 +54,8 @@
                   none: it lost its state): acked and dead-lettered with the reason, no effect
       'duplicate' seen before (dedupe marker, processed entry, or seq <= last applied): acked, no effect
       'parked'    seq > last applied + 1: acked and parked until the gap is filled
-      'applied'   effects applied, counted, recorded in processed, acked; a parked successor is re-queued
+      'applied'   effects applied, counted, recorded in processed, acked; its parked successors (seq + 1,
+                  seq + 2, … up to 256) are re-queued at the head of the queue, in seq order
     problems: one line per piece of bad state met (empty when none)
 ]]
 -- (Written for the common case's cost: per event, parallel arrays rather than a table, one
@@ -454,6 +455,35 @@ local function deadLetter(reason, message)
   counts.dead = counts.dead + 1
 end
 
+-- The parked successors of an applied event, back to the head of the queue at once and in seq
+-- order: seq + 1, seq + 2, … as long as the parked hash holds the next, up to UNPARK_MAX (the last
+-- one, once applied, brings the next ones). One at a time, a chain of k parked events took k rounds.
+local UNPARK_MAX = 256
+local function unparkSuccessors(aggregate, seq)
+  local messages = {}
+  for next = seq + 1, seq + UNPARK_MAX do
+    local field = aggregate .. ':' .. int(next)
+    local stored = rcall('HGET', KEYS[4], field)
+    if not stored then break end
+    rcall('HDEL', KEYS[4], field)
+    local ok, envelope = pcall(cjson.decode, stored)
+    if not (ok and type(envelope) == 'table' and type(envelope.message) == 'string') then
+      -- Kept for an operator, not lost: `outbox dead-letter list` shows it. The seqs after it stay
+      -- parked: they wait for it, as any event waits for its predecessor.
+      deadLetter('corrupt parked entry ' .. field .. ' (not the JSON the consumer writes)', stored)
+      problem(KEYS[4] .. ' field ' .. field .. ' was not valid JSON: moved to ' .. KEYS[8])
+      break
+    end
+    messages[#messages + 1] = envelope.message
+  end
+  if #messages == 0 then return end
+  -- LPUSH puts its last argument first: the chain reaches the head in seq order.
+  local reversed = {}
+  for k = #messages, 1, -1 do reversed[#reversed + 1] = messages[k] end
+  rcall('LPUSH', KEYS[6], unpack(reversed))
+  counts.unparked = counts.unparked + #messages
+end
+
 local touched, touchedList = {}, {}
 -- An event's effects other than on hash fields (those are written once, after the loop).
 local function applyEffects(s)
@@ -512,20 +542,7 @@ for i = 1, count do
     end
     if anyParked then
       rcall('HDEL', KEYS[4], flat[s + 1] .. ':' .. seqText)
-      local successorField = flat[s + 1] .. ':' .. int(seqOf[i] + 1)
-      local successor = rcall('HGET', KEYS[4], successorField)
-      if successor then
-        rcall('HDEL', KEYS[4], successorField)
-        local ok, envelope = pcall(cjson.decode, successor)
-        if ok and type(envelope) == 'table' and type(envelope.message) == 'string' then
-          rcall('LPUSH', KEYS[6], envelope.message)
-          counts.unparked = counts.unparked + 1
-        else
-          -- Kept for an operator, not lost: `outbox dead-letter list` shows it.
-          deadLetter('corrupt parked entry ' .. successorField .. ' (not the JSON the consumer writes)', successor)
-          problem(KEYS[4] .. ' field ' .. successorField .. ' was not valid JSON: moved to ' .. KEYS[8])
-        end
-      end
+      unparkSuccessors(flat[s + 1], seqOf[i])
     end
     outcome = 'a'
   elseif kind == 'duplicate' then
