@@ -12,7 +12,7 @@ const run = promisify(execFile);
 export interface RedisCluster {
   /** `127.0.0.1:<port>` of each master. */
   nodes: string[];
-  /** SIGKILLs master `i` and starts it again on its port and config; `wipe` deletes its AOF/RDB first (its slots stay). */
+  /** SIGKILLs master `i` and starts it again on its port and config, with every write it acknowledged; `wipe` deletes its AOF/RDB first (its slots stay). */
   restart(i: number, options?: { wipe?: boolean }): Promise<void>;
   /** SIGKILLs master `i` (it stays down until `restart`). */
   kill(i: number): Promise<void>;
@@ -32,6 +32,14 @@ async function clusterState(port: number): Promise<string | undefined> {
  * A private Redis Cluster of three masters (no replicas) on free ports, AOF on, in one temp dir:
  * each node's `nodes-<port>.conf` and its own data dir. Resolves once every node reports
  * cluster_state:ok. Killed and deleted by `stop`, or when the test process exits.
+ *
+ * The AOF is fsynced before each reply (`appendfsync always`, as `outbox chaos` runs its one Redis),
+ * so a master SIGKILLed and started again by `restart` comes back with every write it acknowledged.
+ * With Redis's default, `everysec`, it need not: while a background fsync is still under way (a
+ * busy disk), Redis keeps new writes in memory, not even written to the file, for up to 2 s, and
+ * answers them all the same. A relay marks rows PUBLISHED on that answer, so a restart there lost
+ * pushed events for good, their aggregates' later events parked behind them (a scale-out chaos run
+ * on a loaded machine: 10 events pushed within 225 ms before a master's SIGKILL, gone after it).
  */
 export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
   const root = mkdtempSync(join(tmpdir(), 'outbox-cluster-'));
@@ -59,6 +67,7 @@ export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
         '--cluster-require-full-coverage', 'no',
         '--cluster-node-timeout', '2000',
         '--appendonly', 'yes',
+        '--appendfsync', 'always',
         '--save', '',
         '--dir', root,
         '--appenddirname', `node-${port}`,
