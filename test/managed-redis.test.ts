@@ -138,7 +138,7 @@ describe('outbox-redis (the managed Redis app)', () => {
     for (const server of servers) await server.destroy();
   });
 
-  it('starts redis-server with a password, an append-only file (fsync every second) in the data dir, never evicting, and stops it on SIGTERM after a grace for the other apps', async () => {
+  it('starts redis-server with a password, an append-only file (fsynced before each answer) in the data dir, never evicting, and stops it on SIGTERM after a grace for the other apps', async () => {
     const dir = tempDir();
     const port = await freePort();
     const wrapper = startWrapper({ OUTBOX_DIR: dir, OUTBOX_REDIS_PORT: String(port) });
@@ -148,7 +148,7 @@ describe('outbox-redis (the managed Redis app)', () => {
       try {
         await waitFor(() => client.ping().then((pong) => pong === 'PONG').catch(() => false));
         assert.deepEqual(await client.config('GET', 'appendonly'), ['appendonly', 'yes']);
-        assert.deepEqual(await client.config('GET', 'appendfsync'), ['appendfsync', 'everysec']);
+        assert.deepEqual(await client.config('GET', 'appendfsync'), ['appendfsync', 'always']);
         assert.deepEqual(await client.config('GET', 'maxmemory-policy'), ['maxmemory-policy', 'noeviction']);
         assert.deepEqual(await client.config('GET', 'dir'), ['dir', join(dir, 'redis')]);
         await client.set('written', '1');
@@ -178,6 +178,52 @@ describe('outbox-redis (the managed Redis app)', () => {
     assert.ok(stoppedAfter >= 1400 && stoppedAfter < 4500, `stopped ${stoppedAfter} ms after the signal: not within pm2's kill_timeout of 5 s, or without the grace`);
     assert.match(wrapper.output(), /"msg":"redis-server exited"/);
     assert.ok(existsSync(join(dir, 'redis')));
+  });
+
+  it('SIGKILLed and started again, it has every write it acknowledged, even one answered while its disk was still syncing an earlier write', async () => {
+    const dir = tempDir();
+    const port = await freePort();
+    const first = startWrapper({ OUTBOX_DIR: dir, OUTBOX_REDIS_PORT: String(port) });
+    let second: ReturnType<typeof startWrapper> | undefined;
+    try {
+      await waitFor(() => /"msg":"redis-server started"/.test(first.output()) && existsSync(join(dir, 'redis', 'redis.pid')), { message: first.output() });
+      const client = testClient(managedUrl(dir, port));
+      let acked = 0;
+      let answeredUnwritten = false;
+      try {
+        await waitFor(() => client.ping().then((pong) => pong === 'PONG').catch(() => false));
+        const unwrittenBytes = async () => Number(/aof_buffer_length:(\d+)/.exec(await client.info('persistence'))?.[1]);
+        // A large write gives the AOF a long fsync to do (48 MB, below the 64 MB at which Redis
+        // would rewrite the AOF). A Redis that fsyncs every second (everysec) starts it within a
+        // second, in the background, and until it ends keeps the writes that follow in memory,
+        // unwritten, answering them all the same: the loop below stops at such a write, and the
+        // SIGKILL lands right there. One that writes and fsyncs before each answer never holds one,
+        // and 3 s of writes are acknowledged on disk.
+        await client.set('bulk', Buffer.alloc(48 * 1024 * 1024, 'x'));
+        const until = Date.now() + 3000;
+        while (!answeredUnwritten && Date.now() < until) {
+          acked = await client.incr('acked');
+          answeredUnwritten = (await unwrittenBytes()) > 0;
+        }
+        process.kill(pidOf(dir), 'SIGKILL');
+      } finally {
+        client.disconnect();
+      }
+      await first.exited;
+      second = startWrapper({ OUTBOX_DIR: dir, OUTBOX_REDIS_PORT: String(port) });
+      await waitFor(() => /"msg":"redis-server started"/.test(second!.output()), { message: second.output() });
+      const again = testClient(managedUrl(dir, port));
+      try {
+        await waitFor(() => again.ping().then((pong) => pong === 'PONG').catch(() => false));
+        assert.equal(Number(await again.get('acked')), acked, answeredUnwritten ? 'a write acknowledged before the SIGKILL, not yet in the AOF then' : 'the last write acknowledged');
+      } finally {
+        again.disconnect();
+      }
+    } finally {
+      first.child.kill('SIGTERM');
+      second?.child.kill('SIGTERM');
+      await second?.exited;
+    }
   });
 
   it('leaves a Redis that already listens on the port alone, and stops with 0 on a SIGTERM sent the instant it says so', async () => {

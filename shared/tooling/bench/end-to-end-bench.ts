@@ -82,7 +82,8 @@ const WARM_UP_MS = 2000;
  */
 export async function benchEndToEnd(workspace: string, rate: number, durationMs: number): Promise<EndToEndFigures> {
   const dataDir = join(workspace, 'e2e');
-  const redis = await RedisServer.start(['--appendonly', 'yes'], join(workspace, 'e2e-redis'));
+  // The managed Redis's persistence (managed-redis.ts): what `pm2 start` runs without REDIS_URL.
+  const redis = await RedisServer.start(['--appendonly', 'yes', '--appendfsync', 'always'], join(workspace, 'e2e-redis'));
   const client = testClient(redis.url);
   await client.config('SET', 'latency-monitor-threshold', String(REDIS_STALL_MS));
   const pm2 = new Pm2({
