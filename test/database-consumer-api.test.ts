@@ -98,3 +98,21 @@ describe('createConsumer with a database handler set (database mode)', () => {
     });
   });
 });
+
+describe('createConsumer: stopping', () => {
+  let own: Redis;
+  before(async () => (own = await connectRedis(h.redis.url)));
+  after(() => own.disconnect());
+
+  it('stop() whose hand-back fails (the processing list made another type) still stops the heartbeat, so what stays there can be reclaimed', async () => {
+    const handlers = defineRedisHandlers(accountEvents, { Deposited: () => [], Withdrawn: () => [] });
+    const consumer = await createConsumer({ redis: own, handlers, consumerId: 'hb' });
+    const running = consumer.start({ log: createLogger('test', () => {}), connectBlocking: () => connectRedis(h.redis.url), statsIntervalMs: 0 });
+    await waitFor(async () => (await own.exists('outbox:consumer-alive:hb')) === 1, { message: 'no heartbeat' });
+    await own.set('outbox.events:processing:hb', 'not a list');
+    await assert.rejects(running.stop(), /WRONGTYPE/);
+    await consumer.close();
+    assert.equal(await own.exists('outbox:consumer-alive:hb'), 0, 'the heartbeat was left beating');
+    await own.del('outbox.events:processing:hb');
+  });
+});

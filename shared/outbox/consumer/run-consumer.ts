@@ -146,9 +146,14 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
       clearInterval(reclaimTimer);
       await rounds.stop();
       let handedBack = 0;
-      while ((await redis.lmove(processingList, keys.events, 'RIGHT', 'LEFT')) !== null) handedBack += 1;
-      await stopHeartbeat();
-      metricsStopped?.();
+      try {
+        while ((await redis.lmove(processingList, keys.events, 'RIGHT', 'LEFT')) !== null) handedBack += 1;
+      } finally {
+        // Also when the hand-back failed (Redis gone): what stays in the processing list is
+        // reclaimed once the heartbeat has expired, which a heartbeat left running would prevent.
+        await stopHeartbeat();
+        metricsStopped?.();
+      }
       log.info('consumer stopped', { ...stats, handedBack });
     },
   };
