@@ -103,6 +103,24 @@ describe('outbox status shows how Redis keeps its data', () => {
     assert.deepEqual(json.warnings, ["Redis keeps nothing on disk: a restart loses the queue and the consumer's state"]);
   });
 
+  it('warns when Redis answers writes before they are on disk (AOF with appendfsync everysec), and when it keeps only RDB snapshots', async () => {
+    for (const [args, shown, warning] of [
+      [['--appendonly', 'yes', '--appendfsync', 'everysec'], /^redis +AOF on \(appendfsync everysec\), RDB off, maxmemory-policy noeviction$/m, /^WARN +Redis answers writes before they are on disk \(appendfsync everysec\): a crash of Redis may lose the last ones it acknowledged, .*; set appendfsync always$/m],
+      [['--save', '3600 1'], /^redis +AOF off, RDB save points 3600 1, maxmemory-policy noeviction$/m, /^WARN +Redis keeps only RDB snapshots: a restart loses what it acknowledged since the last one, .*; turn on appendonly with appendfsync always$/m],
+    ] as const) {
+      const server = await RedisServer.start([...args]);
+      try {
+        const text = await runCli(['status'], { dir: h.env.dir, redisUrl: server.url });
+        assert.equal(text.code, 0, text.stderr);
+        assert.match(text.stdout, shown);
+        assert.match(text.stdout, warning);
+        assert.equal(text.stdout.match(/^WARN/gm)?.length, 1, text.stdout);
+      } finally {
+        await server.destroy();
+      }
+    }
+  });
+
   it('shows AOF with its fsync and the RDB save points, and no warning, when both are on', async () => {
     const persistent = await RedisServer.start(['--appendonly', 'yes', '--appendfsync', 'always', '--save', '3600 1 300 100']);
     try {

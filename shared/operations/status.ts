@@ -128,6 +128,14 @@ function settingsWarnings(settings: RedisSettings): string[] {
   const warnings: string[] = [];
   if (!settings.aofEnabled && settings.save === '') {
     warnings.push("Redis keeps nothing on disk: a restart loses the queue and the consumer's state");
+  } else if (!settings.aofEnabled && settings.save) {
+    warnings.push(
+      'Redis keeps only RDB snapshots: a restart loses what it acknowledged since the last one, published events among them (verify names them, verify --repair republishes them); turn on appendonly with appendfsync always',
+    );
+  } else if (settings.aofEnabled && settings.appendfsync !== null && settings.appendfsync !== 'always') {
+    warnings.push(
+      `Redis answers writes before they are on disk (appendfsync ${settings.appendfsync}): a crash of Redis may lose the last ones it acknowledged, published events among them (verify names them, verify --repair republishes them); set appendfsync always`,
+    );
   }
   if (settings.maxmemoryPolicy !== 'noeviction') warnings.push(`Redis ${evictionProblem(settings.maxmemoryPolicy)}`);
   return warnings;
