@@ -13,6 +13,7 @@ import { z } from 'zod';
 import { openDatabase } from '../shared/outbox/store/open-database.js';
 import { ledgerHolds, partitionLedger } from '../shared/tooling/chaos/partition-ledger.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
+import { createLogger } from '../shared/outbox/logger.js';
 import { startApp, stopApp, stopApps, type App } from './helpers/apps.js';
 import { useHarness } from './helpers/harness.js';
 import { usePartitions } from './helpers/partitions.js';
@@ -453,6 +454,35 @@ describe('pairing when some partitions lost their state', () => {
 });
 
 describe('drain across partitions', () => {
+  it('start() with a BLMOVE wait of 0 ("for ever") on partitions waits a quarter of the lease instead', async () => {
+    const events = defineEvents({ Added: { aggregate: 'cart', payload: z.object({ n: z.number() }) } });
+    const handlers = defineRedisHandlers(events, { Added: () => [] });
+    const consumer = await createConsumer({ redis: partitions(), handlers, consumerId: 'capped', partitionLeaseMs: 1000 });
+    const target = { redisUrl: h.env.redisUrl };
+    const opened: Redis[] = [];
+    const timeouts = new Set<string>();
+    const running = consumer.start({
+      log: createLogger('test', () => {}),
+      connectBlocking: async (partition) => {
+        const redis = await connectTarget(target, { partition, reconnect: false });
+        opened.push(redis);
+        return redis;
+      },
+      statsIntervalMs: 0,
+      blockTimeoutSeconds: 0,
+    });
+    try {
+      await monitorWhile(h.env.redisUrl, (args) => {
+        if (args[0] === 'blmove') timeouts.add(args[5]);
+      }, () => waitFor(() => timeouts.size > 0, { message: 'no BLMOVE seen' }));
+      assert.deepEqual([...timeouts], ['0.25']);
+    } finally {
+      await running.stop();
+      await consumer.close();
+      for (const redis of opened) redis.disconnect();
+    }
+  });
+
   it('drain() ends only once the event waiting for its retry in one partition is applied; every partition drained, each event once', async () => {
     const storeId = 'store-drain';
     const events = defineEvents({ Added: { aggregate: 'cart', payload: z.object({ n: z.number() }) } });

@@ -148,7 +148,10 @@ export type StartOptions = Omit<RunConsumerOptions, keyof ConsumerOptions | 'con
 function startOnPartitions(partitions: Partitions, consumerId: string, leaseMs: number | undefined, { log, connectBlocking, ...run }: StartOptions, startOne: StartOne) {
   if (partitions.count === 1) return startOne(partitions.clients[0], () => connectBlocking(''), log, run);
   const lease = leaseMs ?? DEFAULT_PARTITION_LEASE_MS;
-  const blockTimeoutSeconds = Math.min(run.blockTimeoutSeconds ?? 1, lease / 4 / 1000);
+  const cap = lease / 4 / 1000;
+  // (0 would be BLMOVE's "wait for ever": the cap then.)
+  const asked = run.blockTimeoutSeconds ?? 1;
+  const blockTimeoutSeconds = asked > 0 ? Math.min(asked, cap) : cap;
   return startPartitionedConsumer(partitions, {
     consumerId,
     leaseMs: lease,

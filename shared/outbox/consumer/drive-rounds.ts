@@ -104,7 +104,9 @@ export function driveRounds(redis: Redis, engine: RoundEngine, options: DriveOpt
     }
     const retryInMs = engine.nextRetryInMs();
     if (retryInMs === 0) return [];
-    const timeout = retryInMs === null ? blockTimeout : Math.min(blockTimeout, Math.max(retryInMs, 10) / 1000);
+    // A retry due ends the wait then (a blockTimeout of 0, "for ever", included).
+    const untilRetry = retryInMs === null ? null : Math.max(retryInMs, 10) / 1000;
+    const timeout = untilRetry === null ? blockTimeout : blockTimeout > 0 ? Math.min(blockTimeout, untilRetry) : untilRetry;
     options.onBlocking?.(true);
     try {
       const first = await taker.blmoveBuffer(keys.events, processingList, 'LEFT', 'RIGHT', timeout);
