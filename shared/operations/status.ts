@@ -123,19 +123,22 @@ async function blockedAggregates(redis: Redis, servedStore: string | undefined):
     .sort((a, b) => (a.aggregateId < b.aggregateId ? -1 : a.aggregateId > b.aggregateId ? 1 : 0));
 }
 
+/** What a loss of acknowledged writes means for outbox, as the warnings say it. */
+const REPAIRED = 'published events among them (verify names them, verify --repair republishes them)';
+
 /** Why these settings may lose outbox's state; empty when they do not (or cannot be read). */
 function settingsWarnings(settings: RedisSettings): string[] {
   const warnings: string[] = [];
   if (!settings.aofEnabled && settings.save === '') {
     warnings.push("Redis keeps nothing on disk: a restart loses the queue and the consumer's state");
   } else if (!settings.aofEnabled && settings.save) {
+    warnings.push(`Redis keeps only RDB snapshots: a crash or kill of Redis loses what it acknowledged since the last one, ${REPAIRED}; turn on appendonly with appendfsync always`);
+  } else if (settings.aofEnabled && settings.appendfsync === 'everysec') {
     warnings.push(
-      'Redis keeps only RDB snapshots: a restart loses what it acknowledged since the last one, published events among them (verify names them, verify --repair republishes them); turn on appendonly with appendfsync always',
+      `Redis answers writes before they are on disk (appendfsync everysec): a crash of the machine, or of Redis while its disk is slow, may lose the last ones it acknowledged (about 2 s), ${REPAIRED}; set appendfsync always`,
     );
-  } else if (settings.aofEnabled && settings.appendfsync !== null && settings.appendfsync !== 'always') {
-    warnings.push(
-      `Redis answers writes before they are on disk (appendfsync ${settings.appendfsync}): a crash of Redis may lose the last ones it acknowledged, published events among them (verify names them, verify --repair republishes them); set appendfsync always`,
-    );
+  } else if (settings.aofEnabled && settings.appendfsync === 'no') {
+    warnings.push(`Redis leaves it to the OS when its writes reach the disk (appendfsync no): a crash of the machine may lose the last ones it acknowledged (up to about 30 s), ${REPAIRED}; set appendfsync always`);
   }
   if (settings.maxmemoryPolicy !== 'noeviction') warnings.push(`Redis ${evictionProblem(settings.maxmemoryPolicy)}`);
   return warnings;

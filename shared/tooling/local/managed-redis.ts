@@ -159,6 +159,8 @@ export function managedRedisConfig(dir: string, port: number, password: string, 
     `dir ${quoted(redisDir)}`,
     'appendonly yes',
     'appendfsync always',
+    // Redis's default, stated: with yes, Redis would not fsync while it rewrites the AOF.
+    'no-appendfsync-on-rewrite no',
     'maxmemory-policy noeviction',
     'save ""',
     `requirepass ${quoted(password)}`,
