@@ -299,20 +299,24 @@ describe('a master restarting', () => {
     // fsyncs every second (everysec) starts it within a second of the write, in the background, and
     // until it ends keeps the writes that follow in memory, unwritten, answering them all the same.
     await redis.set('bulk', Buffer.alloc(48 * 1024 * 1024, 'x'));
-    assert.equal(await unwrittenBytes(), 0);
-    // Writes until the master holds one it answered but has not written to its AOF (then the
-    // restart below SIGKILLs it right there); a master that writes and fsyncs before each answer
-    // never does, and 3 s of writes (past that background fsync's start) are acknowledged on disk.
-    let acked = 0;
-    let answeredUnwritten = false;
-    const until = Date.now() + 3000;
-    while (!answeredUnwritten && Date.now() < until) {
-      acked = await redis.incr('acked');
-      answeredUnwritten = (await unwrittenBytes()) > 0;
+    try {
+      assert.equal(await unwrittenBytes(), 0);
+      // Writes until the master holds one it answered but has not written to its AOF (then the
+      // restart below SIGKILLs it right there); a master that writes and fsyncs before each answer
+      // never does, and 3 s of writes (past that background fsync's start) are acknowledged on disk.
+      let acked = 0;
+      let answeredUnwritten = false;
+      const until = Date.now() + 3000;
+      while (!answeredUnwritten && Date.now() < until) {
+        acked = await redis.incr('acked');
+        answeredUnwritten = (await unwrittenBytes()) > 0;
+      }
+      await cluster.restart(master);
+      assert.equal(Number(await redis.get('acked')), acked, answeredUnwritten ? 'a write acknowledged before the SIGKILL, not yet in the AOF then' : 'the last write acknowledged');
+    } finally {
+      // Not left in the master's AOF for the later restarts of this file.
+      await redis.del('bulk');
     }
-    await cluster.restart(master);
-    assert.equal(Number(await redis.get('acked')), acked, answeredUnwritten ? 'a write acknowledged before the SIGKILL, not yet in the AOF then' : 'the last write acknowledged');
-    await redis.del('bulk');
   });
 
   it('a command sent while the master is down (reconnect) waits, and completes once it is back', async () => {

@@ -13,8 +13,6 @@ import type { OutboxMetrics } from '../metrics/outbox-metrics.js';
 import { sleep } from '../sleep.js';
 import { sqliteBusyCode } from '../store/sqlite-busy.js';
 
-/** Whether `error` is SQLite's "the write lock is held" (SQLITE_BUSY and its extended codes). */
-
 export interface RelayOptions {
   /** Rows per batch: one SELECT, one push script (RPUSH + INCRBY), one UPDATE transaction. Default 1000. */
   batchSize?: number;
