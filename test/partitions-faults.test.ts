@@ -161,6 +161,44 @@ describe('partition leases under faults', () => {
     }
   });
 
+  it('a consumer frozen past its lease sends no take when it wakes, before its late renewal tells it the lease is gone: it lets go first, and takes again only once it holds a lease again', async () => {
+    const frozen = consumerApp('a');
+    const other = consumerApp('b');
+    const apps = [frozen, other];
+    try {
+      for (const app of apps) await started(app);
+      await waitFor(async () => new Set(await holders()).size === 2 && !(await holders()).includes(undefined), { timeoutMs: 10_000, message: 'the partitions were not shared' });
+      frozen.child.kill('SIGSTOP');
+      await waitFor(async () => (await holders()).every((o) => o?.startsWith('b#')), { timeoutMs: 10_000, message: 'the other did not take every partition' });
+      // Its takes: the take script (2 keys: the queue, then its processing list) and BLMOVE into that list.
+      const takes: number[] = [];
+      const into = /:outbox\.events:processing:a$/;
+      const from = frozen.output().length;
+      let wokeAt = 0;
+      await monitorWhile(
+        h.env.redisUrl,
+        (args, atMs) => {
+          if ((args[0] === 'blmove' && into.test(args[2] ?? '')) || (/^evalsha$/i.test(args[0] ?? '') && args[2] === '2' && into.test(args[4] ?? ''))) takes.push(atMs);
+        },
+        async () => {
+          wokeAt = Date.now();
+          frozen.child.kill('SIGCONT');
+          await waitFor(() => /"msg":"partition taken"/.test(frozen.output().slice(from)), { timeoutMs: 15_000, message: `it did not take a partition again: ${frozen.output().slice(from)}` });
+          // Until its takes on the partition it holds again have shown up.
+          await waitFor(() => takes.length > 0, { timeoutMs: 5000, message: 'no take after it took a partition again' });
+        },
+      );
+      const after = frozen.output().slice(from);
+      assert.ok(after.split('\n').some((text) => text.includes('"msg":"partition released"') && text.includes('"why":"lease lost"')), after);
+      const line = after.split('\n').find((text) => text.includes('"msg":"partition taken"'))!;
+      const retakenAt = Date.parse((JSON.parse(line) as { time: string }).time);
+      assert.deepEqual(takes.filter((at) => at >= wokeAt && at < retakenAt).map((at) => Math.round(at - wokeAt)), [], 'takes (ms after it woke) before it held a lease again');
+    } finally {
+      frozen.child.kill('SIGCONT');
+      await stopApps(apps);
+    }
+  });
+
   it('two consumers with the same id, lease 500 ms: one SIGSTOPped just as its idle BLMOVE began, SIGKILLed once the other took its partition; the events that arrived meanwhile are applied (its wait ended before its lease)', async () => {
     const lease = { OUTBOX_PARTITION_LEASE: '500ms' };
     const relay = relayApp();

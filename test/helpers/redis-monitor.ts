@@ -7,10 +7,10 @@ function argsOf(line: string): string[] {
 
 /**
  * Calls `onCommand` with each command the Redis at `url` runs (MONITOR) while `run` runs, from the
- * moment MONITOR is on. A raw socket: ioredis's monitor mode can take a monitored line for the
+ * moment MONITOR is on, and when Redis ran it (its clock, ms since the epoch). A raw socket: ioredis's monitor mode can take a monitored line for the
  * reply to one of its own commands ("Command queue state error").
  */
-export async function monitorWhile<T>(url: string, onCommand: (args: string[]) => void, run: () => Promise<T>): Promise<T> {
+export async function monitorWhile<T>(url: string, onCommand: (args: string[], atMs: number) => void, run: () => Promise<T>): Promise<T> {
   const { hostname, port } = new URL(url);
   const socket = connect(Number(port || 6379), hostname || '127.0.0.1');
   try {
@@ -27,7 +27,7 @@ export async function monitorWhile<T>(url: string, onCommand: (args: string[]) =
             if (line !== '+OK') return reject(new Error(`MONITOR answered: ${line}`));
             on = true;
             resolve();
-          } else onCommand(argsOf(line));
+          } else onCommand(argsOf(line), Number(/^\+(\d+\.\d+)/.exec(line)?.[1]) * 1000);
         }
       });
       socket.write('MONITOR\r\n');

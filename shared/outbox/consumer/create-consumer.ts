@@ -156,7 +156,7 @@ function startOnPartitions(partitions: Partitions, consumerId: string, leaseMs: 
     consumerId,
     leaseMs: lease,
     log,
-    startOne: (index, redis) => startOne(redis, () => connectBlocking(partitionTagOfConnection(redis)), log, { ...run, blockTimeoutSeconds, partition: index }),
+    startOne: (index, redis, heldUntil) => startOne(redis, () => connectBlocking(partitionTagOfConnection(redis)), log, { ...run, blockTimeoutSeconds, partition: index, heldUntil }),
   });
 }
 

@@ -35,6 +35,14 @@ export interface DriveOptions {
   stats: ConsumeStats;
   /** 'stopped': BLMOVE timeout in seconds. Default 1. */
   blockTimeoutSeconds?: number;
+  /**
+   * 'stopped', with partitions: when the partition's lease ends at the latest. No take is sent that
+   * could end after it (a take with its BLMOVE wait, and a margin): a consumer whose event loop
+   * stalled past its lease (a long GC, a SIGSTOP) must not take again before its late renewal tells
+   * it whether the lease is still its own. A take after the lease could move an event into a list
+   * the new holder already dispatched (with one consumer id, its own). Default: no limit.
+   */
+  heldUntil?: () => number;
   /** Each round once answered. */
   onRound?: (handled: RoundItem[]) => void;
   /** Leftovers found in the processing list, before they are dispatched. */
@@ -59,6 +67,9 @@ export interface DriveOptions {
  * or leave events for a retry), then ends if the queue is still empty and nothing waits, or sleeps
  * until the first retry is due; the app waits with BLMOVE (ended early when a retry falls due).
  */
+/** How much earlier than its lease's end a take must be able to end (`heldUntil`), ms; also how long a take waits when it cannot. */
+const TAKE_MARGIN_MS = 50;
+
 export function driveRounds(redis: Redis, engine: RoundEngine, options: DriveOptions) {
   const drain = options.until === 'empty';
   const { stats } = options;
@@ -87,8 +98,18 @@ export function driveRounds(redis: Redis, engine: RoundEngine, options: DriveOpt
     await before;
   }
 
+  /** Whether a take that may wait `waitSeconds` would end before the partition's lease does (`heldUntil`); always without one. */
+  function leaseAllows(waitSeconds: number): boolean {
+    return !options.heldUntil || Date.now() + waitSeconds * 1000 + TAKE_MARGIN_MS <= options.heldUntil();
+  }
+
   /** What is queued; when nothing is: [] to go on (a retry may be due), or null when a drain is done. */
   async function takeOrIdle(taker: Redis): Promise<Buffer[] | null> {
+    if (!leaseAllows(blockTimeout)) {
+      // Until the lease is renewed, or let go of (which stops this loop).
+      await sleep(TAKE_MARGIN_MS);
+      return [];
+    }
     const queued = await engine.take(taker);
     options.onTaken?.(queued.length);
     if (queued.length > 0) return queued;
@@ -107,6 +128,8 @@ export function driveRounds(redis: Redis, engine: RoundEngine, options: DriveOpt
     // A retry due ends the wait then (a blockTimeout of 0, "for ever", included).
     const untilRetry = retryInMs === null ? null : Math.max(retryInMs, 10) / 1000;
     const timeout = untilRetry === null ? blockTimeout : blockTimeout > 0 ? Math.min(blockTimeout, untilRetry) : untilRetry;
+    // Asked again: time went by since the check above (the take's round trip, at least).
+    if (!leaseAllows(timeout)) return [];
     options.onBlocking?.(true);
     try {
       const first = await taker.blmoveBuffer(keys.events, processingList, 'LEFT', 'RIGHT', timeout);

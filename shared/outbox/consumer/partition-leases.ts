@@ -20,8 +20,12 @@ export interface PartitionLeaseOptions {
   /** How long a lease (and a membership) lasts without renewal, ms; renewed every fifth of it. Default 5000. */
   leaseMs?: number;
   log: Logger;
-  /** Starts consuming partition `index` (its lease was just taken). */
-  start(index: number): PartitionRun | Promise<PartitionRun>;
+  /**
+   * Starts consuming partition `index` (its lease was just taken). `heldUntil` tells, at any time,
+   * when its lease ends at the latest as far as this consumer knows: the last acquire or renewal
+   * that succeeded, as sent, plus the lease.
+   */
+  start(index: number, heldUntil: () => number): PartitionRun | Promise<PartitionRun>;
   /** Told whenever the set of partitions held changes. */
   onChange?: (held: number[]) => void;
 }
@@ -53,6 +57,9 @@ export function startPartitionLeases(partitions: Partitions, options: PartitionL
   const owner = `${options.consumerId}#${randomBytes(4).toString('hex')}`;
   const { log } = options;
   const held = new Map<number, PartitionRun>();
+  /** When each lease held was last acquired or renewed, as sent (Redis counts its TTL from later). */
+  const renewedAt = new Map<number, number>();
+  const heldUntil = (index: number) => (renewedAt.get(index) ?? 0) + leaseMs;
   let members: string[] = [owner];
   let lastTickAt = Date.now();
   let stopped = false;
@@ -69,6 +76,7 @@ export function startPartitionLeases(partitions: Partitions, options: PartitionL
     const run = held.get(index);
     if (!run) return;
     held.delete(index);
+    renewedAt.delete(index);
     await run.stop().catch((error: Error) => log.warn('cannot stop consuming a partition cleanly', { partition: index, error: error.message }));
     await partitionLease(partitions.clients[index], 'release', owner, leaseMs).catch(() => {});
     log.info('partition released', { partition: index, why });
@@ -76,6 +84,7 @@ export function startPartitionLeases(partitions: Partitions, options: PartitionL
 
   async function take(index: number): Promise<void> {
     const redis = partitions.clients[index];
+    const sentAt = Date.now();
     if (!(await partitionLease(redis, 'acquire', owner, leaseMs))) return;
     // A step that outlived its bound can end after stop(): it must not start consuming then.
     if (stopped) {
@@ -83,7 +92,8 @@ export function startPartitionLeases(partitions: Partitions, options: PartitionL
       return;
     }
     const reclaimed = await reclaimOrphans(redis, options.consumerId, log, { all: true });
-    held.set(index, await options.start(index));
+    renewedAt.set(index, sentAt);
+    held.set(index, await options.start(index, () => heldUntil(index)));
     log.info('partition taken', { partition: index, reclaimed });
   }
 
@@ -113,11 +123,13 @@ export function startPartitionLeases(partitions: Partitions, options: PartitionL
           await letGo(index, 'assigned to another consumer');
           return true;
         }
+        const sentAt = Date.now();
         if (!(await partitionLease(redis, 'renew', owner, leaseMs))) {
           // Expired while this process was stalled, and another consumer may hold it now.
           await letGo(index, 'lease lost');
           return true;
         }
+        if (held.has(index)) renewedAt.set(index, sentAt);
         return false;
       }
       if (!mine) return false;

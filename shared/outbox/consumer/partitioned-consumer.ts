@@ -20,7 +20,7 @@ interface Started extends PartitionRun {
  */
 export function startPartitionedConsumer(
   partitions: Partitions,
-  options: { consumerId: string; leaseMs?: number; log: Logger; startOne: (index: number, redis: Redis) => Started },
+  options: { consumerId: string; leaseMs?: number; log: Logger; startOne: (index: number, redis: Redis, heldUntil: () => number) => Started },
 ) {
   const runs = new Map<number, Started>();
   const finished: ConsumerCounters[] = [];
@@ -28,8 +28,8 @@ export function startPartitionedConsumer(
     consumerId: options.consumerId,
     leaseMs: options.leaseMs,
     log: options.log,
-    start(index) {
-      const run = options.startOne(index, partitions.clients[index]);
+    start(index, heldUntil) {
+      const run = options.startOne(index, partitions.clients[index], heldUntil);
       runs.set(index, run);
       return {
         async stop() {

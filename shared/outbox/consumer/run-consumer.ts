@@ -33,6 +33,8 @@ interface RunOptions {
   metrics?: Pick<OutboxMetrics, 'consumerStarted' | 'roundAnswered'>;
   /** The partition this consumer runs on, when there are several: named in its log lines and metrics. */
   partition?: number;
+  /** With partitions: when this partition's lease ends at the latest (drive-rounds.ts: no take that could outlast it). */
+  heldUntil?: () => number;
 }
 
 /**
@@ -114,6 +116,7 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
     connect: connectBlocking,
     stats,
     blockTimeoutSeconds: blockTimeout,
+    heldUntil: options.heldUntil,
     onRound: report,
     onRecovered: (count) => log.info('processing list recovered', { processingList, count }),
     onRoundError: (error) => {
