@@ -27,12 +27,17 @@ type ScriptClient = Record<ScriptName, (...args: Args) => Promise<unknown>> & { 
 
 let sources: Record<ScriptName, { lua: string; numberOfKeys: number }> | undefined;
 
+/** A script file's text, each `--- @include "<path>"` line (relative to ./lua) replaced by that file's text, as bullmq does: Redis runs one self-contained script. */
+function scriptText(file: string): string {
+  return readFileSync(new URL(`./lua/${file}`, import.meta.url), 'utf8').replace(/^--- @include "([^"]+)"$/gm, (_line, included: string) => scriptText(included));
+}
+
 function loadSources() {
   sources ??= Object.fromEntries(
     Object.entries(SCRIPT_FILES).map(([name, file]) => [
       name,
       {
-        lua: readFileSync(new URL(`./lua/${file}`, import.meta.url), 'utf8'),
+        lua: scriptText(file),
         numberOfKeys: Number(/-(\d+)\.lua$/.exec(file)![1]),
       },
     ]),

@@ -118,32 +118,7 @@ local function deadLetter(reason, message)
   counts.dead = counts.dead + 1
 end
 
--- The parked successors of a completed event, back to the head of the queue at once and in seq
--- order: seq + 1, seq + 2, … as long as the parked hash holds the next, up to UNPARK_MAX (the last
--- one, once completed, brings the next ones). (The same as apply-events-11.lua's.)
-local UNPARK_MAX = 256
-local function unparkSuccessors(aggregate, seq)
-  local messages = {}
-  for next = seq + 1, seq + UNPARK_MAX do
-    local field = aggregate .. ':' .. int(next)
-    local stored = rcall('HGET', KEYS[4], field)
-    if not stored then break end
-    rcall('HDEL', KEYS[4], field)
-    local ok, envelope = pcall(cjson.decode, stored)
-    if not (ok and type(envelope) == 'table' and type(envelope.message) == 'string') then
-      deadLetter('corrupt parked entry ' .. field .. ' (not the JSON the consumer writes)', stored)
-      problem(KEYS[4] .. ' field ' .. field .. ' was not valid JSON: moved to ' .. KEYS[8])
-      break
-    end
-    messages[#messages + 1] = envelope.message
-  end
-  if #messages == 0 then return end
-  -- LPUSH puts its last argument first: the chain reaches the head in seq order.
-  local reversed = {}
-  for k = #messages, 1, -1 do reversed[#reversed + 1] = messages[k] end
-  rcall('LPUSH', KEYS[6], unpack(reversed))
-  counts.unparked = counts.unparked + #messages
-end
+--- @include "includes/unpark-successors.lua"
 
 for _, e in ipairs(plan) do
   local outcome = e.kind

@@ -1,0 +1,38 @@
+--[[
+  Included (`--- @include "includes/unpark-successors.lua"`, expanded by scripts.ts when it loads
+  a script) by apply-events-11.lua and complete-event-10.lua, after their own definitions of what
+  it uses: rcall, int, counts (its `unparked`), deadLetter(reason, message), problem(line), and
+  KEYS[4] the parked hash, KEYS[6] the event queue, KEYS[8] the dead-letter list (named in the
+  problem line).
+
+  unparkSuccessors(aggregate, seq): the parked successors of an event just applied (completed), back
+  to the head of the queue at once and in seq order: seq + 1, seq + 2, ... as long as the parked
+  hash holds the next, up to UNPARK_MAX (the last one, once applied, brings the next ones). One at a
+  time, a chain of k parked events took k rounds. A corrupt entry goes to the dead letters (kept for
+  an operator: `outbox dead-letter list` shows it); the seqs after it stay parked, waiting for it as
+  any event waits for its predecessor. Every key it writes was type-checked before the script's
+  first write.
+]]
+local UNPARK_MAX = 256
+local function unparkSuccessors(aggregate, seq)
+  local messages = {}
+  for next = seq + 1, seq + UNPARK_MAX do
+    local field = aggregate .. ':' .. int(next)
+    local stored = rcall('HGET', KEYS[4], field)
+    if not stored then break end
+    rcall('HDEL', KEYS[4], field)
+    local ok, envelope = pcall(cjson.decode, stored)
+    if not (ok and type(envelope) == 'table' and type(envelope.message) == 'string') then
+      deadLetter('corrupt parked entry ' .. field .. ' (not the JSON the consumer writes)', stored)
+      problem(KEYS[4] .. ' field ' .. field .. ' was not valid JSON: moved to ' .. KEYS[8])
+      break
+    end
+    messages[#messages + 1] = envelope.message
+  end
+  if #messages == 0 then return end
+  -- LPUSH puts its last argument first: the chain reaches the head in seq order.
+  local reversed = {}
+  for k = #messages, 1, -1 do reversed[#reversed + 1] = messages[k] end
+  rcall('LPUSH', KEYS[6], unpack(reversed))
+  counts.unparked = counts.unparked + #messages
+end
