@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { createConsumer, defineDatabaseHandlers, defineEvents, defineRedisHandlers, ConfigError, StoreUnavailableError } from '../shared/outbox/index.js';
 import { connectRedis } from '../shared/outbox/redis/connect.js';
 import { createLogger } from '../shared/outbox/logger.js';
+import { startHeartbeat } from '../shared/outbox/consumer/heartbeats.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { useHarness } from './helpers/harness.js';
 
@@ -114,5 +115,22 @@ describe('createConsumer: stopping', () => {
     await consumer.close();
     assert.equal(await own.exists('outbox:consumer-alive:hb'), 0, 'the heartbeat was left beating');
     await own.del('outbox.events:processing:hb');
+  });
+
+  it('a heartbeat under way when the consumer stops does not set it alive again after the stop', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    // The beat waits for its details (as the app's does for LLEN) while stop() runs.
+    const stop = startHeartbeat(own, 'slow-beat', {
+      details: async () => {
+        await gate;
+        return { applied: 0, lagMs: 0, queued: 0, health: null };
+      },
+    });
+    const stopping = stop();
+    release();
+    await stopping;
+    assert.equal(await own.exists('outbox:consumer-alive:slow-beat'), 0, 'alive after the stop');
+    assert.ok(JSON.parse((await own.hget('outbox:consumers', 'slow-beat'))!).stoppedAt > 0);
   });
 });

@@ -52,12 +52,21 @@ export function startHeartbeat(redis: Redis, consumerId: string, options: Heartb
     const results = (await pipeline.exec()) ?? [];
     if (results.every(([error]) => error === null)) options.onBeat?.(at);
   };
-  const beatQuietly = () => beat().catch(() => {});
-  void beatQuietly();
-  const timer = setInterval(() => void beatQuietly(), HEARTBEAT_EVERY_MS);
+  /** The beat under way, if any: stopping waits for it, or its SET could follow the DEL and keep a stopped consumer alive for HEARTBEAT_TTL_MS. */
+  let beating: Promise<void> | undefined;
+  const beatQuietly = () => {
+    const current = beat().catch(() => {});
+    beating = current;
+    void current.finally(() => {
+      if (beating === current) beating = undefined;
+    });
+  };
+  beatQuietly();
+  const timer = setInterval(beatQuietly, HEARTBEAT_EVERY_MS);
   timer.unref();
   return async () => {
     clearInterval(timer);
+    await beating;
     const pipeline = redis.pipeline().del(alive);
     if (options.details && last) pipeline.hset(keys.consumers, consumerId, JSON.stringify({ ...last, stoppedAt: Date.now() }));
     await pipeline.exec().catch(() => {});
