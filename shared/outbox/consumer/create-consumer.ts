@@ -143,7 +143,8 @@ export type StartOptions = Omit<RunConsumerOptions, keyof ConsumerOptions | 'con
  * processing list the new holder had already dispatched at its take: with the same consumer id that
  * list is the new holder's own, which nothing dispatches again. Renewals come every fifth of the lease
  * and a round of them can take up to about three eighths more, so the wait must end before the lease
- * does even when it began just before a late renewal.
+ * does even when it began just before a late renewal. And no take is sent that could end after the
+ * lease as last renewed (`heldUntil`, drive-rounds.ts): one that wakes from a stall waits for its renewal.
  */
 function startOnPartitions(partitions: Partitions, consumerId: string, leaseMs: number | undefined, { log, connectBlocking, ...run }: StartOptions, startOne: StartOne) {
   if (partitions.count === 1) return startOne(partitions.clients[0], () => connectBlocking(''), log, run);

@@ -57,6 +57,9 @@ export interface DriveOptions {
   onBlocking?: (blocking: boolean) => void;
 }
 
+/** How much earlier than its lease's end a take must be able to end (`heldUntil`), ms; also how long a take waits when it cannot. */
+const TAKE_MARGIN_MS = 50;
+
 /**
  * The consumer's one loop over rounds, for a drain and for the long-running app alike: dispatch
  * what the processing list holds (a predecessor's leftovers, events waiting for a retry), then take
@@ -67,9 +70,6 @@ export interface DriveOptions {
  * or leave events for a retry), then ends if the queue is still empty and nothing waits, or sleeps
  * until the first retry is due; the app waits with BLMOVE (ended early when a retry falls due).
  */
-/** How much earlier than its lease's end a take must be able to end (`heldUntil`), ms; also how long a take waits when it cannot. */
-const TAKE_MARGIN_MS = 50;
-
 export function driveRounds(redis: Redis, engine: RoundEngine, options: DriveOptions) {
   const drain = options.until === 'empty';
   const { stats } = options;
