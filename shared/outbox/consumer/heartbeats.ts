@@ -52,14 +52,10 @@ export function startHeartbeat(redis: Redis, consumerId: string, options: Heartb
     const results = (await pipeline.exec()) ?? [];
     if (results.every(([error]) => error === null)) options.onBeat?.(at);
   };
-  /** The beat under way, if any: stopping waits for it, or its SET could follow the DEL and keep a stopped consumer alive for HEARTBEAT_TTL_MS. */
-  let beating: Promise<void> | undefined;
+  /** The last beat: stopping waits for it, or its SET could follow the DEL and keep a stopped consumer alive for HEARTBEAT_TTL_MS. */
+  let beating: Promise<void> = Promise.resolve();
   const beatQuietly = () => {
-    const current = beat().catch(() => {});
-    beating = current;
-    void current.finally(() => {
-      if (beating === current) beating = undefined;
-    });
+    beating = beat().catch(() => {});
   };
   beatQuietly();
   const timer = setInterval(beatQuietly, HEARTBEAT_EVERY_MS);

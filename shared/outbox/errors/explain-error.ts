@@ -48,7 +48,8 @@ export function explainError(error: unknown): OutboxError | null {
         'move it away (RENAME) and run outbox verify; if another program shares this Redis, give outbox its own --namespace',
     );
   }
-  if (sqliteBusyCode(error)) return new StoreUnavailableError(`app.db is locked by another writer (${code}): try again`);
+  const busy = sqliteBusyCode(error);
+  if (busy) return new StoreUnavailableError(`app.db is locked by another writer (${busy}): try again`);
   if (code === 'SQLITE_FULL') return new StoreUnavailableError(`app.db's disk is full (${code}): free some space and try again`);
   return null;
 }

@@ -82,6 +82,7 @@ const WARM_UP_MS = 2000;
  */
 export async function benchEndToEnd(workspace: string, rate: number, durationMs: number): Promise<EndToEndFigures> {
   const dataDir = join(workspace, 'e2e');
+  const logDir = join(workspace, 'e2e-logs');
   // The managed Redis's persistence (managed-redis.ts): what `pm2 start` runs without REDIS_URL.
   const redis = await RedisServer.start(['--appendonly', 'yes', '--appendfsync', 'always'], join(workspace, 'e2e-redis'));
   const client = testClient(redis.url);
@@ -90,7 +91,7 @@ export async function benchEndToEnd(workspace: string, rate: number, durationMs:
     OUTBOX_DIR: dataDir,
     REDIS_URL: redis.url,
     PORT: String(await freePort()),
-    OUTBOX_LOG_DIR: join(workspace, 'e2e-logs'),
+    OUTBOX_LOG_DIR: logDir,
     OUTBOX_RATE: String(rate),
     OUTBOX_DURATION: `${durationMs}ms`,
   });
@@ -157,7 +158,7 @@ export async function benchEndToEnd(workspace: string, rate: number, durationMs:
       const startupSteps = [
         { step: 'pm2 start returned', atMs: startReturnedMs },
         ...listed.flatMap((app) => {
-          const ready = readyAt(join(workspace, 'e2e-logs'), app.name);
+          const ready = readyAt(logDir, app.name);
           return [
             { step: `${app.name} started by pm2`, atMs: (app.pm2_env.pm_uptime ?? NaN) - startedAt },
             { step: `${app.name} ready`, atMs: (ready ?? NaN) - startedAt },

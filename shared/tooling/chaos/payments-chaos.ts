@@ -140,7 +140,7 @@ export async function runPaymentsChaos(options: PaymentsChaosOptions): Promise<P
     // Up for a second at least: a process pm2 just started may not have its SIGUSR2 handler yet.
     const pick = async (name: string) => {
       const running = (await pm2.list()).filter(
-        (p) => p.name === name && p.pm2_env.status === 'online' && p.pid && Date.now() - ((p.pm2_env as { pm_uptime?: number }).pm_uptime ?? 0) > 1000,
+        (p) => p.name === name && p.pm2_env.status === 'online' && p.pid && Date.now() - (p.pm2_env.pm_uptime ?? 0) > 1000,
       );
       return running.length === 0 ? undefined : running[Math.floor(random() * running.length)];
     };
