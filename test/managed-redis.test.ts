@@ -10,6 +10,7 @@ import { freePort, RedisServer, testClient } from '../shared/tooling/local/redis
 import { startApp, stopApp } from './helpers/apps.js';
 import { runCli } from './helpers/cli.js';
 import { tempDir } from './helpers/stores.js';
+import { lastAckedMessage, writeWhileSyncing } from './helpers/aof.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 
 const WRAPPER = join(REPO_ROOT, 'dist', 'apps', 'redis', 'main.js');
@@ -188,23 +189,11 @@ describe('outbox-redis (the managed Redis app)', () => {
     try {
       await waitFor(() => /"msg":"redis-server started"/.test(first.output()) && existsSync(join(dir, 'redis', 'redis.pid')), { message: first.output() });
       const client = testClient(managedUrl(dir, port));
-      let acked = 0;
-      let answeredUnwritten = false;
+      let written = { acked: 0, answeredUnwritten: false };
       try {
         await waitFor(() => client.ping().then((pong) => pong === 'PONG').catch(() => false));
-        const unwrittenBytes = async () => Number(/aof_buffer_length:(\d+)/.exec(await client.info('persistence'))?.[1]);
-        // A large write gives the AOF a long fsync to do (48 MB, below the 64 MB at which Redis
-        // would rewrite the AOF). A Redis that fsyncs every second (everysec) starts it within a
-        // second, in the background, and until it ends keeps the writes that follow in memory,
-        // unwritten, answering them all the same: the loop below stops at such a write, and the
-        // SIGKILL lands right there. One that writes and fsyncs before each answer never holds one,
-        // and 3 s of writes are acknowledged on disk.
-        await client.set('bulk', Buffer.alloc(48 * 1024 * 1024, 'x'));
-        const until = Date.now() + 3000;
-        while (!answeredUnwritten && Date.now() < until) {
-          acked = await client.incr('acked');
-          answeredUnwritten = (await unwrittenBytes()) > 0;
-        }
+        // The SIGKILL lands where an everysec Redis holds a write it answered but has not written.
+        written = await writeWhileSyncing(client, client);
         process.kill(pidOf(dir), 'SIGKILL');
       } finally {
         client.disconnect();
@@ -215,7 +204,7 @@ describe('outbox-redis (the managed Redis app)', () => {
       const again = testClient(managedUrl(dir, port));
       try {
         await waitFor(() => again.ping().then((pong) => pong === 'PONG').catch(() => false));
-        assert.equal(Number(await again.get('acked')), acked, answeredUnwritten ? 'a write acknowledged before the SIGKILL, not yet in the AOF then' : 'the last write acknowledged');
+        assert.equal(Number(await again.get('acked')), written.acked, lastAckedMessage(written.answeredUnwritten));
       } finally {
         again.disconnect();
       }

@@ -25,6 +25,7 @@ import { applyEvents, moveToProcessing, pushEvents, type EventToApply } from '..
 import { freePort, RedisServer } from '../shared/tooling/local/redis-server.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { startRedisCluster, type RedisCluster } from './helpers/redis-cluster.js';
+import { lastAckedMessage, writeWhileSyncing } from './helpers/aof.js';
 
 let cluster: RedisCluster;
 /** Plain clients, one per master, for assertions (no prefix, no redirects). */
@@ -293,26 +294,11 @@ describe('a master restarting', () => {
   it('with its data kept: every write it acknowledged is there again, even one answered while its disk was still syncing an earlier write', async () => {
     const redis = await connect({ partition: '{p10}:', reconnect: true });
     const master = await masterOf(slotOf('{p10}:'));
-    const unwrittenBytes = async () => Number(/aof_buffer_length:(\d+)/.exec(await direct[master].info('persistence'))?.[1]);
-    // A large write gives the master's AOF a long fsync to do (48 MB: under a second on the 2-core
-    // test machine's disk, and below the 64 MB at which Redis would rewrite the AOF). A master that
-    // fsyncs every second (everysec) starts it within a second of the write, in the background, and
-    // until it ends keeps the writes that follow in memory, unwritten, answering them all the same.
-    await redis.set('bulk', Buffer.alloc(48 * 1024 * 1024, 'x'));
     try {
-      assert.equal(await unwrittenBytes(), 0);
-      // Writes until the master holds one it answered but has not written to its AOF (then the
-      // restart below SIGKILLs it right there); a master that writes and fsyncs before each answer
-      // never does, and 3 s of writes (past that background fsync's start) are acknowledged on disk.
-      let acked = 0;
-      let answeredUnwritten = false;
-      const until = Date.now() + 3000;
-      while (!answeredUnwritten && Date.now() < until) {
-        acked = await redis.incr('acked');
-        answeredUnwritten = (await unwrittenBytes()) > 0;
-      }
+      // The restart below SIGKILLs the master where an everysec one holds a write it answered but has not written.
+      const { acked, answeredUnwritten } = await writeWhileSyncing(redis, direct[master]);
       await cluster.restart(master);
-      assert.equal(Number(await redis.get('acked')), acked, answeredUnwritten ? 'a write acknowledged before the SIGKILL, not yet in the AOF then' : 'the last write acknowledged');
+      assert.equal(Number(await redis.get('acked')), acked, lastAckedMessage(answeredUnwritten));
     } finally {
       // Not left in the master's AOF for the later restarts of this file.
       await redis.del('bulk');
