@@ -212,7 +212,9 @@ describe('the producer app on PostgreSQL', () => {
       const stopped = await waitFor(() => producer.output().split('\n').find((line) => line.includes('"msg":"traffic stopped"')), { timeoutMs: 20_000, message: producer.output() });
       const stats = JSON.parse(stopped!) as { placed: number; changed: number; cancelled: number; failed: number };
       assert.equal(stats.failed, 0, stopped);
-      assert.ok(stats.placed > 50, stopped);
+      // Operations of more than one kind, each to be matched with its event. The rate is not what this
+      // proves: each operation is awaited, so a loaded machine runs fewer than 200 in the second.
+      assert.ok(stats.placed >= 10 && stats.changed >= 1, stopped);
       const events = await db.scalar<number>('SELECT COUNT(*)::int FROM outbox');
       assert.equal(events, stats.placed + stats.changed + stats.cancelled, 'one event per operation');
       assert.equal(await db.scalar<number>('SELECT COUNT(*)::int FROM orders'), stats.placed);

@@ -5,10 +5,12 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import Database from 'better-sqlite3';
 import { keys } from '../shared/outbox/redis/keys.js';
+import { RELAY_QUEUE } from '../shared/outbox/relay/relay-worker.js';
 import { sleep } from '../shared/outbox/sleep.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { startApp, stopApp, type App } from './helpers/apps.js';
 import { runCli, type CliEnv } from './helpers/cli.js';
+import { monitorWhile } from './helpers/redis-monitor.js';
 import { useHarness } from './helpers/harness.js';
 import { count, storeIdIn, tempDir } from './helpers/stores.js';
 
@@ -112,6 +114,60 @@ describe('one relay pass at a time, with app.db locked or full', () => {
       assert.doesNotMatch(logsOf(relays), /"stack"/);
     } finally {
       await Promise.all(relays.map((relay) => stopApp(relay)));
+    }
+  });
+
+  it('a relay frozen in a pass with nothing to relay until its slice and its lock ran out: once it wakes it ends that pass as lost and writes nothing for it, not even its last-run record', async () => {
+    const sliceMs = 1000;
+    const args = RELAY_ARGS.map((arg, i) => (RELAY_ARGS[i - 1] === '--slice' ? `${sliceMs}ms` : arg));
+    const relay = startApp(h.env, RELAY, args, DEBUG);
+    const active = `bull:${RELAY_QUEUE}:active`;
+    try {
+      await waitFor(() => /"msg":"relay started"/.test(relay.output()), { timeoutMs: 10_000 });
+      // Stopped early in a pass: its job stays active, and its lock (2 s, past the 1 s slice) runs out
+      // with nobody to renew it. Not near the pass's end: a write it decided just before the stop
+      // (its last-run record) would go out on waking (ioredis sends on the next tick), and that is
+      // not the case here. A stop between passes, or late in one, is undone and tried again.
+      const frozenJob = (await waitFor(
+        async () => {
+          relay.child.kill('SIGSTOP');
+          const stoppedAt = Date.now();
+          const [job] = await h.client.lrange(active, 0, -1);
+          const processedOn = job === undefined ? undefined : Number(await h.client.hget(`bull:${RELAY_QUEUE}:${job}`, 'processedOn'));
+          if (job !== undefined && processedOn !== undefined && stoppedAt - processedOn < sliceMs / 2) {
+            await waitFor(async () => (await h.client.exists(`bull:${RELAY_QUEUE}:${job}:lock`)) === 0, { timeoutMs: LOCK_MS * 3, message: 'the frozen job\'s lock did not run out' });
+            if ((await h.client.lrange(active, 0, -1)).includes(job)) return job;
+          }
+          relay.child.kill('SIGCONT');
+          return undefined;
+        },
+        { timeoutMs: 20_000, intervalMs: 1, message: 'the relay was never stopped early in a pass' },
+      ))!;
+      // Each record says when its pass ended (`at`) and how long it ran; a pass that started before
+      // the relay woke is the lost one (BullMQ runs the stalled job again after, under the same id).
+      const lastRuns: string[][] = [];
+      const wokeAt = Date.now();
+      await monitorWhile(
+        h.env.redisUrl,
+        (args) => {
+          if (args[0]?.toLowerCase() === 'hset' && args[1] === keys.relayLastRun) lastRuns.push(args);
+        },
+        async () => {
+          relay.child.kill('SIGCONT');
+          await waitFor(() => new RegExp(`job lock \\(job ${frozenJob}\\)`).test(relay.output()), { message: `the woken relay did not say its pass lost its lock:\n${relay.output()}` });
+          // The passes after it record their runs: the relay went on.
+          await waitFor(() => lastRuns.length > 0, { message: 'no pass recorded its run after the relay woke' });
+        },
+      );
+      const startedBeforeWaking = lastRuns.filter((args) => {
+        const field = (name: string) => Number(args[args.indexOf(name) + 1]);
+        return field('at') - field('durationMs') < wokeAt;
+      });
+      assert.deepEqual(startedBeforeWaking, [], 'the woken relay recorded the run of the pass it had lost');
+      assert.doesNotMatch(relay.output(), /"stack"/);
+    } finally {
+      relay.child.kill('SIGCONT');
+      await stopApp(relay);
     }
   });
 

@@ -235,8 +235,9 @@ export async function startRelayWorker(database: DatabaseWatch, queues: Redis | 
       batches += pass.batches;
       if (pass.events === 0) await sleep(config.pollMs, stop);
     }
-    // Lost while waiting: say so (process() logs it) rather than end as if the slice was done.
-    if (lock.lost.aborted) lock.assertHeld();
+    // Lost or run out meanwhile (refused, or the process was frozen past it while the slice ran out):
+    // say so (process() logs it) rather than end as if the slice was done, and write nothing more.
+    lock.assertHeld();
     const durationMs = Date.now() - started;
     await redis.hset(keys.relayLastRun, { at: Date.now(), jobId: job.id ?? '', events, batches, durationMs });
     if (!database.check()) return { events, batches, outcome: 'no-database', reason: database.reason() };
