@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
+import type { TestContext } from 'node:test';
 import type { Redis } from 'ioredis';
+import { RedisServer, testClient } from '../../shared/tooling/local/redis-server.js';
 
 /** Bytes Redis has answered but not yet written to its AOF (`aof_buffer_length`). */
 async function unwrittenBytes(info: Redis): Promise<number> {
@@ -33,3 +35,27 @@ export async function writeWhileSyncing(writer: Redis, info: Redis): Promise<{ a
 /** The assertion's message for the write checked after the restart. */
 export const lastAckedMessage = (answeredUnwritten: boolean): string =>
   answeredUnwritten ? 'a write acknowledged before the SIGKILL, not yet in the AOF then' : 'the last write acknowledged';
+
+/**
+ * The positive control of a test built on `writeWhileSyncing`: a Redis that fsyncs every second
+ * (everysec), in a temp dir (the file system the tests' servers write to), taken to that state.
+ * True when it answered a write it had not written, i.e. this disk fsyncs 48 MB slowly enough for
+ * the case to be reached here; on tmpfs or a fast disk it is not, and a test that passes proves nothing.
+ */
+async function everysecAnswersUnwritten(): Promise<boolean> {
+  const server = await RedisServer.start(['--appendonly', 'yes', '--appendfsync', 'everysec']);
+  const client = testClient(server.url);
+  try {
+    return (await writeWhileSyncing(client, client)).answeredUnwritten;
+  } finally {
+    client.disconnect();
+    await server.destroy();
+  }
+}
+
+/** Skips `t`, saying why, unless this disk lets the case be reached (see `everysecAnswersUnwritten`). Resolves whether it can. */
+export async function reachableHere(t: TestContext): Promise<boolean> {
+  if (await everysecAnswersUnwritten()) return true;
+  t.skip('an everysec Redis answered no write unwritten on this disk (its fsync of 48 MB was too fast): the case cannot be reached here');
+  return false;
+}
