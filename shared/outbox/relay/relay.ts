@@ -11,7 +11,7 @@ import { createMarkPublished, markHalves, type MarkRequest } from './mark-publis
 import { startMarkThread, type MarkThread } from './mark-thread.js';
 import type { OutboxMetrics } from '../metrics/outbox-metrics.js';
 import { sleep } from '../sleep.js';
-import { sqliteBusyCode } from '../store/sqlite-busy.js';
+import { sqliteBusyCode, withBusyTimeout } from '../store/sqlite-busy.js';
 
 export interface RelayOptions {
   /** Rows per batch: one SELECT, one push script (RPUSH + INCRBY), one UPDATE transaction. Default 1000. */
@@ -104,13 +104,10 @@ export function createRelay(db: Db, redis: Redis | Partitions, options: RelayOpt
     const midBatch = () => crashPoint('relay.mid-batch', () => midBatchLine(batch.rows));
     const giveUpAt = Date.now() + busyTimeoutMs;
     for (;;) {
-      db.pragma('busy_timeout = 0');
       try {
-        return markInThisThread(request, midBatch);
+        return withBusyTimeout(db, 0, () => markInThisThread(request, midBatch));
       } catch (error) {
         if (sqliteBusyCode(error) === undefined || Date.now() >= giveUpAt) throw error;
-      } finally {
-        db.pragma(`busy_timeout = ${busyTimeoutMs}`);
       }
       await sleep(1);
       beforeTry?.();

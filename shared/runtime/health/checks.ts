@@ -3,7 +3,7 @@ import { dirname } from 'node:path';
 import type { Redis } from 'ioredis';
 import type { DatabaseWatch } from '../../outbox/store/live-database.js';
 import { storeIdOf } from '../../outbox/store/store-meta.js';
-import { sqliteBusyCode } from '../../outbox/store/sqlite-busy.js';
+import { sqliteBusyCode, withBusyTimeout } from '../../outbox/store/sqlite-busy.js';
 import { explainError } from '../../outbox/errors/explain-error.js';
 import { failed, type Check } from './health-report.js';
 import type { Queryable } from '../../outbox/postgres/pg-schema.js';
@@ -58,18 +58,15 @@ export function checkDatabase(database: DatabaseWatch, lockWaitMs = WRITE_LOCK_W
     }
     const freeBytes = freeBytesAt(path);
     if (freeBytes !== null && freeBytes < MIN_FREE_BYTES) return failed(`app.db's disk is full (${freeBytes} bytes free)`, { path, storeId, freeBytes });
-    // Not inside a transaction: better-sqlite3's are synchronous, so none is open between two calls.
-    const busyTimeout = db.pragma('busy_timeout', { simple: true }) as number;
-    db.pragma(`busy_timeout = ${lockWaitMs}`);
     try {
-      db.exec('BEGIN IMMEDIATE');
-      db.exec('ROLLBACK');
+      withBusyTimeout(db, lockWaitMs, () => {
+        db.exec('BEGIN IMMEDIATE');
+        db.exec('ROLLBACK');
+      });
     } catch (error) {
       const busy = sqliteBusyCode(error);
       const reason = busy ? `app.db is locked by another writer for more than ${lockWaitMs} ms (${busy})` : `app.db refuses writes (${messageOf(error)})`;
       return failed(reason, { path, storeId, freeBytes });
-    } finally {
-      db.pragma(`busy_timeout = ${busyTimeout}`);
     }
     return { ok: true, path, storeId, freeBytes };
   } finally {
