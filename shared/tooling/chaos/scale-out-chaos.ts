@@ -118,6 +118,7 @@ export async function runScaleOutChaos(options: ScaleOutChaosOptions): Promise<S
     const stop = new AbortController();
     const writing = traffic(pool, options.rate, options.seed, stop.signal);
     const startedAt = Date.now();
+    const nextTarget = deck(options.targets, random);
     const pickProcess = async (app: keyof typeof APP) => {
       const online = (await pm2.list()).filter((p) => p.name === APP[app] && p.pm2_env.status === 'online' && p.pid);
       return online[Math.floor(random() * online.length)];
@@ -133,7 +134,7 @@ export async function runScaleOutChaos(options: ScaleOutChaosOptions): Promise<S
       while (Date.now() - startedAt < options.durationMs) {
         await sleep(options.killEveryMs * (0.5 + random()));
         if (Date.now() - startedAt >= options.durationMs) break;
-        const drawn = options.targets[Math.floor(random() * options.targets.length)];
+        const drawn = nextTarget();
         if (drawn === 'cluster-node' || drawn === 'cluster-node-wipe') {
           const node = Math.floor(random() * cluster.nodes.length);
           await cluster.restart(node, { wipe: drawn === 'cluster-node-wipe' });
@@ -226,4 +227,23 @@ async function traffic(pool: pg.Pool, rate: number, seed: number, signal: AbortS
       }
     }),
   );
+}
+
+/**
+ * Draws the targets as from a deck, shuffled by `random` and dealt in full before it is shuffled
+ * again: every target is hit once in each run of `targets.length` faults (on a loaded machine
+ * fewer faults fit in a run, and independent draws could miss one), still in a seeded order.
+ */
+export function deck<T>(targets: readonly T[], random: () => number): () => T {
+  let cards: T[] = [];
+  return () => {
+    if (cards.length === 0) {
+      cards = [...targets];
+      for (let i = cards.length - 1; i > 0; i -= 1) {
+        const j = Math.floor(random() * (i + 1));
+        [cards[i], cards[j]] = [cards[j], cards[i]];
+      }
+    }
+    return cards.pop()!;
+  };
 }
