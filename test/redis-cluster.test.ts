@@ -182,7 +182,7 @@ describe('a partition connection', () => {
         ev('e1', 'task-1', 1, [['hincrby', 'tasks:open', 'alice', '1'], ['sadd', 'tasks:all', 'task-1', '']]),
         ev('e2', 'task-2', 1, [['hset', 'task:task-2', 'title', 'write tests']]),
       ];
-      assert.deepEqual(await pushEvents(redis, STORE, events.map((e) => e.raw)).then((r) => r.status === 'ok' && r.pushed), 2);
+      assert.deepEqual(await pushEvents(redis, STORE, events.map((e) => String(e.raw))).then((r) => r.status === 'ok' && r.pushed), 2);
       const list = keys.processing('c1');
       assert.deepEqual((await moveToProcessing(redis, list, 10)).map(String), events.map((e) => e.raw));
       assert.deepEqual((await applyEvents(redis, list, events, 60)).outcomes, ['applied', 'applied']);

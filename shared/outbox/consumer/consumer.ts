@@ -83,6 +83,8 @@ export const DEFAULT_MAX_ATTEMPTS = 5;
 /** One message of a round and what became of it. */
 export interface Handled {
   raw: string | Buffer;
+  /** Its bytes as taken, when it was read from them (what the apply script is sent). */
+  bytes?: Buffer;
   event?: OutboxEvent;
   /** The number of this attempt at the event (1 = first); after a failed one, the failed attempts counted. */
   attempt?: number;
@@ -104,7 +106,7 @@ export function emptyStats(): ConsumeStats {
 const resultStartOf = new Map<string, string>();
 
 /** What the apply script takes for one event whose handler gave `effects`. */
-export function eventToApply(raw: string, event: OutboxEvent, effects: EncodedEffect[]): EventToApply {
+export function eventToApply(raw: string | Buffer, event: OutboxEvent, effects: EncodedEffect[]): EventToApply {
   const { eventId, storeId, seq, type } = event;
   const aggregate = event.aggregateId;
   let start = resultStartOf.get(type);
@@ -230,7 +232,7 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
         failed.push({ item: p, error: result.error });
       } else {
         applied.push(p);
-        batch.push(eventToApply(p.raw as string, p.event, result.effects));
+        batch.push(eventToApply(p.bytes ?? p.raw, p.event, result.effects));
       }
     }
     const sent: Promise<Outcome[]>[] = [
@@ -245,7 +247,8 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
         }),
       );
     }
-    // (Counted now: the answer does not keep the round's entries, and the reply they slice, alive.)
+    // (Counted now: the answer does not keep the round's entries array. The applied events' bytes,
+    // slices of the take's reply, live until the answer, as the commands that carry them do.)
     const received = entries.length;
     const answered = Promise.all(sent).then((results) => {
       const outcomes = results.flat();

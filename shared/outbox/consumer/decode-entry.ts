@@ -10,15 +10,18 @@ export function decodeEntry(bytes: Buffer): string | null {
   return text.includes('\uFFFD') && !Buffer.from(text, 'utf8').equals(bytes) ? null : text;
 }
 
-/** A queue entry read: its event, or why it cannot be handled (it is dead-lettered with that reason). */
-export type ReadEntry = { raw: string; event: OutboxEvent } | { raw: string | Buffer; reason: string };
+/**
+ * A queue entry read: its event (with its text, and its bytes as taken), or why it cannot be handled
+ * (it is dead-lettered with that reason).
+ */
+export type ReadEntry = { raw: string; bytes: Buffer; event: OutboxEvent } | { raw: string | Buffer; reason: string };
 
 /** Decodes and parses one queue entry; a bad one is named, never thrown. */
 export function readEntry(entry: Buffer): ReadEntry {
   const raw = decodeEntry(entry);
   if (raw === null) return { raw: entry, reason: 'not UTF-8 text' };
   try {
-    return { raw, event: parseMessage(raw) };
+    return { raw, bytes: entry, event: parseMessage(raw) };
   } catch (error) {
     if (!(error instanceof MalformedMessageError)) throw error;
     return { raw, reason: error.message };

@@ -39,8 +39,9 @@ export interface ConsumerFigures {
   cpu: { consumerUs: number; redisUs: number };
   /**
    * The apply script's own limit on this Redis: the same messages already in the processing list,
-   * the script's arguments built beforehand (the consumer's own code: parse, handlers, packing), all
-   * calls sent at once, in chunks of 200 as the consumer sends them. Applied (distinct) events.
+   * the script's arguments built beforehand (the consumer's own code: parse, handlers, packing; each
+   * message as bytes, as the take gives them), all calls sent at once, in chunks of 200 as the
+   * consumer sends them. Applied (distinct) events.
    */
   scriptLimit: Rate;
   /** The Redis server's CPU time per applied event in the script-limit rounds. */
@@ -162,7 +163,7 @@ export async function benchConsumer(redis: Redis, redisUrl: string, workspace: s
   for (let round = 0; round < ROUNDS; round += 1) {
     await clearConsumerState(redis);
     for (let i = 0; i < messages.length; i += 1000) await redis.rpush(processingList, ...messages.slice(i, i + 1000));
-    const calls: string[][] = [];
+    const calls: (string | Buffer)[][] = [];
     for (let i = 0; i < messages.length; i += APPLY_CHUNK) {
       const chunk = messages.slice(i, i + APPLY_CHUNK);
       const parsed = chunk.map((raw) => parseMessage(raw));
@@ -170,7 +171,8 @@ export async function benchConsumer(redis: Redis, redisUrl: string, workspace: s
       calls.push(applyEventsArgs(redis, processingList, chunk.map((raw, j) => {
         const result = results[j];
         if (!('effects' in result)) throw new Error(`the lab's handler refused bench event ${parsed[j].eventId}`);
-        return eventToApply(raw, parsed[j], result.effects);
+        // As the consumer sends it: the bytes the take gave it.
+        return eventToApply(Buffer.from(raw), parsed[j], result.effects);
       }), 7 * 24 * 3600));
     }
     const redisBefore = await redisCpuMs([redisUrl]);
