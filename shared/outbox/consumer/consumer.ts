@@ -247,8 +247,8 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
         }),
       );
     }
-    // (Counted now: the answer does not keep the round's entries array. The applied events' bytes,
-    // slices of the take's reply, live until the answer, as the commands that carry them do.)
+    // (Counted now: the answer does not keep the round's entries array. The items' bytes, slices of
+    // the take's reply, live until the answer, as the commands that carry them do.)
     const received = entries.length;
     const answered = Promise.all(sent).then((results) => {
       const outcomes = results.flat();

@@ -6,7 +6,7 @@ export class LockLostError extends Error {}
 export interface JobLock {
   /**
    * Throws `LockLostError` unless the lock is held for at least `marginMs` more (by the last
-   * extension Redis confirmed): called before every push and every mark.
+   * extension Redis confirmed): called before every push and every mark, and at a pass's end.
    */
   assertHeld(): void;
   /** Asks Redis to extend the lock (one request at a time); a refusal means it is lost. */

@@ -235,8 +235,9 @@ export async function startRelayWorker(database: DatabaseWatch, queues: Redis | 
       batches += pass.batches;
       if (pass.events === 0) await sleep(config.pollMs, stop);
     }
-    // Lost or run out meanwhile (refused, or the process was frozen past it while the slice ran out):
-    // say so (process() logs it) rather than end as if the slice was done, and write nothing more.
+    // Lost, or no longer surely held (no extension Redis confirmed within the margin: the process was
+    // frozen or Redis unreachable meanwhile): say so (process() logs it) rather than end as if the
+    // slice was done, and write nothing more. The pass's marks are all done by now; nothing is undone.
     lock.assertHeld();
     const durationMs = Date.now() - started;
     await redis.hset(keys.relayLastRun, { at: Date.now(), jobId: job.id ?? '', events, batches, durationMs });

@@ -134,7 +134,7 @@ export async function runScaleOutChaos(options: ScaleOutChaosOptions): Promise<S
       while (Date.now() - startedAt < options.durationMs) {
         await sleep(options.killEveryMs * (0.5 + random()));
         if (Date.now() - startedAt >= options.durationMs) break;
-        const drawn = nextTarget();
+        const drawn = nextTarget.deal();
         if (drawn === 'cluster-node' || drawn === 'cluster-node-wipe') {
           const node = Math.floor(random() * cluster.nodes.length);
           await cluster.restart(node, { wipe: drawn === 'cluster-node-wipe' });
@@ -142,7 +142,11 @@ export async function runScaleOutChaos(options: ScaleOutChaosOptions): Promise<S
           continue;
         }
         const victim = await pickProcess(drawn);
-        if (!victim) continue;
+        if (!victim) {
+          // None online (all being restarted): the target stays due.
+          nextTarget.putBack(drawn);
+          continue;
+        }
         process.kill(victim.pid, 'SIGKILL');
         count(`kill ${drawn}`);
       }
@@ -230,20 +234,26 @@ async function traffic(pool: pg.Pool, rate: number, seed: number, signal: AbortS
 }
 
 /**
- * Draws the targets as from a deck, shuffled by `random` and dealt in full before it is shuffled
- * again: every target is hit once in each run of `targets.length` faults (on a loaded machine
- * fewer faults fit in a run, and independent draws could miss one), still in a seeded order.
+ * Deals the targets as from a deck, shuffled by `random` and dealt in full before it is shuffled
+ * again: the first `targets.length` faults of a run hit every target once, and so does each
+ * following round of as many (on a loaded machine fewer faults fit in a run, and independent
+ * draws could miss one), still in a seeded order. A card put back is dealt next.
  */
-export function deck<T>(targets: readonly T[], random: () => number): () => T {
+export function deck<T>(targets: readonly T[], random: () => number) {
   let cards: T[] = [];
-  return () => {
-    if (cards.length === 0) {
-      cards = [...targets];
-      for (let i = cards.length - 1; i > 0; i -= 1) {
-        const j = Math.floor(random() * (i + 1));
-        [cards[i], cards[j]] = [cards[j], cards[i]];
+  return {
+    deal(): T {
+      if (cards.length === 0) {
+        cards = [...targets];
+        for (let i = cards.length - 1; i > 0; i -= 1) {
+          const j = Math.floor(random() * (i + 1));
+          [cards[i], cards[j]] = [cards[j], cards[i]];
+        }
       }
-    }
-    return cards.pop()!;
+      return cards.pop()!;
+    },
+    putBack(card: T): void {
+      cards.push(card);
+    },
   };
 }
