@@ -20,6 +20,8 @@ const RELAY = 'dist/apps/relay/main.js';
 const BATCH = 1000;
 const LOCK_MS = 2000;
 const RELAY_ARGS = ['--every', '300ms', '--slice', '300ms', '--lock-duration', `${LOCK_MS}ms`, '--batch-size', String(BATCH)];
+/** RELAY_ARGS with `flag`'s value replaced by `value`. */
+const relayArgs = (flag: string, value: string) => RELAY_ARGS.map((arg, i) => (RELAY_ARGS[i - 1] === flag ? value : arg));
 // At debug: the tests read the `batch relayed` lines, and a stack (written only at debug) would show.
 const DEBUG = { OUTBOX_LOG_LEVEL: 'debug' };
 
@@ -79,7 +81,7 @@ describe('one relay pass at a time, with app.db locked or full', () => {
   it('a relay frozen past its lock is taken over, and once it wakes it stops before its next write: at most its in-flight batches pushed twice', async (t) => {
     const rows = 20_000;
     const batch = 100;
-    const args = [...RELAY_ARGS.slice(0, -1), String(batch)];
+    const args = relayArgs('--batch-size', String(batch));
     await h.cli('place-order', '--count', String(rows));
     // `batch relayed` (a debug line) tells when each relay last marked a batch.
     const relays = [startApp(h.env, RELAY, args, DEBUG), startApp(h.env, RELAY, args, DEBUG)];
@@ -119,7 +121,7 @@ describe('one relay pass at a time, with app.db locked or full', () => {
 
   it('a relay frozen in a pass with nothing to relay until its slice and its lock ran out: once it wakes it ends that pass as lost and writes nothing for it, not even its last-run record', async () => {
     const sliceMs = 1000;
-    const args = RELAY_ARGS.map((arg, i) => (RELAY_ARGS[i - 1] === '--slice' ? `${sliceMs}ms` : arg));
+    const args = relayArgs('--slice', `${sliceMs}ms`);
     const relay = startApp(h.env, RELAY, args, DEBUG);
     const active = `bull:${RELAY_QUEUE}:active`;
     try {
@@ -181,7 +183,7 @@ describe('one relay pass at a time, with app.db locked or full', () => {
       await h.client.hset(keys.meta, 'store', storeIdIn(dir));
       // A lock that outlasts the Redis write pause below (a lock renewal is a write it holds back):
       // placing the orders and filling the disk take a few seconds on a loaded machine.
-      const args = RELAY_ARGS.map((arg) => (arg === `${LOCK_MS}ms` ? '8000ms' : arg));
+      const args = relayArgs('--lock-duration', '8000ms');
       relays = [startApp(env, RELAY, args, DEBUG), startApp(env, RELAY, args, DEBUG)];
       await waitFor(() => linesMatching(logsOf(relays), /"msg":"relay started"/) === 2, { timeoutMs: 10_000 });
       const rows = 81;

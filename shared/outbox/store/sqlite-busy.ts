@@ -12,8 +12,7 @@ export function sqliteBusyCode(error: unknown): string | undefined {
 
 /**
  * Runs `fn` with the connection's busy timeout (how long SQLite waits for a lock another connection
- * holds) set to `ms`, and sets back the one it had, also when `fn` throws. Not inside a
- * transaction: better-sqlite3's are synchronous, so none is open between two calls.
+ * holds) set to `ms`, and sets back the one it had, also when `fn` throws.
  */
 export function withBusyTimeout<T>(db: Db, ms: number, fn: () => T): T {
   const before = db.pragma('busy_timeout', { simple: true }) as number;
