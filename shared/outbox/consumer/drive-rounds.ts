@@ -158,7 +158,7 @@ export function driveRounds(redis: Redis, engine: RoundEngine, options: DriveOpt
     try {
       while (!stopping) {
         try {
-          connection ??= await options.connect();
+          connection ??= await takesWrittenAtOnce(await options.connect());
           if (needResync) await resync();
           const entries = await takeOrIdle(connection);
           if (entries === null) return;
@@ -194,6 +194,18 @@ export function driveRounds(redis: Redis, engine: RoundEngine, options: DriveOpt
       await previous;
     },
   };
+}
+
+/**
+ * The loop's taking connection, with ioredis's auto-pipelining off on it: a take is then written
+ * to the socket when it is decided, not on the next tick. Otherwise a process stopped in between
+ * (SIGSTOP, a long GC) sends, once it runs again, a take it decided under a lease that may have
+ * ended meanwhile (`heldUntil` is checked at the decision). The loop sends one take at a time, so
+ * auto-pipelining gave it nothing.
+ */
+function takesWrittenAtOnce(connection: Redis): Redis {
+  connection.options.enableAutoPipelining = false;
+  return connection;
 }
 
 /** A second connection like `redis` (its scripts defined), for a drain to take on while `redis` runs the scripts. */
