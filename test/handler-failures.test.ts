@@ -186,7 +186,9 @@ describe('consumer app: a failing handler is retried, a poison event dead-letter
     // One thread, so one lane holds every event; order 3's seq 2 kills it at every attempt.
     const app = startConsumerApp({ OUTBOX_HANDLER_FAIL: 'crash:1@3:2', OUTBOX_HANDLER_THREADS: '1' });
     try {
-      await waitFor(async () => (await h.client.llen('outbox.events:dead')) === 1, { message: 'order 3 seq 2 was not dead-lettered' });
+      // Five lost threads, each replaced by one that loads the handler module again, and four
+      // backoffs (1.5 s in all): the test takes about 5 s on a quiet machine, the wait over 10 s at a load average of 10.
+      await waitFor(async () => (await h.client.llen('outbox.events:dead')) === 1, { message: 'order 3 seq 2 was not dead-lettered', timeoutMs: 30_000 });
       await waitFor(async () => (await h.client.hlen('processed')) === EVENTS - 1, { message: 'the lane-mates of the poison event were not applied' });
     } finally {
       assert.equal(await stop(app), 0);
