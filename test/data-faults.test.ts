@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { rmSync } from 'node:fs';
+import { copyFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import Database from 'better-sqlite3';
@@ -68,6 +68,48 @@ describe('store identity', () => {
     await o.relay();
     assert.match((await h.cli('consume')).stdout, /applied 3, duplicates skipped 0/);
     assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+  });
+
+  it('an app.db restored from an older backup of itself: the relay pushes nothing that would reuse applied seqs, verify names it, --repair rebuilds Redis from it', async () => {
+    const file = join(h.env.dir, 'app.db');
+    o.place(3, { sku: 'SKU-A', qty: 1 });
+    await o.relay();
+    await o.consume();
+    const backup = join(h.env.dir, 'backup.db');
+    const live = new Database(file);
+    await live.backup(backup);
+    live.close();
+    // Events the backup does not hold, applied: order 1's seq 2 (row 4) and order 4's seq 1 (row 5).
+    o.changeQty(1, 5);
+    o.place(1, { sku: 'SKU-A', qty: 2 });
+    await o.relay();
+    await o.consume();
+
+    for (const suffix of ['-wal', '-shm']) rmSync(`${file}${suffix}`, { force: true });
+    copyFileSync(backup, file);
+    // Before anything new: app.db no longer holds row 5, and never issued an id that high.
+    const restored = await runCli(['verify', '--settle', '0s'], h.env);
+    assert.equal(restored.code, 1);
+    assert.match(restored.stdout, /the store is not behind Redis +yes +no +FAIL/);
+    assert.match(restored.stdout, /Redis was pushed outbox row 5 as event \S+, and \S+app\.db no longer holds it/);
+
+    // The new events take the lost ones' ids and seqs (order 1's seq 2, order 4's seq 1): pushed, they would be skipped as duplicates.
+    o.changeQty(1, 7);
+    o.place(1, { sku: 'SKU-A', qty: 4 });
+    const before = await snapshotStores(h.env.dir, h.env.redisUrl);
+    const refused = await runCli(['relay'], h.env);
+    assert.equal(refused.code, 5, refused.stderr);
+    assert.equal(refused.stderr.trim().split('\n').length, 1);
+    assert.match(refused.stderr, /app\.db is behind Redis at \S+: Redis was pushed outbox row 5 as event \S+, and \S+ now holds \S+ there .*outbox verify --repair/);
+    assert.equal(await snapshotStores(h.env.dir, h.env.redisUrl), before, 'the refused relay changed a store');
+
+    const repaired = await h.cli('verify', '--repair', '--yes', '--settle', '0s');
+    assert.match(repaired.stdout, /^repair: deleted \d+ Redis key\(s\) of this project$/m);
+    assert.match(repaired.stdout, /^repair: Redis lost its state: rebuilding it from SQLite, 3 published event\(s\) set back to PENDING to be applied again$/m);
+    assert.match(repaired.stdout, /^repair: relayed 5 event\(s\)/m);
+    assert.match((await h.cli('consume')).stdout, /applied 5, duplicates skipped 0, parked 0/);
+    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+    assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
   });
 
   it('an app.db that lost its store id is refused in one line (exit 5) and claims no Redis', async () => {

@@ -255,6 +255,35 @@ describe('PostgreSQL relay', () => {
     await assertAppliedOncePerSeq(pool);
   });
 
+  it('a database rolled back under its Redis (restored from an older backup: its last rows gone, their ids issued again) is refused in one line: nothing pushed', async () => {
+    const pool = db.pool();
+    const outbox = await createPgOutbox(pool, { events: depositEvents });
+    for (const id of ['a', 'b', 'a']) await outbox.append(pool, deposit(id));
+    const relay = createPgRelay(pool, redis!);
+    await relay.relayAll();
+    // What the backup will not hold: rows 4 and 5, account c's seqs 1 and 2, applied.
+    for (const id of ['c', 'c']) await outbox.append(pool, deposit(id));
+    await relay.relayAll();
+    assert.equal((await drain()).applied, 5);
+    // The restore, as the backup had it: rows 1-3, account c unknown, the ids' sequence at 3.
+    await pool.query('DELETE FROM outbox WHERE id > 3');
+    await pool.query("DELETE FROM outbox_aggregates WHERE aggregate_id = 'account:c'");
+    await pool.query('ALTER TABLE outbox ALTER COLUMN id RESTART WITH 4');
+    // Account c's seq 1 again, as row 4: another event than the one Redis applied as c's seq 1.
+    await outbox.append(pool, deposit('c'));
+    const before = await queue();
+    // The relay app pairs at every pass (pg-relay-loop.ts), a relay process when it starts.
+    await assert.rejects(relay.pair(), { name: 'StoreBehindError' });
+    await assert.rejects(createPgRelay(pool, redis!).relayAll(), (error: Error) => {
+      assert.equal(error.name, 'StoreBehindError');
+      assert.match(error.message, /^PostgreSQL database \S+ is behind Redis at \S+: Redis was pushed outbox row 5 as event \S+, and PostgreSQL database \S+ no longer holds it .*outbox verify --repair/);
+      assert.equal(error.message.split('\n').length, 1);
+      return true;
+    });
+    assert.deepEqual(await queue(), before, 'nothing pushed');
+    assert.equal(await pending(), 1);
+  });
+
   it('a relay whose outbox tables were recreated under it (a new store, Redis started over) relays the new rows as the new store\'s, never claiming Redis for the old one', async () => {
     const pool = db.pool();
     const outbox = await createPgOutbox(pool, { events: depositEvents });

@@ -6,8 +6,7 @@ import { configure } from '../outbox/store/open-database.js';
 import { ConflictError } from '../outbox/errors/conflict-error.js';
 import { InvalidInputError } from '../outbox/errors/invalid-input-error.js';
 import { StoreUnavailableError } from '../outbox/errors/store-unavailable-error.js';
-import { keys, projectKeyPatterns } from '../outbox/redis/keys.js';
-import { keyPrefixOfConnection, scanKeys, unlinkAll } from '../outbox/redis/scan-keys.js';
+import { projectKeys } from '../outbox/redis/project-keys.js';
 import { partitionsOf, partitionTag, type Partitions } from '../outbox/redis/partitions.js';
 import { isCluster } from '../outbox/redis/cluster-client.js';
 import { createLabSchema } from './orders/orders-schema.js';
@@ -59,29 +58,6 @@ function assertDirectory(dir: string): void {
   if (stats && !stats.isDirectory()) {
     throw new InvalidInputError(`--dir ${dir} is a file, not a directory: pass a directory (it is created when missing)`);
   }
-}
-
-/**
- * Every key this project owns in the connection's namespace (and no other), without the prefix:
- * its own keys and, outside a namespace (where '*' covers them), the keys effects wrote.
- */
-async function* projectKeys(redis: Redis): AsyncGenerator<string> {
-  const prefix = keyPrefixOfConnection(redis);
-  if (prefix === '') {
-    const effectKeys = await redis.smembers(keys.effectKeys);
-    yield* effectKeys;
-  }
-  for (const pattern of projectKeyPatterns(prefix)) yield* scanKeys(redis, pattern);
-}
-
-/**
- * Deletes every key this project owns in the connection's namespace (and no other), in every
- * partition (the consumers' members are in partition 0's); resolves how many.
- */
-export async function clearProjectKeys(redis: Redis | Partitions): Promise<number> {
-  let deleted = 0;
-  for (const client of partitionsOf(redis).clients) deleted += await unlinkAll(client, projectKeys(client));
-  return deleted;
 }
 
 /** What `init --force` would delete: the rows of an existing app.db and this project's Redis keys. */

@@ -10,7 +10,7 @@ import type { OutboxConfig } from '../outbox/config.js';
 import { createConsumer } from '../outbox/consumer/create-consumer.js';
 import { handlers } from './orders/order-handlers.js';
 import { dualWrite } from './dualwrite.js';
-import { clearProjectKeys } from './init-stores.js';
+import { clearProjectKeys } from '../outbox/redis/project-keys.js';
 import { keys } from '../outbox/redis/keys.js';
 import { formatReport } from './report.js';
 import type { LabStore } from './lab-store.js';

@@ -24,6 +24,7 @@ export { OutboxError } from './errors/outbox-error.js';
 export { InvalidInputError } from './errors/invalid-input-error.js';
 export { InvalidEventError } from './errors/invalid-event-error.js';
 export { StoreUnavailableError } from './errors/store-unavailable-error.js';
+export { StoreBehindError } from './errors/store-behind-error.js';
 export { StoreMismatchError } from './errors/store-mismatch-error.js';
 export { ConfigError } from './errors/config-error.js';
 export { createConsumer, checkConsumerOptions, type CreateConsumerOptions, type OutboxConsumer, type StartOptions } from './consumer/create-consumer.js';

@@ -29,7 +29,8 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const config = configOf(argv);
   if (onPostgres(config)) return initPostgres(config, argv);
-  const { assertCanInit, clearProjectKeys, createDatabase, planWipe } = await import('../../../shared/lab/init-stores.js');
+  const { assertCanInit, createDatabase, planWipe } = await import('../../../shared/lab/init-stores.js');
+  const { clearProjectKeys } = await import('../../../shared/outbox/redis/project-keys.js');
   assertCanInit(config.dir, argv.force);
   if (argv.force) {
     if (!argv.ignoreAttached) assertNoAttachedApps(config.dir);
@@ -63,7 +64,8 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
 async function initPostgres(config: OutboxConfig, argv: ArgumentsCamelCase<Args>): Promise<void> {
   const { createPgLabSchema, recreatePgLabSchema, pgLabRows } = await import('../../../shared/lab/orders/pg-order-service.js');
   const { pgStoreName } = await import('../../../shared/outbox/postgres/pg-store-meta.js');
-  const { clearProjectKeys, planWipe } = await import('../../../shared/lab/init-stores.js');
+  const { planWipe } = await import('../../../shared/lab/init-stores.js');
+  const { clearProjectKeys } = await import('../../../shared/outbox/redis/project-keys.js');
   await withPg(
     config,
     async (pool) => {

@@ -31,7 +31,7 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
     .option('repair', {
       type: 'boolean',
       default: false,
-      describe: 'republish exactly the events found lost (never applied and nowhere in Redis)',
+      describe: 'republish exactly the events found lost (never applied and nowhere in Redis); rebuild from the store a Redis that lost its state, or that the store is behind (restored from an older backup)',
     })
     .option('settle', {
       type: 'string',
@@ -114,9 +114,22 @@ async function judge(
     onCheckError: (check, message) => console.error(`verify: check "${check}" of ${checkSet!.name} threw: ${message}`),
   });
   const { checks, lost, figures } = ledger;
+  // A store that went back in time (a restored backup): its new events would be skipped as the lost ones' duplicates.
+  const { partitionsAhead } = await import('../../../shared/outbox/relay/store-pairing.js');
+  const ahead = await partitionsAhead(redis, recovery.history);
+  checks.unshift({
+    name: 'the store is not behind Redis',
+    expected: 'yes',
+    actual: ahead.length > 0 ? 'no' : 'yes',
+    status: ahead.length > 0 ? 'FAIL' : 'ok',
+    examples: ahead.length > 0 ? ahead.map(({ index, error }) => (redis.count > 1 ? `partition ${index}: ` : '') + error.message) : undefined,
+  });
   if (consumerDb) checks.push(...(await inboxChecks(consumerDb, redis)));
   console.log(formatChecks(checks).join('\n'));
-  if (argv.repair && (figures.redisStateLost || lost.length > 0)) {
+  if (argv.repair && ahead.length > 0) {
+    const partitionsAheadOf = await aheadPartitions(redis, ahead.map((a) => a.index));
+    if (await guard(argv, await resetPlan(recovery, partitionsAheadOf))) return reset(recovery, redis, partitionsAheadOf);
+  } else if (argv.repair && (figures.redisStateLost || lost.length > 0)) {
     if (await guard(argv, await repairPlan(recovery, ledger, await lostPartitions(redis)))) return repair(recovery, redis, ledger);
   } else if (argv.repair) {
     console.log('repair: no event is lost, nothing to republish');
@@ -171,13 +184,51 @@ async function repairPlan(recovery: RecoveryStore, { lost, figures }: Ledger, lo
 
 /** Republishes the lost events or, when Redis lost its state, rebuilds every effect from the store, as the relay does on its own. */
 async function repair(recovery: RecoveryStore, redis: Partitions, { lost, figures }: Ledger): Promise<void> {
-  if (figures.redisStateLost) {
-    const { events } = await recovery.rebuild(redis, (pairing) => console.log(`repair: ${describeRebuild(recovery, pairing)}`));
-    console.log(`repair: relayed ${events} event(s) to outbox.events; once the consumer has applied them, verify again`);
-    return;
-  }
+  if (figures.redisStateLost) return rebuild(recovery, redis);
   const { reset } = await recovery.republish(redis, lost);
   console.log(`repair: republished ${reset} lost event(s) to outbox.events; once the consumer has applied them, verify again`);
+}
+
+/** Rebuilds the partitions that serve no store from the store, as the relay does on its own. */
+async function rebuild(recovery: RecoveryStore, redis: Partitions): Promise<void> {
+  const { events } = await recovery.rebuild(redis, (pairing) => console.log(`repair: ${describeRebuild(recovery, pairing)}`));
+  console.log(`repair: relayed ${events} event(s) to outbox.events; once the consumer has applied them, verify again`);
+}
+
+/** The partitions a store is behind: " (partition 1)" for the plan, their indexes, and a filter of their aggregates (none when all are). */
+interface AheadPartitions extends LostPartitions {
+  indexes: number[];
+}
+
+async function aheadPartitions(partitions: Partitions, indexes: number[]): Promise<AheadPartitions> {
+  if (partitions.count === 1) return { which: '', indexes };
+  const { partitionOf } = await import('../../../shared/outbox/redis/partitions.js');
+  const which = ` (partition${indexes.length > 1 ? 's' : ''} ${indexes.join(', ')})`;
+  if (indexes.length === partitions.count) return { which, indexes };
+  const set = new Set(indexes);
+  return { which, indexes, inLost: (aggregate) => set.has(partitionOf(aggregate, partitions.count)) };
+}
+
+/** What `--repair` does to a Redis the store is behind: clear it, then rebuild it as one that lost its state. */
+async function resetPlan(recovery: RecoveryStore, ahead: AheadPartitions): Promise<Plan> {
+  const { count, firstId, lastId, firstRows } = await recovery.publishedRows(SHOWN, ahead.inLost);
+  return {
+    command: 'verify --repair',
+    change:
+      `delete this project's keys in Redis${ahead.which}, whose state follows events ${recovery.source} no longer holds (queue, processing lists, dead letters, ` +
+      `consumer state and the effects it recorded), and rebuild it from ${recovery.source}: set ${count} PUBLISHED row(s) (${idRange(firstId, lastId)}) back to PENDING ` +
+      'and relay every PENDING row',
+    size: count,
+    shown: withMore(firstRows.map(rowLine), count),
+  };
+}
+
+async function reset(recovery: RecoveryStore, redis: Partitions, ahead: AheadPartitions): Promise<void> {
+  const { clearProjectKeys } = await import('../../../shared/outbox/redis/project-keys.js');
+  let deleted = 0;
+  for (const index of ahead.indexes) deleted += await clearProjectKeys(redis.clients[index]);
+  console.log(`repair: deleted ${deleted} Redis key(s) of this project${ahead.which}`);
+  await rebuild(recovery, redis);
 }
 
 /** The partitions that lost their state (serve no store): " (partition 1)" for the plan, and a filter of their aggregates; none with one partition or all lost. */

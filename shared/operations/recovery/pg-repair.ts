@@ -4,6 +4,7 @@ import type { Partitions } from '../../outbox/redis/partitions.js';
 import { REPLAY_LOCK } from '../../outbox/postgres/locks.js';
 import { fromPgRow, type PgOutboxRow } from '../../outbox/postgres/pg-rows.js';
 import { createPgRelay } from '../../outbox/postgres/pg-relay.js';
+import { pgHistory } from '../../outbox/postgres/pg-pairing.js';
 import { rangeColumn, type PublishedRows, type RecoveryStore, type ReplayPlan, type ReplayRange, type RowToChange } from './repair.js';
 
 type PgRowToChange = Omit<PgOutboxRow, 'payload'>;
@@ -115,5 +116,6 @@ export function pgRecovery(pool: Pool): RecoveryStore {
     rebuild: (redis, onPairing) => createPgRelay(pool, redis, { onPairing }).relayAll(),
     planReplay: (range, shown) => pgPlanReplay(pool, range, shown),
     replay: (range, throughId) => pgReplay(pool, range, throughId),
+    history: pgHistory(pool),
   };
 }

@@ -1,10 +1,11 @@
 import type { Redis } from 'ioredis';
 import type { Pool, PoolClient } from 'pg';
 import { OutboxError } from '../errors/outbox-error.js';
+import { StoreBehindError } from '../errors/store-behind-error.js';
 import { StoreMismatchError } from '../errors/store-mismatch-error.js';
 import { describeRedis } from '../redis/describe.js';
 import { partitionsOf, type Partitions } from '../redis/partitions.js';
-import { pairPartitions, servedStores, type Pairing, type PairingStore } from '../relay/store-pairing.js';
+import { assertNotBehind, pairPartitions, servedStores, type Pairing, type PairingStore, type StoreHistory } from '../relay/store-pairing.js';
 import { PAIRING_LOCK, REPLAY_LOCK } from './locks.js';
 import { pgHasPublished, pgStoreIdOf, pgStoreName } from './pg-store-meta.js';
 
@@ -63,6 +64,16 @@ function pgPairingStore(client: PoolClient, storeId: string, database: string): 
   };
 }
 
+/** The database's history (see `assertNotBehind`): its rows by id, and the identity sequence of their ids. */
+export function pgHistory(db: Pool | PoolClient): StoreHistory {
+  return {
+    eventOfRow: async (id) => (await db.query<{ event_id: string }>('SELECT event_id FROM outbox WHERE id = $1', [id])).rows[0]?.event_id ?? null,
+    lastIssuedId: async () =>
+      Number((await db.query<{ last: string | null }>("SELECT pg_sequence_last_value(pg_get_serial_sequence('outbox', 'id')) AS last")).rows[0].last ?? 0),
+    behind: async (redis, rowId, pushedEvent, storeEvent) => new StoreBehindError(rowId, pushedEvent, storeEvent, { database: await pgStoreName(db), redis: describeRedis(redis) }),
+  };
+}
+
 /**
  * Makes sure Redis (every partition) serves the store before a relay pushes, as `ensurePaired` does
  * for SQLite: claims it on first use, rebuilds the partitions that lost their state. Of several
@@ -71,7 +82,9 @@ function pgPairingStore(client: PoolClient, storeId: string, database: string): 
  */
 export async function ensurePgPaired(pool: Pool, redis: Redis | Partitions, storeId: string): Promise<Pairing> {
   const partitions = partitionsOf(redis);
-  if ((await assertPgSameStore(pool, partitions)) !== null) return { kind: 'paired' };
+  const served = await assertPgSameStore(pool, partitions);
+  await assertNotBehind(partitions, pgHistory(pool));
+  if (served !== null) return { kind: 'paired' };
   const client = await pool.connect();
   try {
     await client.query('SELECT pg_advisory_lock($1)', [PAIRING_LOCK]);

@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Pool } from 'pg';
 import { explainError } from '../errors/explain-error.js';
+import { StoreBehindError } from '../errors/store-behind-error.js';
 import { StoreMismatchError } from '../errors/store-mismatch-error.js';
 import { incidentLog } from '../incident-log.js';
 import type { Logger } from '../logger.js';
@@ -68,6 +69,9 @@ export function startPgRelayLoop(pool: Pool, queues: Redis | Partitions, log: Lo
     let batches = 0;
     try {
       const relay = await relayOfStore();
+      // Once a pass, even when nothing is PENDING: notices a Redis that lost its state, or a
+      // database that went back in time under it (restored from an older backup).
+      await relay.pair();
       while (Date.now() - started < sliceMs && !closing.signal.aborted) {
         const done = await relay.relayAll({
           deadline: started + sliceMs,
@@ -87,7 +91,7 @@ export function startPgRelayLoop(pool: Pool, queues: Redis | Partitions, log: Lo
       return { outcome };
     } catch (error) {
       const reason = explainError(error)?.message ?? (error instanceof Error ? error.message : String(error));
-      const outcome = error instanceof StoreMismatchError ? 'store-mismatch' : 'failed';
+      const outcome = error instanceof StoreMismatchError || error instanceof StoreBehindError ? 'store-mismatch' : 'failed';
       stats.passEnded(outcome, { events, batches }, reason);
       failures.warn('relay pass failed', { error: reason });
       return { outcome, reason };

@@ -160,12 +160,19 @@ export type PushResult =
   /** The partition was claimed as another "i/P" than `layout`: the relay is configured for another number of partitions. */
   | { status: 'layout'; servedLayout: string };
 
+/** The outbox row of a push's last message: the meta hash keeps the highest one ever pushed (see `storeBehind`). */
+export interface PushedRow {
+  id: number;
+  eventId: string;
+}
+
 /**
  * See lua/push-events-3.lua: pushes `messages` of store `storeId` when this Redis (partition
  * `layout`, "i/P", see partitions.ts) serves that store.
  */
-export async function pushEvents(redis: Redis, storeId: string, messages: string[], layout = '0/1'): Promise<PushResult> {
-  const [status, detail, pushedAt] = (await client(redis).pushEvents(keys.events, keys.enqueued, keys.meta, storeId, layout, ...messages)) as [string, string | number, string?];
+export async function pushEvents(redis: Redis, storeId: string, messages: string[], layout = '0/1', last?: PushedRow): Promise<PushResult> {
+  const lastRow = last ? `${last.id} ${last.eventId}` : '';
+  const [status, detail, pushedAt] = (await client(redis).pushEvents(keys.events, keys.enqueued, keys.meta, storeId, layout, lastRow, ...messages)) as [string, string | number, string?];
   if (status === 'ok') return { status, pushed: Number(detail), pushedAt: Number(pushedAt) };
   if (status === 'foreign') return { status, servedStore: String(detail) };
   if (status === 'layout') return { status, servedLayout: String(detail) };

@@ -2,7 +2,8 @@ import type { Redis } from 'ioredis';
 import { explainError } from '../errors/explain-error.js';
 import { OutboxError } from '../errors/outbox-error.js';
 import { byPartition, partitionLayout, type Partitions } from '../redis/partitions.js';
-import { pushEvents } from '../redis/scripts.js';
+import { pushEvents, type PushedRow } from '../redis/scripts.js';
+import { eventIdOf } from '../store/events.js';
 import { layoutMismatch } from '../redis/partition-layout.js';
 
 /** A row as the relay pushes it: its id (what it marks), its aggregate (its partition) and its message (`toMessage`'s text). */
@@ -19,20 +20,27 @@ export interface RowToPush {
  */
 const SLICE_CHARS = 60_000;
 
-/** `messages` in order, cut into slices of about SLICE_CHARS characters (each at least one message). */
-function slices(messages: string[]): string[][] {
-  const result: string[][] = [];
+/** `rows` in order, cut into slices of about SLICE_CHARS characters of messages (each at least one row). */
+function slices(rows: RowToPush[]): RowToPush[][] {
+  const result: RowToPush[][] = [];
   let start = 0;
   let chars = 0;
-  for (let i = 0; i < messages.length; i += 1) {
-    chars += messages[i].length;
-    if (chars >= SLICE_CHARS || i === messages.length - 1) {
-      result.push(messages.slice(start, i + 1));
+  for (let i = 0; i < rows.length; i += 1) {
+    chars += rows[i].message.length;
+    if (chars >= SLICE_CHARS || i === rows.length - 1) {
+      result.push(rows.slice(start, i + 1));
       start = i + 1;
       chars = 0;
     }
   }
   return result;
+}
+
+/** A slice's last row (its highest id) and its event id, read from its message: what the push records. */
+function lastRowOf(slice: RowToPush[]): PushedRow | undefined {
+  const { id, message } = slice[slice.length - 1];
+  const eventId = eventIdOf(message);
+  return eventId === undefined ? undefined : { id, eventId };
 }
 
 export type PushOutcome =
@@ -56,18 +64,18 @@ export type PushOutcome =
  * claimed for another number of partitions is a setting to fix (exit 2); a failed push, exit 5.
  */
 export async function pushRows(partitions: Partitions, storeId: string, rows: RowToPush[]): Promise<PushOutcome> {
-  const calls: { index: number; messages: string[] }[] = [];
+  const calls: { index: number; messages: string[]; last: PushedRow | undefined }[] = [];
   for (const [index, group] of byPartition(partitions, rows, (row) => row.aggregate_id)) {
-    for (const messages of slices(group.map((row) => row.message))) calls.push({ index, messages });
+    for (const slice of slices(group)) calls.push({ index, messages: slice.map((row) => row.message), last: lastRowOf(slice) });
   }
   let results;
   try {
     // All sent at once; one partition's slices go in order on its connection, so Redis runs them in order.
     results = await Promise.all(
-      calls.map(async ({ index, messages }) => {
+      calls.map(async ({ index, messages, last }) => {
         const redis = partitions.clients[index];
         const layout = partitionLayout(index, partitions.count);
-        return { redis, layout, result: await pushEvents(redis, storeId, messages, layout) };
+        return { redis, layout, result: await pushEvents(redis, storeId, messages, layout, last) };
       }),
     );
   } catch (error) {

@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Db } from '../store/open-database.js';
 import { bumpReplayGeneration, hasPublished, storeIdOf } from '../store/store-meta.js';
+import { StoreBehindError } from '../errors/store-behind-error.js';
 import { StoreMismatchError } from '../errors/store-mismatch-error.js';
 import { describeRedis } from '../redis/describe.js';
 import { keys } from '../redis/keys.js';
@@ -49,6 +50,54 @@ export async function servedStores(partitions: Partitions, storeId: string, refu
       return served;
     }),
   );
+}
+
+/** What the store says of its history, for `assertNotBehind`. */
+export interface StoreHistory {
+  /** The event id of outbox row `id`; null when there is no such row. */
+  eventOfRow(id: number): Promise<string | null>;
+  /** The highest outbox row id the store ever issued (ids are never reused: a pruned row's stays issued). */
+  lastIssuedId(): Promise<number>;
+  /** The refusal, naming the store and the Redis. */
+  behind(redis: Redis, rowId: number, pushedEvent: string, storeEvent: string | null): Error | Promise<Error>;
+}
+
+/**
+ * Throws when the store is behind a Redis (partition) that serves it: the last row pushed there
+ * (the meta hash's 'pushedId' and 'pushedEvent', recorded by push-events-3.lua) is another event in
+ * the store now, or is gone while the store never issued an id that high (a pruned row is gone too,
+ * but its id stays issued). Then the store lost events Redis has applied (app.db restored from an
+ * older backup of itself, a power loss under `synchronous=NORMAL`), and its next events would reuse
+ * their ids and seqs and be skipped as their duplicates. A partition that never took a push with a
+ * row (or whose Redis lost its state) has nothing to compare.
+ */
+export async function assertNotBehind(partitions: Partitions, history: StoreHistory): Promise<void> {
+  const [first] = await partitionsAhead(partitions, history);
+  if (first) throw first.error;
+}
+
+/** The partitions the store is behind (see `assertNotBehind`), each with its refusal; none when it is behind none. */
+export async function partitionsAhead(partitions: Partitions, history: StoreHistory): Promise<{ index: number; error: Error }[]> {
+  const pushed = await Promise.all(partitions.clients.map((redis) => redis.hmget(keys.meta, 'pushedId', 'pushedEvent')));
+  const ahead: { index: number; error: Error }[] = [];
+  for (const [index, [id, event]] of pushed.entries()) {
+    if (id === null || event === null) continue;
+    const rowId = Number(id);
+    const storeEvent = await history.eventOfRow(rowId);
+    if (storeEvent === event) continue;
+    if (storeEvent === null && (await history.lastIssuedId()) >= rowId) continue;
+    ahead.push({ index, error: await history.behind(partitions.clients[index], rowId, event, storeEvent) });
+  }
+  return ahead;
+}
+
+/** app.db's history: its rows by id, and sqlite_sequence (AUTOINCREMENT: ids are never reused). */
+export function sqliteHistory(db: Db): StoreHistory {
+  return {
+    eventOfRow: async (id) => (db.prepare<[number], string>('SELECT event_id FROM outbox WHERE id = ?').pluck().get(id) ?? null),
+    lastIssuedId: async () => (db.prepare<[], number>("SELECT seq FROM sqlite_sequence WHERE name = 'outbox'").pluck().get() ?? 0),
+    behind: (redis, rowId, pushedEvent, storeEvent) => new StoreBehindError(rowId, pushedEvent, storeEvent, { database: db.name, redis: describeRedis(redis) }),
+  };
 }
 
 /** Throws when Redis serves a store other than app.db's; resolves the store it serves (null: none, in any partition). */
@@ -156,12 +205,14 @@ function sqlitePairingStore(db: Db): PairingStore {
 
 /**
  * Makes sure Redis (every partition of it) serves app.db's store before the relay pushes: see
- * `pairPartitions`. `assertLive` is called first: a relay whose app.db was replaced must not claim.
+ * `pairPartitions`; refuses an app.db that is behind it (`assertNotBehind`). `assertLive` is called
+ * before a claim: a relay whose app.db was replaced must not claim.
  */
 export async function ensurePaired(db: Db, redis: Redis | Partitions, assertLive: () => void = () => {}): Promise<Pairing> {
   const partitions = partitionsOf(redis);
   const store = sqlitePairingStore(db);
   const served = await servedStores(partitions, store.storeId, store.refuse);
+  await assertNotBehind(partitions, sqliteHistory(db));
   if (!served.includes(null)) return { kind: 'paired' };
   assertLive();
   return pairPartitions(store, partitions);

@@ -11,7 +11,11 @@
     ARGV[1] store id of the messages
     ARGV[2] the partition the queue belongs to, "i/P" (see partitions.ts; "0/1" on one Redis without
             partitions): the meta hash's field 'partition' must say the same (absent means "0/1")
-    ARGV[3..] the messages, in order
+    ARGV[3] "<row id> <event id>" of the last message (the highest outbox row id of the call), or ''
+            (then nothing is recorded): the meta hash keeps the highest row id ever pushed and its
+            event id ('pushedId', 'pushedEvent'), so that a store that went back in time (app.db
+            restored from an older backup) is noticed before it pushes again (store-pairing.ts)
+    ARGV[4..] the messages, in order
 
   Output: { status, detail[, pushedAt] }
     { 'ok', n, t }       pushed n messages and raised the counter by n, at t: Redis's clock (TIME, ms
@@ -22,23 +26,32 @@
     { 'layout', i/P }    this partition was claimed as partition i of P, not as ARGV[2] (the relay is
                          configured for another number of partitions): nothing done
 ]]
-local meta = redis.call('HMGET', KEYS[3], 'store', 'partition')
+local meta = redis.call('HMGET', KEYS[3], 'store', 'partition', 'pushedId')
 local served = meta[1]
 if not served then return { 'unclaimed', '' } end
 if served ~= ARGV[1] then return { 'foreign', served } end
 local layout = meta[2] or '0/1'
 if layout ~= ARGV[2] then return { 'layout', layout } end
-local n = #ARGV - 2
+local n = #ARGV - 3
 if n < 1 then return redis.error_reply('push-events: no message given') end
 -- Checked before the first write: Redis does not roll a script back.
+local lastIdText, lastEvent
+if ARGV[3] ~= '' then
+  lastIdText, lastEvent = string.match(ARGV[3], '^([1-9]%d*) (.+)$')
+  if not lastIdText then return redis.error_reply('push-events: ARGV[3] must be "<row id> <event id>" or empty') end
+end
 local enqueued = redis.call('GET', KEYS[2])
 if enqueued and not tonumber(enqueued) then
   return redis.error_reply('push-events: ' .. KEYS[2] .. ' holds a non-number')
 end
 -- RPUSH takes the messages in slices: Lua's stack limits how many unpack can pass at once.
-for first = 3, #ARGV, 1000 do
+for first = 4, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[1], unpack(ARGV, first, math.min(first + 999, #ARGV)))
 end
 redis.call('INCRBY', KEYS[2], n)
+-- Only upward: a relay that pushes an older batch again (after a crash, a replay) changes nothing.
+if lastIdText and (not tonumber(meta[3]) or tonumber(lastIdText) > tonumber(meta[3])) then
+  redis.call('HSET', KEYS[3], 'pushedId', lastIdText, 'pushedEvent', lastEvent)
+end
 local clock = redis.call('TIME')
 return { 'ok', n, string.format('%d', tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)) }
