@@ -226,6 +226,38 @@ describe('Redis that lost its state', () => {
     assert.match(verify.stdout, /VERIFY FAILED/);
   });
 
+  it('Redis restored from an older copy after a prune (its meta hash kept): verify names the pruned events it lost, --repair gives their aggregate its pruned seq and its parked event applies', async () => {
+    o.place(3, { sku: 'SKU-A', qty: 1 });
+    await o.relay();
+    await o.consume();
+    // The older copy of Redis: every key as it is now (DUMP), put back below after a FLUSHALL.
+    const copy = await Promise.all((await h.client.keys('*')).map(async (key) => ({ key, value: await h.client.dumpBuffer(key), ttl: await h.client.pttl(key) })));
+    o.changeQty(3, 9);
+    await o.relay();
+    await o.consume();
+    assert.match((await h.cli('prune', '--older-than', '0s')).stdout, /^pruned 4 PUBLISHED row/m);
+    await h.client.flushall();
+    for (const { key, value, ttl } of copy) await h.client.restore(key, ttl > 0 ? ttl : 0, value);
+
+    const before = await runCli(['verify', '--settle', '0s'], h.env);
+    assert.equal(before.code, 1);
+    assert.match(before.stdout, /pruned events Redis lost \(effects cannot be rebuilt\) +0 +1 +FAIL\n +e\.g\. order:3 seq 2-2: applied seq behind the prune/);
+    // Order 3's next event waits for a seq 2 that can never come again.
+    o.changeQty(3, 11);
+    await o.relay();
+    assert.match((await h.cli('consume')).stdout, /applied 0, duplicates skipped 0, parked 1/);
+
+    const repaired = await h.cli('verify', '--repair', '--yes', '--settle', '0s');
+    assert.match(repaired.stdout, /^repair: 1 aggregate\(s\) given their pruned seq \(1 pruned event\(s\) whose effects Redis lost, counted as unrecoverable\); 1 parked event\(s\) queued again$/m);
+    assert.match((await h.cli('consume')).stdout, /applied 1, duplicates skipped 0, parked 0/);
+    const after = await runCli(['verify', '--settle', '0s'], h.env);
+    // The lost effect stays lost, and named; the order is no longer blocked.
+    assert.match(after.stdout, /pruned events Redis lost \(effects cannot be rebuilt\) +0 +1 +FAIL/);
+    assert.match(after.stdout, /aggregates whose applied seq != last seq +0 +0 +ok/);
+    assert.match(after.stdout, /parked events \(waiting for a gap\) +0 +0 +ok/);
+    assert.equal(await h.client.hget('outbox:applied-seq', 'order:3'), '3');
+  });
+
   it('a relay paused between push and mark does not mark rows a replay set back to PENDING meanwhile', async () => {
     o.place(3);
     const db = new Database(join(h.env.dir, 'app.db'));

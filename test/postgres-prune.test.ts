@@ -59,6 +59,32 @@ describe('outbox prune on PostgreSQL', () => {
     assert.match((await ok('verify', '--settle', '0s')).stdout, /^VERIFY OK$/m);
   });
 
+  it('Redis restored from an older copy after a prune (its meta hash kept): verify names the pruned event it lost, --repair gives its order its pruned seq and the parked event applies', async () => {
+    await ok('init');
+    await ok('place-order', '--count', '3');
+    await ok('relay');
+    await ok('consume');
+    const copy = await Promise.all((await h.client.keys('*')).map(async (key) => ({ key, value: await h.client.dumpBuffer(key), ttl: await h.client.pttl(key) })));
+    await ok('change-qty', '--id', '3', '--qty', '9');
+    await ok('relay');
+    await ok('consume');
+    await ok('prune', '--older-than', '0s', '--yes');
+    await h.client.flushall();
+    for (const { key, value, ttl } of copy) await h.client.restore(key, ttl > 0 ? ttl : 0, value);
+
+    const before = await pgCli(['verify', '--settle', '0s']);
+    assert.equal(before.code, 1);
+    assert.match(before.stdout, /pruned events Redis lost \(effects cannot be rebuilt\) +0 +1 +FAIL\n +e\.g\. order:3 seq 2-2: applied seq behind the prune/);
+    await ok('change-qty', '--id', '3', '--qty', '11');
+    await ok('relay');
+    assert.match((await ok('consume')).stdout, /applied 0, duplicates skipped 0, parked 1/);
+    assert.match((await ok('verify', '--repair', '--yes', '--settle', '0s')).stdout, /^repair: 1 aggregate\(s\) given their pruned seq \(1 pruned event\(s\) whose effects Redis lost, counted as unrecoverable\); 1 parked event\(s\) queued again$/m);
+    assert.match((await ok('consume')).stdout, /applied 1, duplicates skipped 0, parked 0/);
+    const after = await pgCli(['verify', '--settle', '0s']);
+    assert.match(after.stdout, /aggregates whose applied seq != last seq +0 +0 +ok/);
+    assert.match(after.stdout, /parked events \(waiting for a gap\) +0 +0 +ok/);
+  });
+
   it('with the consumer behind deletes only the applied prefix in id order: an aggregate keeps its unapplied seq and all after it; nothing unapplied can be lost', async () => {
     // rows 1-3: orders 1-3 seq 1; row 4: order 1 seq 2; row 5: order 2 seq 2; row 6: order 1 seq 3
     await ok('init');

@@ -31,7 +31,7 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
     .option('repair', {
       type: 'boolean',
       default: false,
-      describe: 'republish exactly the events found lost (never applied and nowhere in Redis); rebuild from the store a Redis that lost its state, or that the store is behind (restored from an older backup)',
+      describe: 'republish exactly the events found lost (never applied and nowhere in Redis); give aggregates whose pruned events Redis lost their pruned seq; rebuild from the store a Redis that lost its state, or that the store is behind (restored from an older backup)',
     })
     .option('settle', {
       type: 'string',
@@ -129,7 +129,7 @@ async function judge(
   if (argv.repair && ahead.length > 0) {
     const partitionsAheadOf = await aheadPartitions(redis, ahead.map((a) => a.index));
     if (await guard(argv, await resetPlan(recovery, partitionsAheadOf))) return reset(recovery, redis, partitionsAheadOf);
-  } else if (argv.repair && (figures.redisStateLost || lost.length > 0)) {
+  } else if (argv.repair && (figures.redisStateLost || lost.length > 0 || figures.prunedBehind.length > 0)) {
     if (await guard(argv, await repairPlan(recovery, ledger, await lostPartitions(redis)))) return repair(recovery, redis, ledger);
   } else if (argv.repair) {
     console.log('repair: no event is lost, nothing to republish');
@@ -174,17 +174,30 @@ async function repairPlan(recovery: RecoveryStore, { lost, figures }: Ledger, lo
     };
   }
   const rows = await recovery.rowsOfEvents(lost, SHOWN);
+  const behind = figures.prunedBehind;
+  const changes = [
+    ...(lost.length > 0 ? [`republish ${lost.length} lost event(s): set their rows back to PENDING and relay every PENDING row`] : []),
+    ...(behind.length > 0
+      ? [`give ${behind.length} aggregate(s) whose pruned events Redis lost their pruned seq (their effects cannot be rebuilt: counted as unrecoverable) and queue the event parked after them again`]
+      : []),
+  ];
   return {
     command: 'verify --repair',
-    change: `republish ${lost.length} lost event(s): set their rows back to PENDING and relay every PENDING row`,
-    size: lost.length,
-    shown: withMore(rows.map(rowLine), lost.length),
+    change: changes.join('; '),
+    size: lost.length + behind.length,
+    shown: withMore([...rows.map(rowLine), ...behind.slice(0, SHOWN).map((p) => `${p.aggregate} seq ${p.fromSeq}-${p.throughSeq} (pruned)`)], lost.length + behind.length),
   };
 }
 
 /** Republishes the lost events or, when Redis lost its state, rebuilds every effect from the store, as the relay does on its own. */
 async function repair(recovery: RecoveryStore, redis: Partitions, { lost, figures }: Ledger): Promise<void> {
   if (figures.redisStateLost) return rebuild(recovery, redis);
+  if (figures.prunedBehind.length > 0) {
+    const { restorePrunedSeqs } = await import('../../../shared/operations/recovery/pruned-seqs.js');
+    const done = await restorePrunedSeqs(redis, figures.prunedBehind);
+    console.log(`repair: ${done.aggregates} aggregate(s) given their pruned seq (${done.events} pruned event(s) whose effects Redis lost, counted as unrecoverable); ${done.requeued} parked event(s) queued again`);
+  }
+  if (lost.length === 0) return;
   const { reset } = await recovery.republish(redis, lost);
   console.log(`repair: republished ${reset} lost event(s) to outbox.events; once the consumer has applied them, verify again`);
 }

@@ -118,6 +118,13 @@ export function newerEvent(row: OutboxRow): NewerEvent {
 
 const NEWER_ROWS = 'SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE id > ? ORDER BY id';
 
+/** A row of outbox_pruned. */
+export interface PrunedAggregate {
+  key: string;
+  throughSeq: number;
+  events: number;
+}
+
 /** S1: what the checks read from the producer's database in one consistent snapshot. */
 export interface ProducerRead {
   /** The highest outbox id the checks cover: the newest row of the first snapshot. */
@@ -125,6 +132,8 @@ export interface ProducerRead {
   /** The highest outbox id in S1 (S2 reads the rows above it). */
   maxId: number;
   pruned: number;
+  /** Every pruned aggregate: the seq it was pruned through and how many of its events were pruned. */
+  prunedThrough: PrunedAggregate[];
   /** PENDING rows up to the horizon; `pendingNewer`: beyond it. */
   pending: number[];
   pendingNewer: number;
@@ -143,6 +152,7 @@ export interface RawProducerRead {
   horizon: number;
   maxId: number;
   pruned: number;
+  prunedThrough: PrunedAggregate[];
   /** Every PENDING row, in id order. */
   pendingRows: number[];
   /** Every event, ordered by aggregate and seq. */
@@ -155,7 +165,7 @@ export interface RawProducerRead {
 }
 
 /** S1 cut at its horizon: what the checks compare (the same for app.db and PostgreSQL). */
-export function producerRead({ horizon, maxId, pruned, pendingRows, all, newer, lastSeqs, producerSnapshot }: RawProducerRead): ProducerRead {
+export function producerRead({ horizon, maxId, pruned, prunedThrough, pendingRows, all, newer, lastSeqs, producerSnapshot }: RawProducerRead): ProducerRead {
   const newerPerAggregate = new Map<string, number>();
   for (const e of newer) newerPerAggregate.set(e.aggregate_id, (newerPerAggregate.get(e.aggregate_id) ?? 0) + 1);
   const aggregates = lastSeqs
@@ -165,6 +175,7 @@ export function producerRead({ horizon, maxId, pruned, pendingRows, all, newer, 
     horizon,
     maxId,
     pruned,
+    prunedThrough,
     pending: pendingRows.filter((id) => id <= horizon),
     pendingNewer: pendingRows.filter((id) => id > horizon).length,
     events: all.filter((e) => e.id <= horizon),
@@ -231,6 +242,7 @@ function readSqlite(db: Db, horizonOrNone: number | undefined, checkSet: VerifyC
     const maxId = db.prepare<[], { m: number | null }>('SELECT MAX(id) AS m FROM outbox').get()!.m ?? 0;
     const horizon = horizonOrNone ?? maxId;
     const pruned = db.prepare<[], { n: number }>('SELECT COALESCE(SUM(events), 0) AS n FROM outbox_pruned').get()!.n;
+    const prunedThrough = db.prepare<[], PrunedAggregate>('SELECT aggregate_id AS key, through_seq AS throughSeq, events FROM outbox_pruned').all();
     const pendingRows = db.prepare<[], { id: number }>("SELECT id FROM outbox WHERE status = 'PENDING' ORDER BY id").all().map((p) => p.id);
     // Ordered by aggregate and seq, for the out-of-order check.
     const all = db
@@ -238,7 +250,7 @@ function readSqlite(db: Db, horizonOrNone: number | undefined, checkSet: VerifyC
       .all();
     const newer = db.prepare<[number], OutboxRow>(NEWER_ROWS).all(horizon).map(newerEvent);
     const lastSeqs = db.prepare<[], { key: string; lastSeq: number }>('SELECT aggregate_id AS key, last_seq AS lastSeq FROM outbox_aggregates ORDER BY aggregate_id').all();
-    return producerRead({ horizon, maxId, pruned, pendingRows, all, newer, lastSeqs, producerSnapshot: producerSnapshotOf(db, checkSet) });
+    return producerRead({ horizon, maxId, pruned, prunedThrough, pendingRows, all, newer, lastSeqs, producerSnapshot: producerSnapshotOf(db, checkSet) });
   })();
 }
 

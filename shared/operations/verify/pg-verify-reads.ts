@@ -22,6 +22,9 @@ export function pgVerifyReads(pool: Pool): VerifyReads {
       const maxId = Number((await client.query<{ m: string | null }>('SELECT MAX(id) AS m FROM outbox')).rows[0].m ?? 0);
       const horizon = horizonOrNone ?? maxId;
       const pruned = Number((await client.query<{ n: string }>('SELECT COALESCE(SUM(events), 0) AS n FROM outbox_pruned')).rows[0].n);
+      const prunedThrough = (await client.query<{ key: string; through_seq: string; events: string }>('SELECT aggregate_id AS key, through_seq, events FROM outbox_pruned')).rows.map(
+        (p) => ({ key: p.key, throughSeq: Number(p.through_seq), events: Number(p.events) }),
+      );
       const pendingRows = (await client.query<{ id: string }>("SELECT id FROM outbox WHERE status = 'PENDING' ORDER BY id")).rows.map((r) => Number(r.id));
       // Ordered by aggregate and seq, for the out-of-order check; COLLATE "C" sorts as SQLite does.
       const all = (await client.query<{ id: string; event_id: string; aggregate_id: string; seq: string; status: string }>(
@@ -41,7 +44,7 @@ export function pgVerifyReads(pool: Pool): VerifyReads {
         }
       }
       await client.query('COMMIT');
-      return producerRead({ horizon, maxId, pruned, pendingRows, all, newer, lastSeqs, producerSnapshot });
+      return producerRead({ horizon, maxId, pruned, prunedThrough, pendingRows, all, newer, lastSeqs, producerSnapshot });
     } catch (error) {
       broken = true;
       await client.query('ROLLBACK').catch(() => {});

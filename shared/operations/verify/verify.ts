@@ -73,6 +73,13 @@ export interface SettleFigures {
   newerInFlight: number;
 }
 
+/** An aggregate whose pruned seqs `fromSeq`-`throughSeq` Redis no longer counts as applied. */
+export interface PrunedBehind {
+  aggregate: string;
+  fromSeq: number;
+  throughSeq: number;
+}
+
 export interface Ledger {
   checks: InvariantCheck[];
   /** Outbox events that were never applied and are nowhere in Redis: what `--repair` republishes. */
@@ -94,6 +101,12 @@ export interface Ledger {
     redisStateLost: boolean;
     /** Events pruned from SQLite before Redis lost its state: their effects cannot be rebuilt. */
     unrecoverable: number;
+    /**
+     * Aggregates whose applied seq is behind their pruned seq in a partition that kept its state
+     * (Redis restored from an older copy after a prune): those events' effects are gone, and the
+     * aggregate's next events wait, parked, for seqs that can never come. `--repair` raises it.
+     */
+    prunedBehind: PrunedBehind[];
   };
 }
 
@@ -222,6 +235,15 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
   const unserved = o.partitionStates.flatMap((p, index) => (p.meta.store === undefined ? [index] : []));
   const redisStateLost = unserved.length > 0 && (await db.hasPublished());
   const unrecoverable = o.partitionStates.reduce((n, p) => n + Number(p.meta.unrecoverable ?? 0), 0);
+  // Pruned seqs an aggregate's applied seq no longer reaches while its partition kept its meta hash
+  // (Redis restored from an older copy after a prune): their effects are gone, and nothing rebuilds them.
+  const servedPartition = (aggregate: string) => o.partitionStates[partitionOf(aggregate, o.partitionCount)].meta.store !== undefined;
+  const prunedBehind = o.prunedThrough.flatMap(({ key, throughSeq, events }) => {
+    const applied = Number(o.appliedSeqs[key] ?? 0);
+    if (!(Number.isSafeInteger(applied) && applied < throughSeq && servedPartition(key))) return [];
+    return [{ aggregate: key, fromSeq: Math.max(applied, throughSeq - events) + 1, throughSeq }];
+  });
+  const prunedLost = prunedBehind.reduce((n, p) => n + p.throughSeq - p.fromSeq + 1, 0);
   const disordered = outOfOrder(o.events, o.processed);
 
   // At the MULTI's instant: the snapshot's last seqs, raised by the newer events applied by then.
@@ -246,7 +268,10 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
           ]
         : undefined,
     },
-    check('pruned events Redis lost (effects cannot be rebuilt)', 0, unrecoverable, unrecoverable > 0 ? await db.prunedAggregates(EXAMPLES) : []),
+    check('pruned events Redis lost (effects cannot be rebuilt)', 0, unrecoverable + prunedLost, [
+      ...prunedBehind.slice(0, EXAMPLES).map((p) => `${p.aggregate} seq ${p.fromSeq}-${p.throughSeq}${inPartition(o, p.aggregate)}: applied seq behind the prune (verify --repair gives it its pruned seq)`),
+      ...(unrecoverable > 0 ? await db.prunedAggregates(EXAMPLES) : []),
+    ]),
     check('PENDING outbox rows', 0, o.pending.length, o.pending.map((id) => `row ${id}`)),
     check(o.pruned > 0 ? 'processed_unique = outbox rows + pruned' : 'processed_unique = outbox rows', eventIds.length + o.pruned, processedUnique),
     check('events lost (never applied, not in Redis)', 0, lostIds.length, lost.map((e) => e.event_id + inPartition(o, e.aggregate_id))),
@@ -307,6 +332,7 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
       inFlight: o.flight.queued + o.flight.processing,
       redisStateLost,
       unrecoverable,
+      prunedBehind,
     },
   };
 }
