@@ -112,6 +112,26 @@ describe('store identity', () => {
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
   });
 
+  it('--repair of an app.db behind Redis says first that the effects of the events pruned before its backup go too', async () => {
+    const file = join(h.env.dir, 'app.db');
+    o.place(3, { sku: 'SKU-A', qty: 1 });
+    await o.relay();
+    await o.consume();
+    assert.match((await h.cli('prune', '--older-than', '0s')).stdout, /^pruned 3 PUBLISHED row/m);
+    const backup = join(h.env.dir, 'backup.db');
+    const live = new Database(file);
+    await live.backup(backup);
+    live.close();
+    o.place(2, { sku: 'SKU-A', qty: 2 });
+    await o.relay();
+    await o.consume();
+    for (const suffix of ['-wal', '-shm']) rmSync(`${file}${suffix}`, { force: true });
+    copyFileSync(backup, file);
+    const plan = await runCli(['verify', '--repair', '--dry-run', '--settle', '0s'], h.env);
+    assert.match(plan.stdout, /delete this project's keys in Redis, whose state follows events SQLite no longer holds .*; the effects of 3 event\(s\) of 3 aggregate\(s\) pruned from SQLite go with them and cannot be rebuilt \(verify names them\)/);
+    assert.equal(await h.client.exists('outbox:meta'), 1, 'a dry run deletes nothing');
+  });
+
   it('an app.db that lost its store id is refused in one line (exit 5) and claims no Redis', async () => {
     o.place(1);
     const db = new Database(join(h.env.dir, 'app.db'));

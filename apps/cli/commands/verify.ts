@@ -225,12 +225,17 @@ async function aheadPartitions(partitions: Partitions, indexes: number[]): Promi
 /** What `--repair` does to a Redis the store is behind: clear it, then rebuild it as one that lost its state. */
 async function resetPlan(recovery: RecoveryStore, ahead: AheadPartitions): Promise<Plan> {
   const { count, firstId, lastId, firstRows } = await recovery.publishedRows(SHOWN, ahead.inLost);
+  const pruned = await recovery.prunedEvents(ahead.inLost);
+  const prunedLoss =
+    pruned.events > 0
+      ? `; the effects of ${pruned.events} event(s) of ${pruned.aggregates} aggregate(s) pruned from ${recovery.source} go with them and cannot be rebuilt (verify names them)`
+      : '';
   return {
     command: 'verify --repair',
     change:
       `delete this project's keys in Redis${ahead.which}, whose state follows events ${recovery.source} no longer holds (queue, processing lists, dead letters, ` +
       `consumer state and the effects it recorded), and rebuild it from ${recovery.source}: set ${count} PUBLISHED row(s) (${idRange(firstId, lastId)}) back to PENDING ` +
-      'and relay every PENDING row',
+      `and relay every PENDING row${prunedLoss}`,
     size: count,
     shown: withMore(firstRows.map(rowLine), count),
   };

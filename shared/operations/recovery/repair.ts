@@ -136,8 +136,16 @@ export interface RecoveryStore {
   rebuild(redis: Redis | Partitions, onPairing: (pairing: Exclude<Pairing, { kind: 'paired' }>) => void): Promise<{ events: number }>;
   planReplay(range: ReplayRange, shown: number): Promise<ReplayPlan>;
   replay(range: ReplayRange, throughId: number): Promise<number>;
-  /** Its rows by id and the ids it issued: whether it is behind a Redis that serves it (see `partitionsAhead`). */
+  /** Its rows by id and what prune deleted: whether it is behind a Redis that serves it (see `partitionsAhead`). */
   history: StoreHistory;
+  /** Events pruned from the store, of the aggregates `inLost` accepts (all when undefined): what a rebuild cannot bring back. */
+  prunedEvents(inLost?: (aggregate: string) => boolean): Promise<{ events: number; aggregates: number }>;
+}
+
+/** Sums outbox_pruned's rows of the aggregates `inLost` accepts. */
+export function prunedOf(rows: { aggregate_id: string; events: number }[], inLost?: (aggregate: string) => boolean): { events: number; aggregates: number } {
+  const mine = inLost ? rows.filter((row) => inLost(row.aggregate_id)) : rows;
+  return { events: mine.reduce((n, row) => n + row.events, 0), aggregates: mine.length };
 }
 
 /** `describePairing` of a rebuild, naming the store's database. */
@@ -163,5 +171,6 @@ export function sqliteRecovery(db: Db): RecoveryStore {
     planReplay: async (range, shown) => planReplay(db, range, shown),
     replay: async (range, throughId) => replay(db, range, throughId),
     history: sqliteHistory(db),
+    prunedEvents: async (inLost) => prunedOf(db.prepare<[], { aggregate_id: string; events: number }>('SELECT aggregate_id, events FROM outbox_pruned').all(), inLost),
   };
 }

@@ -64,12 +64,12 @@ function pgPairingStore(client: PoolClient, storeId: string, database: string): 
   };
 }
 
-/** The database's history (see `assertNotBehind`): its rows by id, and the identity sequence of their ids. */
+/** The database's history (see `assertNotBehind`): its rows by id, and what prune deleted. */
 export function pgHistory(db: Pool | PoolClient): StoreHistory {
   return {
     eventOfRow: async (id) => (await db.query<{ event_id: string }>('SELECT event_id FROM outbox WHERE id = $1', [id])).rows[0]?.event_id ?? null,
-    lastIssuedId: async () =>
-      Number((await db.query<{ last: string | null }>("SELECT pg_sequence_last_value(pg_get_serial_sequence('outbox', 'id')) AS last")).rows[0].last ?? 0),
+    prunedThrough: async (aggregate) =>
+      Number((await db.query<{ through_seq: string }>('SELECT through_seq FROM outbox_pruned WHERE aggregate_id = $1', [aggregate])).rows[0]?.through_seq ?? 0),
     behind: async (redis, rowId, pushedEvent, storeEvent) => new StoreBehindError(rowId, pushedEvent, storeEvent, { database: await pgStoreName(db), redis: describeRedis(redis) }),
   };
 }

@@ -164,6 +164,8 @@ export type PushResult =
 export interface PushedRow {
   id: number;
   eventId: string;
+  aggregate: string;
+  seq: number;
 }
 
 /**
@@ -171,7 +173,7 @@ export interface PushedRow {
  * `layout`, "i/P", see partitions.ts) serves that store.
  */
 export async function pushEvents(redis: Redis, storeId: string, messages: string[], layout = '0/1', last?: PushedRow): Promise<PushResult> {
-  const lastRow = last ? `${last.id} ${last.eventId}` : '';
+  const lastRow = last ? JSON.stringify([last.id, last.eventId, last.aggregate, last.seq]) : '';
   const [status, detail, pushedAt] = (await client(redis).pushEvents(keys.events, keys.enqueued, keys.meta, storeId, layout, lastRow, ...messages)) as [string, string | number, string?];
   if (status === 'ok') return { status, pushed: Number(detail), pushedAt: Number(pushedAt) };
   if (status === 'foreign') return { status, servedStore: String(detail) };

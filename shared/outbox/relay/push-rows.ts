@@ -3,7 +3,6 @@ import { explainError } from '../errors/explain-error.js';
 import { OutboxError } from '../errors/outbox-error.js';
 import { byPartition, partitionLayout, type Partitions } from '../redis/partitions.js';
 import { pushEvents, type PushedRow } from '../redis/scripts.js';
-import { eventIdOf } from '../store/events.js';
 import { layoutMismatch } from '../redis/partition-layout.js';
 
 /** A row as the relay pushes it: its id (what it marks), its aggregate (its partition) and its message (`toMessage`'s text). */
@@ -36,11 +35,11 @@ function slices(rows: RowToPush[]): RowToPush[][] {
   return result;
 }
 
-/** A slice's last row (its highest id) and its event id, read from its message: what the push records. */
+/** A slice's last row (its highest id) with its event id and seq, read from its message: what the push records. */
 function lastRowOf(slice: RowToPush[]): PushedRow | undefined {
-  const { id, message } = slice[slice.length - 1];
-  const eventId = eventIdOf(message);
-  return eventId === undefined ? undefined : { id, eventId };
+  const { id, aggregate_id: aggregate, message } = slice[slice.length - 1];
+  const { event_id: eventId, seq } = JSON.parse(message) as { event_id?: unknown; seq?: unknown };
+  return typeof eventId === 'string' && typeof seq === 'number' ? { id, eventId, aggregate, seq } : undefined;
 }
 
 export type PushOutcome =

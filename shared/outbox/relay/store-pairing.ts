@@ -56,20 +56,21 @@ export async function servedStores(partitions: Partitions, storeId: string, refu
 export interface StoreHistory {
   /** The event id of outbox row `id`; null when there is no such row. */
   eventOfRow(id: number): Promise<string | null>;
-  /** The highest outbox row id the store ever issued (ids are never reused: a pruned row's stays issued). */
-  lastIssuedId(): Promise<number>;
+  /** The seq `aggregate` was pruned through (outbox_pruned); 0 when none of its events was pruned. */
+  prunedThrough(aggregate: string): Promise<number>;
   /** The refusal, naming the store and the Redis. */
   behind(redis: Redis, rowId: number, pushedEvent: string, storeEvent: string | null): Error | Promise<Error>;
 }
 
 /**
  * Throws when the store is behind a Redis (partition) that serves it: the last row pushed there
- * (the meta hash's 'pushedId' and 'pushedEvent', recorded by push-events-3.lua) is another event in
- * the store now, or is gone while the store never issued an id that high (a pruned row is gone too,
- * but its id stays issued). Then the store lost events Redis has applied (app.db restored from an
- * older backup of itself, a power loss under `synchronous=NORMAL`), and its next events would reuse
- * their ids and seqs and be skipped as their duplicates. A partition that never took a push with a
- * row (or whose Redis lost its state) has nothing to compare.
+ * (the meta hash's 'pushedId', 'pushedEvent', 'pushedAggregate' and 'pushedSeq', recorded by
+ * push-events-3.lua) is another event in the store now, or is gone without its prune recorded
+ * (outbox_pruned: its aggregate pruned through its seq). Then the store lost events Redis has
+ * applied (app.db restored from an older backup of itself, a PostgreSQL dump restored, a power loss
+ * under `synchronous=NORMAL`), and its next events would reuse their ids or seqs and be skipped as
+ * their duplicates. A partition that never took a push with a row (or whose Redis lost its state)
+ * has nothing to compare. (Not the id sequence: a dump can hold a sequence ahead of its rows.)
  */
 export async function assertNotBehind(partitions: Partitions, history: StoreHistory): Promise<void> {
   const [first] = await partitionsAhead(partitions, history);
@@ -78,24 +79,24 @@ export async function assertNotBehind(partitions: Partitions, history: StoreHist
 
 /** The partitions the store is behind (see `assertNotBehind`), each with its refusal; none when it is behind none. */
 export async function partitionsAhead(partitions: Partitions, history: StoreHistory): Promise<{ index: number; error: Error }[]> {
-  const pushed = await Promise.all(partitions.clients.map((redis) => redis.hmget(keys.meta, 'pushedId', 'pushedEvent')));
+  const pushed = await Promise.all(partitions.clients.map((redis) => redis.hmget(keys.meta, 'pushedId', 'pushedEvent', 'pushedAggregate', 'pushedSeq')));
   const ahead: { index: number; error: Error }[] = [];
-  for (const [index, [id, event]] of pushed.entries()) {
-    if (id === null || event === null) continue;
+  for (const [index, [id, event, aggregate, seq]] of pushed.entries()) {
+    if (id === null || event === null || aggregate === null || seq === null) continue;
     const rowId = Number(id);
     const storeEvent = await history.eventOfRow(rowId);
     if (storeEvent === event) continue;
-    if (storeEvent === null && (await history.lastIssuedId()) >= rowId) continue;
+    if (storeEvent === null && (await history.prunedThrough(aggregate)) >= Number(seq)) continue;
     ahead.push({ index, error: await history.behind(partitions.clients[index], rowId, event, storeEvent) });
   }
   return ahead;
 }
 
-/** app.db's history: its rows by id, and sqlite_sequence (AUTOINCREMENT: ids are never reused). */
+/** app.db's history: its rows by id, and what prune deleted. */
 export function sqliteHistory(db: Db): StoreHistory {
   return {
     eventOfRow: async (id) => (db.prepare<[number], string>('SELECT event_id FROM outbox WHERE id = ?').pluck().get(id) ?? null),
-    lastIssuedId: async () => (db.prepare<[], number>("SELECT seq FROM sqlite_sequence WHERE name = 'outbox'").pluck().get() ?? 0),
+    prunedThrough: async (aggregate) => (db.prepare<[string], number>('SELECT through_seq FROM outbox_pruned WHERE aggregate_id = ?').pluck().get(aggregate) ?? 0),
     behind: (redis, rowId, pushedEvent, storeEvent) => new StoreBehindError(rowId, pushedEvent, storeEvent, { database: db.name, redis: describeRedis(redis) }),
   };
 }

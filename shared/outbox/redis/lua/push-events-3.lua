@@ -11,10 +11,11 @@
     ARGV[1] store id of the messages
     ARGV[2] the partition the queue belongs to, "i/P" (see partitions.ts; "0/1" on one Redis without
             partitions): the meta hash's field 'partition' must say the same (absent means "0/1")
-    ARGV[3] "<row id> <event id>" of the last message (the highest outbox row id of the call), or ''
-            (then nothing is recorded): the meta hash keeps the highest row id ever pushed and its
-            event id ('pushedId', 'pushedEvent'), so that a store that went back in time (app.db
-            restored from an older backup) is noticed before it pushes again (store-pairing.ts)
+    ARGV[3] the outbox row of the last message (the highest row id of the call) as a JSON array
+            [row id, event id, aggregate key, seq], or '' (then nothing is recorded): the meta hash
+            keeps the highest row ever pushed ('pushedId', 'pushedEvent', 'pushedAggregate',
+            'pushedSeq'), so that a store that went back in time (app.db restored from an older
+            backup) is noticed before it pushes again (store-pairing.ts)
     ARGV[4..] the messages, in order
 
   Output: { status, detail[, pushedAt] }
@@ -35,10 +36,14 @@ if layout ~= ARGV[2] then return { 'layout', layout } end
 local n = #ARGV - 3
 if n < 1 then return redis.error_reply('push-events: no message given') end
 -- Checked before the first write: Redis does not roll a script back.
-local lastIdText, lastEvent
+local last
 if ARGV[3] ~= '' then
-  lastIdText, lastEvent = string.match(ARGV[3], '^([1-9]%d*) (.+)$')
-  if not lastIdText then return redis.error_reply('push-events: ARGV[3] must be "<row id> <event id>" or empty') end
+  local ok, row = pcall(cjson.decode, ARGV[3])
+  if not (ok and type(row) == 'table' and type(row[1]) == 'number' and row[1] >= 1 and row[1] == math.floor(row[1])
+      and type(row[2]) == 'string' and type(row[3]) == 'string' and type(row[4]) == 'number' and row[4] >= 1) then
+    return redis.error_reply('push-events: ARGV[3] must be [row id, event id, aggregate, seq] or empty')
+  end
+  last = row
 end
 local enqueued = redis.call('GET', KEYS[2])
 if enqueued and not tonumber(enqueued) then
@@ -50,8 +55,8 @@ for first = 4, #ARGV, 1000 do
 end
 redis.call('INCRBY', KEYS[2], n)
 -- Only upward: a relay that pushes an older batch again (after a crash, a replay) changes nothing.
-if lastIdText and (not tonumber(meta[3]) or tonumber(lastIdText) > tonumber(meta[3])) then
-  redis.call('HSET', KEYS[3], 'pushedId', lastIdText, 'pushedEvent', lastEvent)
+if last and (not tonumber(meta[3]) or last[1] > tonumber(meta[3])) then
+  redis.call('HSET', KEYS[3], 'pushedId', string.format('%d', last[1]), 'pushedEvent', last[2], 'pushedAggregate', last[3], 'pushedSeq', string.format('%d', last[4]))
 end
 local clock = redis.call('TIME')
 return { 'ok', n, string.format('%d', tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)) }
