@@ -36,5 +36,7 @@ export function percentile(sorted: number[], p: number): number {
  * Redis; a real deployment pairs one with one (see relay/store-pairing.ts).
  */
 export async function serveStore(redis: Redis, db: Db): Promise<void> {
-  await redis.hset(keys.meta, 'store', storeIdOf(db));
+  // The bench moves one Redis between its databases: what another one pushed (the highest row it
+  // recorded) is not this store's history, and its relay would refuse it as a store behind Redis.
+  await redis.multi().hdel(keys.meta, 'pushedId', 'pushedEvent', 'pushedAggregate', 'pushedSeq').hset(keys.meta, 'store', storeIdOf(db)).exec();
 }
