@@ -114,20 +114,10 @@ async function judge(
     onCheckError: (check, message) => console.error(`verify: check "${check}" of ${checkSet!.name} threw: ${message}`),
   });
   const { checks, lost, figures } = ledger;
-  // A store that went back in time (a restored backup): its new events would be skipped as the lost ones' duplicates.
-  const { partitionsAhead } = await import('../../../shared/outbox/relay/store-pairing.js');
-  const ahead = await partitionsAhead(redis, recovery.history);
-  checks.unshift({
-    name: 'the store is not behind Redis',
-    expected: 'yes',
-    actual: ahead.length > 0 ? 'no' : 'yes',
-    status: ahead.length > 0 ? 'FAIL' : 'ok',
-    examples: ahead.length > 0 ? ahead.map(({ index, error }) => (redis.count > 1 ? `partition ${index}: ` : '') + error.message) : undefined,
-  });
   if (consumerDb) checks.push(...(await inboxChecks(consumerDb, redis)));
   console.log(formatChecks(checks).join('\n'));
-  if (argv.repair && ahead.length > 0) {
-    const partitionsAheadOf = await aheadPartitions(redis, ahead.map((a) => a.index));
+  if (argv.repair && figures.ahead.length > 0) {
+    const partitionsAheadOf = await aheadPartitions(redis, figures.ahead);
     if (await guard(argv, await resetPlan(recovery, partitionsAheadOf))) return reset(recovery, redis, partitionsAheadOf);
   } else if (argv.repair && (figures.redisStateLost || lost.length > 0 || figures.prunedBehind.length > 0)) {
     if (await guard(argv, await repairPlan(recovery, ledger, await lostPartitions(redis)))) return repair(recovery, redis, ledger);

@@ -4,7 +4,6 @@ import type { Partitions } from '../../outbox/redis/partitions.js';
 import { REPLAY_LOCK } from '../../outbox/postgres/locks.js';
 import { fromPgRow, type PgOutboxRow } from '../../outbox/postgres/pg-rows.js';
 import { createPgRelay } from '../../outbox/postgres/pg-relay.js';
-import { pgHistory } from '../../outbox/postgres/pg-pairing.js';
 import { prunedOf, rangeColumn, type PublishedRows, type RecoveryStore, type ReplayPlan, type ReplayRange, type RowToChange } from './repair.js';
 
 type PgRowToChange = Omit<PgOutboxRow, 'payload'>;
@@ -116,7 +115,6 @@ export function pgRecovery(pool: Pool): RecoveryStore {
     rebuild: (redis, onPairing) => createPgRelay(pool, redis, { onPairing }).relayAll(),
     planReplay: (range, shown) => pgPlanReplay(pool, range, shown),
     replay: (range, throughId) => pgReplay(pool, range, throughId),
-    history: pgHistory(pool),
     prunedEvents: async (inLost) =>
       prunedOf((await pool.query<{ aggregate_id: string; events: string }>('SELECT aggregate_id, events FROM outbox_pruned')).rows.map((row) => ({ aggregate_id: row.aggregate_id, events: Number(row.events) })), inLost),
   };

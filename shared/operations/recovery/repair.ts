@@ -3,7 +3,7 @@ import type { Db } from '../../outbox/store/open-database.js';
 import { bumpReplayGeneration } from '../../outbox/store/store-meta.js';
 import { InvalidInputError } from '../../outbox/errors/invalid-input-error.js';
 import { createRelay } from '../../outbox/relay/relay.js';
-import { describePairing, sqliteHistory, type Pairing, type StoreHistory } from '../../outbox/relay/store-pairing.js';
+import { describePairing, type Pairing } from '../../outbox/relay/store-pairing.js';
 import type { StoreSource } from '../status.js';
 import type { Partitions } from '../../outbox/redis/partitions.js';
 
@@ -136,8 +136,6 @@ export interface RecoveryStore {
   rebuild(redis: Redis | Partitions, onPairing: (pairing: Exclude<Pairing, { kind: 'paired' }>) => void): Promise<{ events: number }>;
   planReplay(range: ReplayRange, shown: number): Promise<ReplayPlan>;
   replay(range: ReplayRange, throughId: number): Promise<number>;
-  /** Its rows by id and what prune deleted: whether it is behind a Redis that serves it (see `partitionsAhead`). */
-  history: StoreHistory;
   /** Events pruned from the store, of the aggregates `inLost` accepts (all when undefined): what a rebuild cannot bring back. */
   prunedEvents(inLost?: (aggregate: string) => boolean): Promise<{ events: number; aggregates: number }>;
 }
@@ -170,7 +168,6 @@ export function sqliteRecovery(db: Db): RecoveryStore {
     rebuild: (redis, onPairing) => createRelay(db, redis, { onPairing }).relayAll(),
     planReplay: async (range, shown) => planReplay(db, range, shown),
     replay: async (range, throughId) => replay(db, range, throughId),
-    history: sqliteHistory(db),
     prunedEvents: async (inLost) => prunedOf(db.prepare<[], { aggregate_id: string; events: number }>('SELECT aggregate_id, events FROM outbox_pruned').all(), inLost),
   };
 }

@@ -8,6 +8,7 @@ import { processingLists } from '../../outbox/redis/processing-lists.js';
 import { readEnvelope } from '../../outbox/redis/envelope.js';
 import { readList } from '../../outbox/redis/read-list.js';
 import { byPartition, partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
+import { sqliteHistory, type StoreHistory } from '../../outbox/relay/store-pairing.js';
 
 const CHUNK = 1000;
 
@@ -204,6 +205,8 @@ export interface VerifyReads {
   prunedAggregates(limit: number): Promise<string[]>;
   /** The store, and what a check set gets as `producer`. */
   producer: VerifyProducer;
+  /** Its rows by id and what prune deleted: whether it is behind a Redis that serves it (see `partitionsAhead`). */
+  history: StoreHistory;
 }
 
 /** The reads of app.db. */
@@ -230,6 +233,7 @@ export function sqliteVerifyReads(db: Db): VerifyReads {
         .all()
         .map((p) => `${p.aggregate_id} seq 1-${p.through_seq}`),
     producer: { store: 'sqlite', producer: db },
+    history: sqliteHistory(db),
   };
 }
 

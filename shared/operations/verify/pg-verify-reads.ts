@@ -2,6 +2,7 @@ import type { Pool } from 'pg';
 import type { VerifyCheckSet } from '../../outbox/verify/verify-checks.js';
 import { pgHasPublished, pgStoreIdOf } from '../../outbox/postgres/pg-store-meta.js';
 import { fromPgRow, type PgOutboxRow } from '../../outbox/postgres/pg-rows.js';
+import { pgHistory } from '../../outbox/postgres/pg-pairing.js';
 import { newerEvent, producerRead, type ObservedEvent, type ProducerRead, type ProducerSnapshot, type VerifyReads } from './observe.js';
 
 
@@ -73,5 +74,6 @@ export function pgVerifyReads(pool: Pool): VerifyReads {
         (p) => `${p.aggregate_id} seq 1-${p.through_seq}`,
       ),
     producer: { store: 'postgres', producer: pool },
+    history: pgHistory(pool),
   };
 }

@@ -9,6 +9,7 @@ import { formatDuration } from '../../outbox/duration.js';
 import { applyOrderOf, observe, stillInFlight, verifyReadsOf, whereIs, type Observation, type VerifyReads } from './observe.js';
 import { runCheckSet } from './run-check-set.js';
 import { partitionOf, partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
+import { partitionsAhead } from '../../outbox/relay/store-pairing.js';
 
 export type { InvariantCheck } from '../../outbox/verify/verify-checks.js';
 
@@ -101,6 +102,8 @@ export interface Ledger {
     redisStateLost: boolean;
     /** Events pruned from SQLite before Redis lost its state: their effects cannot be rebuilt. */
     unrecoverable: number;
+    /** The partitions the store is behind (restored from an older backup under them): `--repair` clears and rebuilds them. */
+    ahead: number[];
     /**
      * Aggregates whose applied seq is behind their pruned seq in a partition that kept its state
      * (Redis restored from an older copy after a prune): those events' effects are gone, and the
@@ -235,6 +238,8 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
   const unserved = o.partitionStates.flatMap((p, index) => (p.meta.store === undefined ? [index] : []));
   const redisStateLost = unserved.length > 0 && (await db.hasPublished());
   const unrecoverable = o.partitionStates.reduce((n, p) => n + Number(p.meta.unrecoverable ?? 0), 0);
+  // A store that went back in time (a restored backup): its new events would be skipped as the lost ones' duplicates.
+  const ahead = await partitionsAhead(partitionsOf(redis), db.history);
   // Pruned seqs an aggregate's applied seq no longer reaches while its partition kept its meta hash
   // (Redis restored from an older copy after a prune): their effects are gone, and nothing rebuilds them.
   const servedPartition = (aggregate: string) => o.partitionStates[partitionOf(aggregate, o.partitionCount)].meta.store !== undefined;
@@ -256,6 +261,13 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
   const processedUnique = o.processedCount - newerApplied.length;
 
   const checks: InvariantCheck[] = [
+    {
+      name: 'the store is not behind Redis',
+      expected: 'yes',
+      actual: ahead.length > 0 ? 'no' : 'yes',
+      status: ahead.length > 0 ? 'FAIL' : 'ok',
+      examples: ahead.length > 0 ? ahead.map(({ index, error }) => (o.partitionCount > 1 ? `partition ${index}: ` : '') + error.message) : undefined,
+    },
     {
       name: 'Redis serves this store',
       expected: 'yes',
@@ -332,6 +344,7 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
       inFlight: o.flight.queued + o.flight.processing,
       redisStateLost,
       unrecoverable,
+      ahead: ahead.map((a) => a.index),
       prunedBehind,
     },
   };
