@@ -160,7 +160,7 @@ export type PushResult =
   /** The partition was claimed as another "i/P" than `layout`: the relay is configured for another number of partitions. */
   | { status: 'layout'; servedLayout: string };
 
-/** The outbox row of a push's last message: the meta hash keeps the highest one ever pushed (see `storeBehind`). */
+/** The outbox row of a push's last message: the meta hash keeps the highest one ever pushed (see `assertNotBehind`, relay/store-pairing.ts). */
 export interface PushedRow {
   id: number;
   eventId: string;
