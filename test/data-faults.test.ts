@@ -6,6 +6,7 @@ import Database from 'better-sqlite3';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
+import { freePort } from '../shared/tooling/local/redis-server.js';
 import { RELAY_QUEUE } from '../shared/outbox/relay/relay-worker.js';
 import { startApp, stopApp } from './helpers/apps.js';
 import { runCli, startCli } from './helpers/cli.js';
@@ -102,6 +103,24 @@ describe('store identity', () => {
     assert.equal(refused.stderr.trim().split('\n').length, 1);
     assert.match(refused.stderr, /app\.db is behind Redis at \S+: Redis was pushed outbox row 5 as event \S+, and \S+ now holds \S+ there .*outbox verify --repair/);
     assert.equal(await snapshotStores(h.env.dir, h.env.redisUrl), before, 'the refused relay changed a store');
+    // status shows it (it refuses nothing: it is where an operator looks first).
+    const status = await h.cli('status');
+    assert.match(status.stdout, /^store +\S+: WARN the store is behind Redis: Redis was pushed outbox row 5 as event \S+, and app\.db now holds \S+ there .*outbox verify --repair/m);
+    const json = JSON.parse((await h.cli('status', '--json')).stdout) as { store: { redis: string; behind: { rowId: number } } };
+    assert.equal(json.store.redis, 'behind');
+    assert.equal(json.store.behind.rowId, 5);
+    // So does the dashboard (its /api/state, which the page draws).
+    const port = await freePort();
+    const dashboard = startApp(h.env, 'dist/apps/dashboard/main.js', [], { OUTBOX_DASHBOARD_PORT: String(port), PM2_HOME: join(h.env.dir, 'pm2') });
+    try {
+      const state = await waitFor(async () => {
+        const body = await fetch(`http://127.0.0.1:${port}/api/state`, { signal: AbortSignal.timeout(5000) }).then((r) => (r.ok ? (r.json() as Promise<{ store: { redis: string } | null }>) : undefined)).catch(() => undefined);
+        return body?.store ? body : undefined;
+      }, { timeoutMs: 20_000, message: 'the dashboard never answered /api/state with a store state' });
+      assert.equal(state?.store?.redis, 'behind', dashboard.output());
+    } finally {
+      await stopApp(dashboard);
+    }
 
     const repaired = await h.cli('verify', '--repair', '--yes', '--settle', '0s');
     assert.match(repaired.stdout, /^repair: deleted \d+ Redis key\(s\) of this project$/m);
@@ -110,6 +129,7 @@ describe('store identity', () => {
     assert.match((await h.cli('consume')).stdout, /applied 5, duplicates skipped 0, parked 0/);
     assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
+    assert.match((await h.cli('status')).stdout, /^store +\S+: Redis serves it;/m);
   });
 
   it('--repair of an app.db behind Redis says first that the effects of the events pruned before its backup go too', async () => {

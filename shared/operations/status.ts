@@ -4,6 +4,8 @@ import { readHeartbeats, type ConsumerHeartbeat } from '../outbox/consumer/heart
 import { healthTargetsOf, probeHealth, type AppHealth } from '../runtime/health/app-health.js';
 import type { Db } from '../outbox/store/open-database.js';
 import { hasPublished, storeIdOf } from '../outbox/store/store-meta.js';
+import { lostPushedRow, sqliteHistory, type StoreHistory } from '../outbox/relay/store-pairing.js';
+import { pgHistory } from '../outbox/postgres/pg-pairing.js';
 import type { Queryable } from '../outbox/postgres/pg-schema.js';
 import { pgHasPublished, pgStoreIdOf } from '../outbox/postgres/pg-store-meta.js';
 import { parseMessage } from '../outbox/store/parse-message.js';
@@ -22,10 +24,15 @@ export interface StoreStatus {
   id: string;
   /** The Redis namespace ('' = none). */
   namespace: string;
-  /** What Redis says of it: serves it, serves no store yet, lost its state, or serves another store. */
-  redis: 'serves' | 'unclaimed' | 'lost' | 'foreign';
+  /**
+   * What Redis says of it: serves it, serves no store yet, lost its state, serves it but was pushed
+   * a row the store lost (the store is behind it: restored from an older backup), or serves another store.
+   */
+  redis: 'serves' | 'unclaimed' | 'lost' | 'behind' | 'foreign';
   /** The store Redis serves, when it serves one. */
   servedStore: string | null;
+  /** When the store is behind Redis: the outbox row Redis was pushed last, its event, and the event the store holds there now (null: none). */
+  behind: { rowId: number; pushedEvent: string; storeEvent: string | null } | null;
   /** Times the relay rebuilt Redis from the store, and the last time (ms since epoch), from its outbox_meta. */
   rebuilds: number;
   lastRebuildAt: number | null;
@@ -148,12 +155,14 @@ function settingsWarnings(settings: RedisSettings): string[] {
 export async function storeStatusOf(reads: StatusStoreReads, meta: Record<string, string>, namespace: string): Promise<StoreStatus> {
   const storeId = await reads.storeId();
   const lastRebuildAt = await reads.meta('redis_rebuilt_at');
+  const behind = meta.store === storeId ? await lostPushedRow(meta, reads.history) : null;
   return {
     source: reads.source,
     id: storeId,
     namespace,
-    redis: meta.store === undefined ? ((await reads.hasPublished()) ? 'lost' : 'unclaimed') : meta.store === storeId ? 'serves' : 'foreign',
+    redis: meta.store === undefined ? ((await reads.hasPublished()) ? 'lost' : 'unclaimed') : meta.store !== storeId ? 'foreign' : behind !== null ? 'behind' : 'serves',
     servedStore: meta.store ?? null,
+    behind,
     rebuilds: Number((await reads.meta('redis_rebuilds')) ?? 0),
     lastRebuildAt: lastRebuildAt === undefined ? null : Number(lastRebuildAt),
     unrecoverable: Number(meta.unrecoverable ?? 0),
@@ -177,6 +186,8 @@ export interface StatusStoreReads {
   /** A value of outbox_meta. */
   meta(key: string): Promise<string | undefined>;
   hasPublished(): Promise<boolean>;
+  /** Its rows by id and what prune deleted, to tell whether it is behind Redis. */
+  history: StoreHistory;
 }
 
 /** The reads of app.db. */
@@ -188,6 +199,7 @@ export function sqliteStatusReads(db: Db): StatusStoreReads {
     storeId: async () => storeIdOf(db),
     meta: async (key) => db.prepare('SELECT value FROM outbox_meta WHERE key = ?').pluck().get(key) as string | undefined,
     hasPublished: async () => hasPublished(db),
+    history: sqliteHistory(db),
   };
 }
 
@@ -206,6 +218,7 @@ export function pgStatusReads(pool: Queryable, dir: string): StatusStoreReads {
       return rows[0]?.value;
     },
     hasPublished: () => pgHasPublished(pool),
+    history: pgHistory(pool),
   };
 }
 
@@ -237,7 +250,13 @@ async function readPartition(redis: Redis) {
 }
 
 /** How bad a partition's store state is: the whole store is shown as its worst partition's. */
-const SEVERITY: Record<StoreStatus['redis'], number> = { serves: 0, unclaimed: 1, lost: 2, foreign: 3 };
+const SEVERITY: Record<StoreStatus['redis'], number> = { serves: 0, unclaimed: 1, lost: 2, behind: 3, foreign: 4 };
+
+/** The partitions' store states as one: the worst partition's, with the pruned events lost in all of them. */
+export function worstStore(stores: StoreStatus[]): StoreStatus {
+  const worst = stores.reduce((a, b) => (SEVERITY[b.redis] > SEVERITY[a.redis] ? b : a));
+  return { ...worst, unrecoverable: stores.reduce((n, s) => n + s.unrecoverable, 0) };
+}
 
 /** Each consumer's heartbeats over the partitions (one per partition it consumed): the newest, its applied and queued summed. */
 export function mergeHeartbeats(each: ConsumerHeartbeat[][]): ConsumerHeartbeat[] {
@@ -275,8 +294,7 @@ export async function collectStatus(source: Db | StatusStoreReads, queues: Redis
   const [lastRun, settings] = await Promise.all([redis.hgetall(keys.relayLastRun), readRedisSettings(mastersOf(redis)[0])]);
   const readAt = now ?? Date.now();
   const stores = await Promise.all(each.map((p) => storeStatusOf(reads, p.meta, namespace)));
-  const worst = stores.reduce((a, b) => (SEVERITY[b.redis] > SEVERITY[a.redis] ? b : a));
-  const store = { ...worst, unrecoverable: stores.reduce((n, s) => n + s.unrecoverable, 0) };
+  const store = worstStore(stores);
   const total = (pick: (p: (typeof each)[number]) => number) => each.reduce((n, p) => n + pick(p), 0);
   const processing: Record<string, number> = {};
   for (const p of each) for (const [list, n] of Object.entries(p.processing)) processing[list] = (processing[list] ?? 0) + n;
@@ -330,11 +348,13 @@ function age(ms: number | null): string {
 
 function formatStore(store: StoreStatus, now: number): string {
   const namespace = store.namespace === '' ? '' : ` in namespace ${store.namespace}`;
+  const database = store.source === 'SQLite' ? 'app.db' : 'the PostgreSQL store';
   const served = {
     serves: 'Redis serves it',
     unclaimed: 'Redis serves no store yet (the first relay pass claims it)',
     lost: `WARN Redis lost its state (no outbox:meta): the relay rebuilds it from ${store.source} on its next pass`,
-    foreign: `WARN Redis serves another store, ${store.servedStore}: ${store.source === 'SQLite' ? 'app.db' : 'the PostgreSQL store'} was recreated, or this is another deployment's Redis`,
+    behind: `WARN the store is behind Redis: Redis was pushed outbox row ${store.behind?.rowId} as event ${store.behind?.pushedEvent}, and ${database} ${store.behind?.storeEvent ? `now holds ${store.behind.storeEvent} there` : 'no longer holds it'} (restored from an older backup?): the relay pushes nothing; stop the apps and run "outbox verify --repair"`,
+    foreign: `WARN Redis serves another store, ${store.servedStore}: ${database} was recreated, or this is another deployment's Redis`,
   }[store.redis];
   const rebuilt =
     store.rebuilds > 0
@@ -374,7 +394,7 @@ function formatHeartbeat(c: ConsumerHeartbeat, now: number): string {
 }
 
 function formatPartition(p: PartitionStatus): string {
-  const state = { serves: '', unclaimed: ', serves no store yet', lost: ', WARN lost its state', foreign: ', WARN serves another store' }[p.redis];
+  const state = { serves: '', unclaimed: ', serves no store yet', lost: ', WARN lost its state', behind: ', WARN the store is behind it', foreign: ', WARN serves another store' }[p.redis];
   const lease = p.lease === null ? 'no consumer holds its lease' : `lease held by ${p.lease.owner} (${age(p.lease.ttlMs)} left)`;
   return `${String(p.index).padEnd(3)} queued ${p.queued}, in flight ${p.inFlight}, applied ${p.processed}, parked ${p.parked}, dead-lettered ${p.deadLettered}${state}; ${lease}`;
 }

@@ -93,6 +93,7 @@ function renderStore(s: DashboardState): void {
     serves: ['Redis serves it', 'ok'],
     unclaimed: ['Redis serves no store yet', 'warn'],
     lost: ['Redis lost its state: the relay rebuilds it', 'bad'],
+    behind: ['the store is behind Redis (restored from an older backup?): the relay pushes nothing; stop the apps and run outbox verify --repair', 'bad'],
     foreign: [`Redis serves another store, ${s.store.servedStore}`, 'bad'],
   }[s.store.redis] as [string, 'ok' | 'warn' | 'bad'];
   setText('store', `store ${s.store.id} · ${namespace} · ${redis[0]}`, redis[1]);

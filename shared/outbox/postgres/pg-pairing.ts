@@ -7,6 +7,7 @@ import { describeRedis } from '../redis/describe.js';
 import { partitionsOf, type Partitions } from '../redis/partitions.js';
 import { assertNotBehind, pairPartitions, servedStores, type Pairing, type PairingStore, type StoreHistory } from '../relay/store-pairing.js';
 import { PAIRING_LOCK, REPLAY_LOCK } from './locks.js';
+import type { Queryable } from './pg-schema.js';
 import { pgHasPublished, pgStoreIdOf, pgStoreName } from './pg-store-meta.js';
 
 /** Throws when Redis (any partition) serves a store other than the database's; resolves the store it serves (null: none, in some partition). */
@@ -65,7 +66,7 @@ function pgPairingStore(client: PoolClient, storeId: string, database: string): 
 }
 
 /** The database's history (see `assertNotBehind`): its rows by id, and what prune deleted. */
-export function pgHistory(db: Pool | PoolClient): StoreHistory {
+export function pgHistory(db: Queryable): StoreHistory {
   return {
     eventOfRow: async (id) => (await db.query<{ event_id: string }>('SELECT event_id FROM outbox WHERE id = $1', [id])).rows[0]?.event_id ?? null,
     prunedThrough: async (aggregate) =>

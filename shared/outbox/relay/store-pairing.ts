@@ -81,15 +81,29 @@ export async function assertNotBehind(partitions: Partitions, history: StoreHist
 export async function partitionsAhead(partitions: Partitions, history: StoreHistory): Promise<{ index: number; error: Error }[]> {
   const pushed = await Promise.all(partitions.clients.map((redis) => redis.hmget(keys.meta, 'pushedId', 'pushedEvent', 'pushedAggregate', 'pushedSeq')));
   const ahead: { index: number; error: Error }[] = [];
-  for (const [index, [id, event, aggregate, seq]] of pushed.entries()) {
-    if (id === null || event === null || aggregate === null || seq === null) continue;
-    const rowId = Number(id);
-    const storeEvent = await history.eventOfRow(rowId);
-    if (storeEvent === event) continue;
-    if (storeEvent === null && (await history.prunedThrough(aggregate)) >= Number(seq)) continue;
-    ahead.push({ index, error: await history.behind(partitions.clients[index], rowId, event, storeEvent) });
+  for (const [index, [pushedId, pushedEvent, pushedAggregate, pushedSeq]] of pushed.entries()) {
+    const lost = await lostPushedRow({ pushedId, pushedEvent, pushedAggregate, pushedSeq }, history);
+    if (lost !== null) ahead.push({ index, error: await history.behind(partitions.clients[index], lost.rowId, lost.pushedEvent, lost.storeEvent) });
   }
   return ahead;
+}
+
+/** The last row pushed to a partition, as its meta hash records it (a field is null or absent when none was). */
+export type PushedFields = Partial<Record<'pushedId' | 'pushedEvent' | 'pushedAggregate' | 'pushedSeq', string | null>>;
+
+/**
+ * The row pushed last to a partition (`meta`: its meta hash, or those fields of it) when the store
+ * lost it (see `assertNotBehind`): the event Redis was pushed at that id, and the one the store holds
+ * there now (null: none); null when the store still holds it, or recorded its prune.
+ */
+export async function lostPushedRow(meta: PushedFields, history: StoreHistory): Promise<{ rowId: number; pushedEvent: string; storeEvent: string | null } | null> {
+  const { pushedId, pushedEvent, pushedAggregate, pushedSeq } = meta;
+  if (pushedId == null || pushedEvent == null || pushedAggregate == null || pushedSeq == null) return null;
+  const rowId = Number(pushedId);
+  const storeEvent = await history.eventOfRow(rowId);
+  if (storeEvent === pushedEvent) return null;
+  if (storeEvent === null && (await history.prunedThrough(pushedAggregate)) >= Number(pushedSeq)) return null;
+  return { rowId, pushedEvent, storeEvent };
 }
 
 /** app.db's history: its rows by id, and what prune deleted. */

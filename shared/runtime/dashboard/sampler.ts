@@ -3,7 +3,7 @@ import type { ConsumerHeartbeat } from '../../outbox/consumer/heartbeats.js';
 import type { Logger } from '../../outbox/logger.js';
 import { checkPartitionLayout } from '../../outbox/redis/partition-layout.js';
 import type { Partitions } from '../../outbox/redis/partitions.js';
-import { storeStatusOf, type StatusStoreReads, type StoreStatus } from '../../operations/status.js';
+import { storeStatusOf, worstStore, type StatusStoreReads, type StoreStatus } from '../../operations/status.js';
 import type { DashboardStore } from './dashboard-store.js';
 import { healthTargetsOf, probeHealth, type AppHealth } from '../health/app-health.js';
 import { heldRows, type HeldRow } from './held-actions.js';
@@ -65,14 +65,9 @@ async function attempt<T>(read: () => Promise<T>, problem: (error: unknown) => s
   }
 }
 
-/** How bad a partition's store state is: the store is shown as its worst partition's (as `outbox status` does). */
-const SEVERITY: Record<StoreStatus['redis'], number> = { serves: 0, unclaimed: 1, lost: 2, foreign: 3 };
-
-/** What the store says of itself and what each partition's meta says of it, as the worst partition's. */
+/** What the store says of itself and what each partition's meta says of it, as the worst partition's (as `outbox status` does). */
 async function storeStatus(reads: StatusStoreReads, metas: Record<string, string>[], namespace: string): Promise<StoreStatus> {
-  const stores = await Promise.all(metas.map((meta) => storeStatusOf(reads, meta, namespace)));
-  const worst = stores.reduce((a, b) => (SEVERITY[b.redis] > SEVERITY[a.redis] ? b : a));
-  return { ...worst, unrecoverable: stores.reduce((n, s) => n + s.unrecoverable, 0) };
+  return worstStore(await Promise.all(metas.map((meta) => storeStatusOf(reads, meta, namespace))));
 }
 
 /** Redis's partition layout against the configured number, as a problem line (a dashboard shows what it can all the same). */
