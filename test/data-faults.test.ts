@@ -103,6 +103,14 @@ describe('store identity', () => {
     assert.equal(refused.stderr.trim().split('\n').length, 1);
     assert.match(refused.stderr, /app\.db is behind Redis at \S+: Redis was pushed outbox row 5 as event \S+, and \S+ now holds \S+ there .*outbox verify --repair/);
     assert.equal(await snapshotStores(h.env.dir, h.env.redisUrl), before, 'the refused relay changed a store');
+    // Nor does prune delete a row (a dry run included): the repair rebuilds Redis from the store's rows.
+    for (const args of [['--dry-run'], []]) {
+      const pruned = await runCli(['prune', '--older-than', '0s', ...args], h.env);
+      assert.equal(pruned.code, 5, pruned.stdout + pruned.stderr);
+      assert.equal(pruned.stderr.trim().split('\n').length, 1);
+      assert.match(pruned.stderr, /app\.db is behind Redis at \S+: Redis was pushed outbox row 5/);
+    }
+    assert.equal(await snapshotStores(h.env.dir, h.env.redisUrl), before, 'the refused prune changed a store');
     // status shows it (it refuses nothing: it is where an operator looks first).
     const status = await h.cli('status');
     assert.match(status.stdout, /^store +\S+: WARN the store is behind Redis: Redis was pushed outbox row 5 as event \S+, and app\.db now holds \S+ there .*outbox verify --repair/m);

@@ -1,10 +1,13 @@
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeEach, describe, it } from 'node:test';
 import { useHarness } from './helpers/harness.js';
 import { pgCommands, usePostgres } from './helpers/postgres.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
+import { createPgOutbox } from '../shared/outbox/index.js';
+import { orderEvents } from '../shared/lab/orders/order-events.js';
 
 // The CLI on the PostgreSQL store: --database / OUTBOX_DATABASE_URL, this file's own database.
 const db = usePostgres();
@@ -184,6 +187,55 @@ describe('outbox verify on PostgreSQL', () => {
     assert.match((await ok('status')).stdout, /^store +[0-9a-f]{16}: Redis serves it; rebuilt from PostgreSQL 1 time\(s\), last /m);
     assert.match((await ok('verify')).stdout, /^VERIFY OK$/m);
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-1': '4' });
+  });
+
+  it('a dump cut while an earlier row\'s transaction was open, restored: the new event at the lost seq passes the relay\'s check and is skipped by the consumer, verify names it as the store behind Redis, --repair rebuilds Redis and the inventory is the live orders\'', async () => {
+    await ok('init');
+    await ok('place-order', '--sku', 'SKU-A', '--qty', '2');
+    await ok('relay');
+    await ok('consume');
+    const pool = db.pool(2);
+    const outbox = await createPgOutbox(pool, { events: orderEvents });
+    const dump = join(h.env.dir, 'store.dump');
+    // Order 1's change takes outbox row 2 (order:1 seq 2) and commits after row 3 was pushed and
+    // applied: the dump, taken meanwhile, holds rows 1 and 3 and order 1 at qty 2.
+    const late = await pool.connect();
+    try {
+      await late.query('BEGIN');
+      await late.query('UPDATE orders SET qty = 5 WHERE id = 1');
+      await outbox.append(late, { aggregateType: 'order', aggregateId: 1, type: 'OrderQtyChanged', payload: { orderId: 1, sku: 'SKU-A', qty: 5, previousQty: 2 } });
+      await ok('place-order', '--sku', 'SKU-B', '--qty', '1');
+      await ok('relay');
+      await ok('consume');
+      execFileSync('pg_dump', ['--format=custom', `--file=${dump}`, `--dbname=${db.url}`]);
+      await late.query('COMMIT');
+    } finally {
+      late.release();
+    }
+    await ok('relay');
+    assert.match((await ok('consume')).stdout, /applied 1,/);
+    assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-A': '5', 'SKU-B': '1' });
+    execFileSync('pg_restore', ['--clean', '--if-exists', `--dbname=${db.url}`, dump]);
+    assert.deepEqual(await rows('SELECT id::int, aggregate_id, seq::int FROM outbox ORDER BY id'), [
+      { id: 1, aggregate_id: 'order:1', seq: 1 },
+      { id: 3, aggregate_id: 'order:2', seq: 1 },
+    ]);
+
+    // order:1 seq 2 again, another event: the last row pushed (3) is still there, so the relay pushes it.
+    await ok('change-qty', '--id', '1', '--qty', '7');
+    await ok('relay');
+    assert.match((await ok('consume')).stdout, /applied 0, duplicates skipped 1,/);
+    const found = await pgCli(['verify', '--settle', '0s']);
+    assert.equal(found.code, 1, found.stdout + found.stderr);
+    assert.doesNotMatch(found.stdout, /^in flight at the snapshot/m, 'an event the consumer will skip is not waited for');
+    assert.match(found.stdout, /^events lost \(never applied, not in Redis\) +0 +0 +ok$/m);
+    assert.match(found.stdout, /^the store is not behind Redis +yes +no +FAIL\n  e\.g\. order:1 seq 2: Redis applied another event at that seq, which the store no longer holds, so \S+ would be skipped as its duplicate .*outbox verify --repair/m);
+    const repaired = await pgCli(['verify', '--repair', '--yes', '--settle', '0s']);
+    assert.match(repaired.stdout, /^repair: deleted \d+ Redis key\(s\) of this project$/m);
+    assert.match(repaired.stdout, /^repair: Redis lost its state: rebuilding it from PostgreSQL, 3 published event\(s\) set back to PENDING to be applied again$/m);
+    assert.match((await ok('consume')).stdout, /applied 3, duplicates skipped 0,/);
+    assert.match((await ok('verify')).stdout, /^VERIFY OK$/m);
+    assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-A': '7', 'SKU-B': '1' });
   });
 
   it('--checks runs a check set on PostgreSQL: its snapshot.postgres reads in verify\'s REPEATABLE READ snapshot, its checks get store "postgres" and the pool; a FAIL row is exit 1; a set that reads only app.db is refused (exit 2)', async () => {

@@ -26,6 +26,7 @@ export { InvalidEventError } from './errors/invalid-event-error.js';
 export { StoreUnavailableError } from './errors/store-unavailable-error.js';
 export { StoreBehindError } from './errors/store-behind-error.js';
 export { StoreMismatchError } from './errors/store-mismatch-error.js';
+export { StoreRefusedError } from './errors/store-refused-error.js';
 export { ConfigError } from './errors/config-error.js';
 export { createConsumer, checkConsumerOptions, type CreateConsumerOptions, type OutboxConsumer, type StartOptions } from './consumer/create-consumer.js';
 export type { ConsumeStats } from './consumer/consumer.js';

@@ -1,5 +1,6 @@
 import type { Pool } from 'pg';
 import type { Candidate, PruneRows } from './prune.js';
+import { pgHistory } from '../../outbox/postgres/pg-pairing.js';
 
 interface PgCandidate {
   id: string;
@@ -48,5 +49,6 @@ export function pgPruneRows(pool: Pool): PruneRows {
           )
         ).rows[0].n,
       ),
+    history: pgHistory(pool),
   };
 }

@@ -1,6 +1,8 @@
 import type { Redis } from 'ioredis';
 import type { Db } from '../../outbox/store/open-database.js';
 import { keys } from '../../outbox/redis/keys.js';
+import { partitionsOf } from '../../outbox/redis/partitions.js';
+import { assertNotBehind, sqliteHistory, type StoreHistory } from '../../outbox/relay/store-pairing.js';
 
 export interface PruneOptions {
   /** Rows deleted per transaction: small, so a producer never waits long for the write lock. Default 1000. */
@@ -66,6 +68,8 @@ export interface PruneRows {
   deleteRange(after: number, through: number): Promise<number>;
   /** Old PUBLISHED rows from `fromId` up to the first row that stays anyway (PENDING or recent). */
   countWaiting(fromId: number, cutoff: number): Promise<number>;
+  /** Its rows by id and what prune deleted: prune refuses a store behind its Redis (`assertNotBehind`). */
+  history: StoreHistory;
 }
 
 /** The rows of app.db. */
@@ -92,6 +96,7 @@ export function sqlitePruneRows(db: Db): PruneRows {
     // IMMEDIATE: the write lock from the start, so the record and the delete see the same rows.
     deleteRange: async (after, through) => deleteRange.immediate(after, through),
     countWaiting: async (fromId, cutoff) => countWaiting.get({ fromId, cutoff, end: Number.MAX_SAFE_INTEGER })!.n,
+    history: sqliteHistory(db),
   };
 }
 
@@ -106,9 +111,14 @@ export function sqlitePruneRows(db: Db): PruneRows {
  * for verify. Candidates are read and looked up in Redis outside any transaction; only the delete
  * takes the write lock (on app.db; row locks on PostgreSQL). A dry run goes through the same steps
  * and counts instead of deleting. `store` is app.db or `pgPruneRows(pool)`.
+ *
+ * A store behind its Redis (restored from an older backup: `assertNotBehind`) is refused before
+ * anything is read (`StoreBehindError`, exit 5), dry run included: `verify --repair` rebuilds Redis
+ * from the store, and every row pruned before it would be an effect that rebuild cannot bring back.
  */
 export async function prune(store: Db | PruneRows, redis: Redis, olderThanMs: number, options: PruneOptions = {}): Promise<PruneResult> {
   const rows = 'prepare' in store ? sqlitePruneRows(store) : store;
+  await assertNotBehind(partitionsOf(redis), rows.history);
   const batchSize = options.batchSize ?? 1000;
   const now = options.now ?? Date.now();
   const cutoff = now - olderThanMs;

@@ -1,4 +1,4 @@
-import { OutboxError } from './outbox-error.js';
+import { StoreRefusedError } from './store-refused-error.js';
 
 /**
  * The store went back in time under its Redis: Redis was pushed an outbox row the store no longer
@@ -7,7 +7,7 @@ import { OutboxError } from './outbox-error.js';
  * and be skipped as their duplicates, so the relay pushes nothing until Redis is rebuilt from the
  * store (`outbox verify --repair`). Exit code 5.
  */
-export class StoreBehindError extends OutboxError {
+export class StoreBehindError extends StoreRefusedError {
   constructor(
     readonly rowId: number,
     readonly pushedEvent: string,
@@ -18,8 +18,7 @@ export class StoreBehindError extends OutboxError {
     super(
       `${where.database} is behind ${where.redis}: Redis was pushed outbox row ${rowId} as event ${pushedEvent}, and ${where.database} ${now} ` +
         `(restored from an older backup, or rolled back by a power loss?): its new events would be skipped as duplicates of lost ones, so nothing is pushed; ` +
-        `run "outbox verify --repair" to rebuild Redis from it (stop the apps first)`,
-      5,
+        `run "outbox verify --repair" to rebuild Redis from it (stop the apps first)`
     );
   }
 }

@@ -1,7 +1,7 @@
-import { OutboxError } from './outbox-error.js';
+import { StoreRefusedError } from './store-refused-error.js';
 
 /** app.db and Redis belong to different stores (app.db recreated, or another deployment's Redis). Exit code 5. */
-export class StoreMismatchError extends OutboxError {
+export class StoreMismatchError extends StoreRefusedError {
   constructor(
     readonly storeId: string,
     readonly servedStore: string,
@@ -10,8 +10,7 @@ export class StoreMismatchError extends OutboxError {
     super(
       `${where.database} is store ${storeId}, but ${where.redis} serves store ${servedStore} ` +
         `(app.db was recreated, or this is another deployment's Redis): run "outbox init --force" to start both over, ` +
-        `or point --redis / REDIS_URL / --namespace / OUTBOX_NAMESPACE at the Redis of store ${storeId}`,
-      5,
+        `or point --redis / REDIS_URL / --namespace / OUTBOX_NAMESPACE at the Redis of store ${storeId}`
     );
   }
 }

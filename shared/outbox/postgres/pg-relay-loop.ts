@@ -1,8 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Pool } from 'pg';
 import { explainError } from '../errors/explain-error.js';
-import { StoreBehindError } from '../errors/store-behind-error.js';
-import { StoreMismatchError } from '../errors/store-mismatch-error.js';
+import { StoreRefusedError } from '../errors/store-refused-error.js';
 import { incidentLog } from '../incident-log.js';
 import type { Logger } from '../logger.js';
 import { keys } from '../redis/keys.js';
@@ -91,7 +90,7 @@ export function startPgRelayLoop(pool: Pool, queues: Redis | Partitions, log: Lo
       return { outcome };
     } catch (error) {
       const reason = explainError(error)?.message ?? (error instanceof Error ? error.message : String(error));
-      const outcome = error instanceof StoreMismatchError || error instanceof StoreBehindError ? 'store-mismatch' : 'failed';
+      const outcome = error instanceof StoreRefusedError ? 'store-mismatch' : 'failed';
       stats.passEnded(outcome, { events, batches }, reason);
       failures.warn('relay pass failed', { error: reason });
       return { outcome, reason };

@@ -13,8 +13,7 @@ import { createRelay, DEFAULT_RELAY_BATCH_SIZE, type Relay, type RelayOptions } 
 import { writeBlockedCause } from './write-blocked.js';
 import { OutboxError } from '../errors/outbox-error.js';
 import { describePairing } from './store-pairing.js';
-import { StoreBehindError } from '../errors/store-behind-error.js';
-import { StoreMismatchError } from '../errors/store-mismatch-error.js';
+import { StoreRefusedError } from '../errors/store-refused-error.js';
 import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
 import { createRelayStats, startRelayStatsLine, type PassOutcome } from './relay-stats.js';
 
@@ -195,7 +194,7 @@ export async function startRelayWorker(database: DatabaseWatch, queues: Redis | 
           await backOff(cause, stop);
           return { events, batches, outcome: 'write-blocked', reason: cause };
         }
-        if (!(error instanceof StoreMismatchError || error instanceof StoreBehindError)) throw error;
+        if (!(error instanceof StoreRefusedError)) throw error;
         // Said once, not every second; relaying resumes by itself once the pair matches again.
         if (refused !== error.message) log.error(error.message);
         refused = error.message;
