@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, it } from 'node:test';
 import Database from 'better-sqlite3';
 import { openDatabase } from '../shared/outbox/store/open-database.js';
+import { sqliteVerifyReads } from '../shared/operations/verify/observe.js';
 import { createOrderService } from '../shared/lab/orders/order-service.js';
 import { connectRedis } from '../shared/outbox/redis/connect.js';
 import { createRelay } from '../shared/outbox/relay/relay.js';
@@ -238,21 +239,23 @@ describe('database mode: effects in the consumer’s own SQLite, with an inbox',
     assert.equal(crashed.signal, 'SIGKILL');
     const judge = async () => {
       const db = new Database(consumerDb());
+      const store = openDatabase(h.env.dir);
       try {
-        return (await inboxChecks(db, h.client)).map((c) => [c.actual, c.status]);
+        return (await inboxChecks(db, h.client, sqliteVerifyReads(store))).map((c) => [c.actual, c.status]);
       } finally {
         db.close();
+        store.close();
       }
     };
     const committed = query('SELECT event_id FROM outbox_inbox').length;
-    assert.deepEqual(await judge(), [['0', 'ok'], [`${committed} / ${committed - (await h.client.hlen('processed'))}`, 'info']]);
+    assert.deepEqual(await judge(), [['0', 'ok'], ['0', 'ok'], [`${committed} / ${committed - (await h.client.hlen('processed'))}`, 'info']]);
     statsOf(await runConsumer());
-    assert.deepEqual(await judge(), [['0', 'ok'], [`${events} / 0`, 'info']]);
+    assert.deepEqual(await judge(), [['0', 'ok'], ['0', 'ok'], [`${events} / 0`, 'info']]);
 
     const db = new Database(consumerDb());
     db.prepare('DELETE FROM outbox_inbox WHERE rowid = (SELECT MIN(rowid) FROM outbox_inbox)').run();
     db.close();
-    assert.deepEqual(await judge(), [['1', 'FAIL'], [`${events - 1} / 0`, 'info']]);
+    assert.deepEqual(await judge(), [['1', 'FAIL'], ['0', 'ok'], [`${events - 1} / 0`, 'info']]);
   });
 
   it('a claim whose process died is retried once its lease runs out, not before', async () => {

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { copyFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import Database from 'better-sqlite3';
@@ -46,6 +47,12 @@ async function drainInDatabaseMode(): Promise<number> {
     await consumer.close();
     redis.disconnect();
   }
+}
+
+/** Copies a backup over a database file, its WAL and shared-memory files gone first (nothing has it open). */
+function restoreFile(backup: string, file: string): void {
+  for (const suffix of ['-wal', '-shm']) rmSync(`${file}${suffix}`, { force: true });
+  copyFileSync(backup, file);
 }
 
 /** SKU -> quantity the live orders reserve, from app.db. */
@@ -98,6 +105,71 @@ describe('verify in database mode (--consumer-db)', () => {
     assert.equal(verify.code, 1, verify.stdout + verify.stderr);
     assert.match(verify.stdout, /processed events without an inbox row \(effect missing from the consumer database\) +0 +1 +FAIL/);
     assert.ok(verify.stdout.includes(`e.g. ${gone}`), verify.stdout);
+    assert.match(verify.stdout, /^VERIFY FAILED: 1 invariant broken$/m);
+  });
+
+  it('app.db restored from an older backup while the consumer database kept going: the inbox rows of the lost events fail verify, and with the consumer database restored from the same backup time --repair ends VERIFY OK', async () => {
+    await seedLabEvents(6);
+    await drainInDatabaseMode();
+    // Both backups at one quiet moment, as the README asks.
+    for (const [file, copy] of [[join(h.env.dir, 'app.db'), 'app.backup'], [consumerDb(), 'consumer.backup']]) {
+      const live = new Database(file);
+      await live.backup(join(h.env.dir, copy));
+      live.close();
+    }
+    // Events the store's backup does not hold, applied in the consumer database: a change and an order.
+    const db = openDatabase(h.env.dir);
+    const service = createOrderService(db);
+    service.changeQty(2, 9);
+    const lostOrder = service.placeOrder({ sku: 'SKU-9', qty: 5 }).order.id;
+    db.close();
+    await h.cli('relay');
+    assert.equal(await drainInDatabaseMode(), 2);
+    restoreFile(join(h.env.dir, 'app.backup'), join(h.env.dir, 'app.db'));
+
+    const found = await runCli(['verify', '--settle', '0s', '--consumer-db', consumerDb()], h.env);
+    assert.equal(found.code, 1, found.stdout + found.stderr);
+    assert.match(found.stdout, /^the store is not behind Redis +yes +no +FAIL/m);
+    assert.match(found.stdout, /^inbox rows of events the store does not hold \(effects of a lost history\) +0 +2 +FAIL\n  e\.g\. \S+ \(order:2 seq 2\), \S+ \(order:\d+ seq 1\), the consumer database holds effects of events the store no longer holds .*restore it from a backup taken with the store/m);
+    assert.ok(found.stdout.includes(`order:${lostOrder} seq 1`), found.stdout);
+
+    // The consumer database restored from its backup of the same moment, then Redis rebuilt from the store.
+    restoreFile(join(h.env.dir, 'consumer.backup'), consumerDb());
+    const repaired = await runCli(['verify', '--repair', '--yes', '--settle', '0s', '--consumer-db', consumerDb()], h.env);
+    assert.match(repaired.stdout, /^repair: deleted \d+ Redis key\(s\) of this project$/m, repaired.stdout + repaired.stderr);
+    await drainInDatabaseMode();
+    const verify = await runCli(['verify', '--settle', '0s', '--consumer-db', consumerDb()], h.env);
+    assert.equal(verify.code, 0, verify.stdout + verify.stderr);
+    const consumer = new Database(consumerDb(), { readonly: true });
+    try {
+      const reserved = reservedInDatabase(consumer);
+      for (const [sku, qty] of liveReservations()) assert.equal(reserved.get(sku), qty, sku);
+      assert.equal(reserved.get('SKU-9') ?? 0, 0, 'the lost order reserves nothing');
+    } finally {
+      consumer.close();
+    }
+  });
+
+  it('--repair after a restored app.db leaves the consumer database as it was: its effects of the lost events keep verify failing', async () => {
+    await seedLabEvents(4);
+    await drainInDatabaseMode();
+    const live = new Database(join(h.env.dir, 'app.db'));
+    await live.backup(join(h.env.dir, 'app.backup'));
+    live.close();
+    const db = openDatabase(h.env.dir);
+    createOrderService(db).changeQty(2, 9);
+    db.close();
+    await h.cli('relay');
+    assert.equal(await drainInDatabaseMode(), 1);
+    restoreFile(join(h.env.dir, 'app.backup'), join(h.env.dir, 'app.db'));
+    const plan = await runCli(['verify', '--repair', '--dry-run', '--settle', '0s', '--consumer-db', consumerDb()], h.env);
+    assert.match(plan.stdout, /^verify --repair would delete this project's keys in Redis.*; the consumer database \(--consumer-db\) is not changed: restore it first from a backup taken with the store's, or its effects of the lost events stay$/m);
+    await runCli(['verify', '--repair', '--yes', '--settle', '0s', '--consumer-db', consumerDb()], h.env);
+    await drainInDatabaseMode();
+    const verify = await runCli(['verify', '--settle', '0s', '--consumer-db', consumerDb()], h.env);
+    assert.equal(verify.code, 1, verify.stdout + verify.stderr);
+    assert.match(verify.stdout, /^the store is not behind Redis +yes +yes +ok$/m);
+    assert.match(verify.stdout, /^inbox rows of events the store does not hold \(effects of a lost history\) +0 +1 +FAIL\n  e\.g\. \S+ \(order:2 seq 2\)/m);
     assert.match(verify.stdout, /^VERIFY FAILED: 1 invariant broken$/m);
   });
 

@@ -3,6 +3,7 @@ import { existsSync } from 'node:fs';
 import type { Partitions } from '../../../shared/outbox/redis/partitions.js';
 import { formatDuration, parseDuration } from '../../../shared/outbox/duration.js';
 import { formatChecks, verifyStores, type Ledger } from '../../../shared/operations/verify/verify.js';
+import { verifyReadsOf } from '../../../shared/operations/verify/observe.js';
 import type { Db } from '../../../shared/outbox/store/open-database.js';
 import { StoreUnavailableError } from '../../../shared/outbox/errors/store-unavailable-error.js';
 import { inboxChecks } from '../../../shared/operations/verify/inbox-checks.js';
@@ -114,11 +115,11 @@ async function judge(
     onCheckError: (check, message) => console.error(`verify: check "${check}" of ${checkSet!.name} threw: ${message}`),
   });
   const { checks, lost, figures } = ledger;
-  if (consumerDb) checks.push(...(await inboxChecks(consumerDb, redis)));
+  if (consumerDb) checks.push(...(await inboxChecks(consumerDb, redis, verifyReadsOf(store))));
   console.log(formatChecks(checks).join('\n'));
   if (argv.repair && figures.ahead.length > 0) {
     const partitionsAheadOf = await aheadPartitions(redis, figures.ahead);
-    if (await guard(argv, await resetPlan(recovery, partitionsAheadOf))) return reset(recovery, redis, partitionsAheadOf);
+    if (await guard(argv, await resetPlan(recovery, partitionsAheadOf, consumerDb !== undefined))) return reset(recovery, redis, partitionsAheadOf);
   } else if (argv.repair && (figures.redisStateLost || lost.length > 0 || figures.prunedBehind.length > 0)) {
     if (await guard(argv, await repairPlan(recovery, ledger, await lostPartitions(redis)))) return repair(recovery, redis, ledger);
   } else if (argv.repair) {
@@ -213,7 +214,7 @@ async function aheadPartitions(partitions: Partitions, indexes: number[]): Promi
 }
 
 /** What `--repair` does to a Redis the store is behind: clear it, then rebuild it as one that lost its state. */
-async function resetPlan(recovery: RecoveryStore, ahead: AheadPartitions): Promise<Plan> {
+async function resetPlan(recovery: RecoveryStore, ahead: AheadPartitions, databaseMode: boolean): Promise<Plan> {
   const { count, firstId, lastId, firstRows } = await recovery.publishedRows(SHOWN, ahead.inLost);
   const pruned = await recovery.prunedEvents(ahead.inLost);
   const prunedLoss =
@@ -225,7 +226,8 @@ async function resetPlan(recovery: RecoveryStore, ahead: AheadPartitions): Promi
     change:
       `delete this project's keys in Redis${ahead.which}, whose state follows events ${recovery.source} no longer holds (queue, processing lists, dead letters, ` +
       `consumer state and the effects it recorded), and rebuild it from ${recovery.source}: set ${count} PUBLISHED row(s) (${idRange(firstId, lastId)}) back to PENDING ` +
-      `and relay every PENDING row${prunedLoss}`,
+      `and relay every PENDING row${prunedLoss}` +
+      (databaseMode ? '; the consumer database (--consumer-db) is not changed: restore it first from a backup taken with the store\'s, or its effects of the lost events stay' : ''),
     size: count,
     shown: withMore(firstRows.map(rowLine), count),
   };

@@ -3,6 +3,7 @@ import { keys } from '../../outbox/redis/keys.js';
 import { partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
 import type { Db } from '../../outbox/store/open-database.js';
 import type { InvariantCheck } from '../../outbox/verify/verify-checks.js';
+import type { VerifyReads } from './observe.js';
 
 const EXAMPLES = 5;
 
@@ -18,19 +19,51 @@ async function hashFields(redis: Redis, key: string): Promise<Set<string>> {
   return fields;
 }
 
+/** Event ids asked of the store per query. */
+const HELD_CHUNK = 1000;
+
+/** What the inbox checks ask of the outbox store (verify's reads of app.db or PostgreSQL). */
+export type InboxStoreReads = Pick<VerifyReads, 'heldOf' | 'history'>;
+
+interface InboxRow {
+  event_id: string;
+  aggregate_id: string;
+  seq: number;
+}
+
 /**
- * Database mode's invariant, between Redis and the consumer's own database: every event Redis
- * records as processed has exactly one inbox row (its primary key makes it at most one), so its
- * effect is in the database. An inbox row whose event is not processed yet is in flight: its
- * process died after the commit, and the next attempt (after the lease) completes it.
+ * Database mode's invariants, between Redis, the consumer's own database and the store:
+ * - every event Redis records as processed has exactly one inbox row (its primary key makes it at
+ *   most one), so its effect is in the database. An inbox row whose event is not processed yet is in
+ *   flight: its process died after the commit, and the next attempt (after the lease) completes it.
+ * - every inbox row is an event the store holds, or one it pruned (`outbox_pruned` through its seq).
+ *   Any other is the effect of a history the store lost (app.db restored from an older backup, a
+ *   dump restored, while the consumer database kept what it applied): `verify --repair` rebuilds
+ *   Redis from the store, but effects in the consumer database are the handlers' own, which nothing
+ *   can take back one event at a time.
  */
-export async function inboxChecks(consumerDb: Db, redis: Redis | Partitions): Promise<InvariantCheck[]> {
+export async function inboxChecks(consumerDb: Db, redis: Redis | Partitions, store: InboxStoreReads): Promise<InvariantCheck[]> {
   // Processed first: an event completed between the two reads then shows as in flight, never as
   // missing (its inbox row was committed before Redis recorded it). Every partition's.
   const processed = new Set((await Promise.all(partitionsOf(redis).clients.map((client) => hashFields(client, keys.processed)))).flatMap((fields) => [...fields]));
-  const inbox = new Set(consumerDb.prepare('SELECT event_id FROM outbox_inbox').pluck().all() as string[]);
+  const rows = consumerDb.prepare<[], InboxRow>('SELECT event_id, aggregate_id, seq FROM outbox_inbox').all();
+  const inbox = new Set(rows.map((row) => row.event_id));
   const missing = [...processed].filter((id) => !inbox.has(id));
-  const pending = [...inbox].filter((id) => !processed.has(id));
+  // The store is read after the inbox: an inbox row's event was committed in the store before the
+  // consumer had it, and a prune meanwhile is recorded before its rows go.
+  const foreign: InboxRow[] = [];
+  const prunedThrough = new Map<string, number>();
+  for (let first = 0; first < rows.length; first += HELD_CHUNK) {
+    const chunk = rows.slice(first, first + HELD_CHUNK);
+    const held = await store.heldOf(chunk.map((row) => row.event_id));
+    for (const row of chunk) {
+      if (held.has(row.event_id)) continue;
+      if (!prunedThrough.has(row.aggregate_id)) prunedThrough.set(row.aggregate_id, await store.history.prunedThrough(row.aggregate_id));
+      if (row.seq > prunedThrough.get(row.aggregate_id)!) foreign.push(row);
+    }
+  }
+  const foreignIds = new Set(foreign.map((row) => row.event_id));
+  const pending = [...inbox].filter((id) => !processed.has(id) && !foreignIds.has(id));
   return [
     {
       name: 'processed events without an inbox row (effect missing from the consumer database)',
@@ -38,6 +71,19 @@ export async function inboxChecks(consumerDb: Db, redis: Redis | Partitions): Pr
       actual: String(missing.length),
       status: missing.length === 0 ? 'ok' : 'FAIL',
       examples: missing.length === 0 ? undefined : missing.slice(0, EXAMPLES),
+    },
+    {
+      name: 'inbox rows of events the store does not hold (effects of a lost history)',
+      expected: '0',
+      actual: String(foreign.length),
+      status: foreign.length === 0 ? 'ok' : 'FAIL',
+      examples:
+        foreign.length === 0
+          ? undefined
+          : [
+              ...foreign.slice(0, EXAMPLES).map((row) => `${row.event_id} (${row.aggregate_id} seq ${row.seq})`),
+              'the consumer database holds effects of events the store no longer holds (restored from an older backup?): restore it from a backup taken with the store, or rebuild it from an empty one',
+            ],
     },
     { name: 'inbox rows / of them committed, completion pending', expected: '-', actual: `${inbox.size} / ${pending.length}`, status: 'info' },
   ];

@@ -199,6 +199,8 @@ export interface VerifyReads {
   pendingOf(eventIds: string[]): Promise<Set<string>>;
   /** Of these events, the rows that are PUBLISHED. */
   publishedRowsOf(eventIds: string[]): Promise<OutboxRow[]>;
+  /** Of these events, the ones the store holds (any status). */
+  heldOf(eventIds: string[]): Promise<Set<string>>;
   storeId(): Promise<string>;
   hasPublished(): Promise<boolean>;
   /** The first pruned aggregates, `<key> seq 1-<n>`. */
@@ -225,6 +227,7 @@ export function sqliteVerifyReads(db: Db): VerifyReads {
       db
         .prepare<[string], OutboxRow>("SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE status = 'PUBLISHED' AND event_id IN (SELECT value FROM json_each(?))")
         .all(JSON.stringify(eventIds)),
+    heldOf: async (eventIds) => new Set(db.prepare<[string], string>('SELECT event_id FROM outbox WHERE event_id IN (SELECT value FROM json_each(?))').pluck().all(JSON.stringify(eventIds))),
     storeId: async () => storeIdOf(db),
     hasPublished: async () => hasPublished(db),
     prunedAggregates: async (limit) =>

@@ -67,6 +67,7 @@ export function pgVerifyReads(pool: Pool): VerifyReads {
           [eventIds],
         )
       ).rows.map(fromPgRow),
+    heldOf: async (eventIds) => new Set((await pool.query<{ event_id: string }>('SELECT event_id FROM outbox WHERE event_id = ANY($1)', [eventIds])).rows.map((r) => r.event_id)),
     storeId: () => pgStoreIdOf(pool),
     hasPublished: () => pgHasPublished(pool),
     prunedAggregates: async (limit) =>

@@ -11,6 +11,7 @@ import { RedisServer, testClient } from '../local/redis-server.js';
 import { waitFor } from '../local/wait-for.js';
 import { closeRedis, connectRedis } from '../../outbox/redis/connect.js';
 import { verifyStores } from '../../operations/verify/verify.js';
+import { sqliteVerifyReads } from '../../operations/verify/observe.js';
 import { inboxChecks } from '../../operations/verify/inbox-checks.js';
 import { loadCheckSet } from '../../operations/verify/load-check-set.js';
 
@@ -81,7 +82,7 @@ async function verifyPayments(payments: Database.Database, ledger: Database.Data
   const redis = await connectRedis(redisUrl, { namespace: NAMESPACE });
   try {
     const ledgerRows = await verifyStores(payments, redis, { checks, consumer: ledger });
-    const rows = [...ledgerRows.checks, ...(await inboxChecks(ledger, redis))];
+    const rows = [...ledgerRows.checks, ...(await inboxChecks(ledger, redis, sqliteVerifyReads(payments)))];
     return rows.filter((c) => c.status === 'FAIL').map((c) => `${c.name}: ${c.actual}`);
   } finally {
     await closeRedis(redis);
