@@ -138,15 +138,18 @@ function servedPartition(o: Observation, aggregate: string): boolean {
 }
 
 /**
- * Events never applied (no processed entry after the MULTI) whose aggregate's applied seq had
- * passed their seq at the MULTI, in a partition that serves the store: Redis applied another event
- * at that seq, one the store no longer holds. A restore cut below the last row pushed does that (on
+ * Events never applied (no processed entry after the MULTI, no apply count at it) whose aggregate's
+ * applied seq had passed their seq at the MULTI, in a partition that serves the store: Redis applied
+ * another event at that seq, one the store no longer holds. (An event applied whose processed entry
+ * alone was lost has its apply count: that is a lost entry, not a taken seq.) A restore cut below the last row pushed does that (on
  * PostgreSQL a row can commit after higher ids were pushed, and a dump taken meanwhile lacks it),
  * and the relay's check (`partitionsAhead`), which compares the last row pushed, cannot see it. The
  * consumer skips such an event as a duplicate, and a republish would be skipped again.
  */
 function takenSeqs(o: Observation): Observation['events'] {
-  return o.events.filter((e, i) => o.processed[i] === null && servedPartition(o, e.aggregate_id) && e.seq <= Number(o.appliedSeqs[e.aggregate_id] ?? 0));
+  return o.events.filter(
+    (e, i) => o.processed[i] === null && o.applyCounts[e.event_id] === undefined && servedPartition(o, e.aggregate_id) && e.seq <= Number(o.appliedSeqs[e.aggregate_id] ?? 0),
+  );
 }
 
 function appliedBy(value: string | null, counter: number): boolean {
