@@ -189,42 +189,76 @@ describe('outbox verify on PostgreSQL', () => {
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-1': '4' });
   });
 
-  it('a dump cut while an earlier row\'s transaction was open, restored: the new event at the lost seq passes the relay\'s check and is skipped by the consumer, verify names it as the store behind Redis, --repair rebuilds Redis and the inventory is the live orders\'', async () => {
-    await ok('init');
-    await ok('place-order', '--sku', 'SKU-A', '--qty', '2');
-    await ok('relay');
-    await ok('consume');
+  /** Order 1's change in a transaction held open (its outbox row takes the next id) while `meanwhile` runs; a pg_dump taken before it commits. Resolves the dump's path. */
+  async function dumpCutUnderOpenTransaction(meanwhile: () => Promise<void>): Promise<string> {
     const pool = db.pool(2);
     const outbox = await createPgOutbox(pool, { events: orderEvents });
     const dump = join(h.env.dir, 'store.dump');
-    // Order 1's change takes outbox row 2 (order:1 seq 2) and commits after row 3 was pushed and
-    // applied: the dump, taken meanwhile, holds rows 1 and 3 and order 1 at qty 2.
     const late = await pool.connect();
     try {
       await late.query('BEGIN');
       await late.query('UPDATE orders SET qty = 5 WHERE id = 1');
       await outbox.append(late, { aggregateType: 'order', aggregateId: 1, type: 'OrderQtyChanged', payload: { orderId: 1, sku: 'SKU-A', qty: 5, previousQty: 2 } });
-      await ok('place-order', '--sku', 'SKU-B', '--qty', '1');
-      await ok('relay');
-      await ok('consume');
+      await meanwhile();
       execFileSync('pg_dump', ['--format=custom', `--file=${dump}`, `--dbname=${db.url}`]);
       await late.query('COMMIT');
     } finally {
       late.release();
     }
+    return dump;
+  }
+
+  const restore = (dump: string) => execFileSync('pg_restore', ['--clean', '--if-exists', `--dbname=${db.url}`, dump]);
+
+  it('a dump cut while a lower row\'s transaction was open, that row pushed after higher ones, restored: the relay refuses on the latest push\'s row (exit 5) and pushes nothing', async () => {
+    await ok('init');
+    await ok('place-order', '--sku', 'SKU-A', '--qty', '2');
+    await ok('relay');
+    await ok('consume');
+    // Row 2 (order:1 seq 2) held open while row 3 is pushed and applied; the dump holds rows 1 and 3.
+    const dump = await dumpCutUnderOpenTransaction(async () => {
+      await ok('place-order', '--sku', 'SKU-B', '--qty', '1');
+      await ok('relay');
+      await ok('consume');
+    });
     await ok('relay');
     assert.match((await ok('consume')).stdout, /applied 1,/);
-    assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-A': '5', 'SKU-B': '1' });
-    execFileSync('pg_restore', ['--clean', '--if-exists', `--dbname=${db.url}`, dump]);
+    restore(dump);
+    // order:1 seq 2 again, another event: pushed, it would be skipped as the lost one's duplicate.
+    await ok('change-qty', '--id', '1', '--qty', '7');
+    const queued = await h.client.lrange('outbox.events', 0, -1);
+    refused(await pgCli(['relay']), 5, /^outbox: PostgreSQL database \S+ is behind Redis at \S+: Redis was pushed outbox row 2 as event \S+, and PostgreSQL database \S+ no longer holds it .*outbox verify --repair/);
+    assert.deepEqual(await h.client.lrange('outbox.events', 0, -1), queued, 'nothing pushed');
+    assert.equal(await db.scalar("SELECT COUNT(*)::int FROM outbox WHERE status = 'PENDING'"), 1);
+  });
+
+  it('the same cut where a later push carried rows the dump holds: the relay\'s check passes and the consumer skips the new event at the lost seq; verify names it as the store behind Redis, --repair rebuilds Redis and the inventory is the live orders\'', async () => {
+    await ok('init');
+    await ok('place-order', '--sku', 'SKU-A', '--qty', '2');
+    await ok('relay');
+    await ok('consume');
+    // Row 2 held open; row 3 pushed and applied; row 4 committed, not relayed: the dump holds rows 1, 3 and 4 (PENDING).
+    const dump = await dumpCutUnderOpenTransaction(async () => {
+      await ok('place-order', '--sku', 'SKU-B', '--qty', '1');
+      await ok('relay');
+      await ok('consume');
+      await ok('place-order', '--sku', 'SKU-C', '--qty', '1');
+    });
+    // Rows 2 and 4 in one push: its last row, 4, is one the dump holds.
+    assert.match((await ok('relay')).stdout, /^relayed 2 events in 1 batch/m);
+    assert.match((await ok('consume')).stdout, /applied 2,/);
+    assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-A': '5', 'SKU-B': '1', 'SKU-C': '1' });
+    restore(dump);
     assert.deepEqual(await rows('SELECT id::int, aggregate_id, seq::int FROM outbox ORDER BY id'), [
       { id: 1, aggregate_id: 'order:1', seq: 1 },
       { id: 3, aggregate_id: 'order:2', seq: 1 },
+      { id: 4, aggregate_id: 'order:3', seq: 1 },
     ]);
 
-    // order:1 seq 2 again, another event: the last row pushed (3) is still there, so the relay pushes it.
+    // order:1 seq 2 again, another event: the rows the meta hash records (4, the highest and the latest push's) are there.
     await ok('change-qty', '--id', '1', '--qty', '7');
     await ok('relay');
-    assert.match((await ok('consume')).stdout, /applied 0, duplicates skipped 1,/);
+    assert.match((await ok('consume')).stdout, /applied 0, duplicates skipped 2,/);
     const found = await pgCli(['verify', '--settle', '0s']);
     assert.equal(found.code, 1, found.stdout + found.stderr);
     assert.doesNotMatch(found.stdout, /^in flight at the snapshot/m, 'an event the consumer will skip is not waited for');
@@ -232,10 +266,10 @@ describe('outbox verify on PostgreSQL', () => {
     assert.match(found.stdout, /^the store is not behind Redis +yes +no +FAIL\n  e\.g\. order:1 seq 2: Redis applied another event at that seq, which the store no longer holds, so \S+ would be skipped as its duplicate .*outbox verify --repair/m);
     const repaired = await pgCli(['verify', '--repair', '--yes', '--settle', '0s']);
     assert.match(repaired.stdout, /^repair: deleted \d+ Redis key\(s\) of this project$/m);
-    assert.match(repaired.stdout, /^repair: Redis lost its state: rebuilding it from PostgreSQL, 3 published event\(s\) set back to PENDING to be applied again$/m);
-    assert.match((await ok('consume')).stdout, /applied 3, duplicates skipped 0,/);
+    assert.match(repaired.stdout, /^repair: Redis lost its state: rebuilding it from PostgreSQL, 4 published event\(s\) set back to PENDING to be applied again$/m);
+    assert.match((await ok('consume')).stdout, /applied 4, duplicates skipped 0,/);
     assert.match((await ok('verify')).stdout, /^VERIFY OK$/m);
-    assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-A': '7', 'SKU-B': '1' });
+    assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-A': '7', 'SKU-B': '1', 'SKU-C': '1' });
   });
 
   it('--checks runs a check set on PostgreSQL: its snapshot.postgres reads in verify\'s REPEATABLE READ snapshot, its checks get store "postgres" and the pool; a FAIL row is exit 1; a set that reads only app.db is refused (exit 2)', async () => {

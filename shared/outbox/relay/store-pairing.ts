@@ -63,9 +63,9 @@ export interface StoreHistory {
 }
 
 /**
- * Throws when the store is behind a Redis (partition) that serves it: the last row pushed there
- * (the meta hash's 'pushedId', 'pushedEvent', 'pushedAggregate' and 'pushedSeq', recorded by
- * push-events-3.lua) is another event in the store now, or is gone without its prune recorded
+ * Throws when the store is behind a Redis (partition) that serves it: the highest row pushed there
+ * or the latest push's (the meta hash's 'pushedId', 'pushedEvent', 'pushedAggregate' and 'pushedSeq',
+ * 'latestId' …, recorded by push-events-3.lua) is another event in the store now, or is gone without its prune recorded
  * (outbox_pruned: its aggregate pruned through its seq). Then the store lost events Redis has
  * applied (app.db restored from an older backup of itself, a PostgreSQL dump restored, a power loss
  * under `synchronous=NORMAL`), and its next events would reuse their ids or seqs and be skipped as
@@ -79,31 +79,43 @@ export async function assertNotBehind(partitions: Partitions, history: StoreHist
 
 /** The partitions the store is behind (see `assertNotBehind`), each with its refusal; none when it is behind none. */
 export async function partitionsAhead(partitions: Partitions, history: StoreHistory): Promise<{ index: number; error: Error }[]> {
-  const pushed = await Promise.all(partitions.clients.map((redis) => redis.hmget(keys.meta, 'pushedId', 'pushedEvent', 'pushedAggregate', 'pushedSeq')));
+  const pushed = await Promise.all(partitions.clients.map((redis) => redis.hmget(keys.meta, ...PUSHED_FIELDS)));
   const ahead: { index: number; error: Error }[] = [];
-  for (const [index, [pushedId, pushedEvent, pushedAggregate, pushedSeq]] of pushed.entries()) {
-    const lost = await lostPushedRow({ pushedId, pushedEvent, pushedAggregate, pushedSeq }, history);
+  for (const [index, values] of pushed.entries()) {
+    const lost = await lostPushedRow(Object.fromEntries(PUSHED_FIELDS.map((field, i) => [field, values[i]])), history);
     if (lost !== null) ahead.push({ index, error: await history.behind(partitions.clients[index], lost.rowId, lost.pushedEvent, lost.storeEvent) });
   }
   return ahead;
 }
 
-/** The last row pushed to a partition, as its meta hash records it (a field is null or absent when none was). */
-export type PushedFields = Partial<Record<'pushedId' | 'pushedEvent' | 'pushedAggregate' | 'pushedSeq', string | null>>;
+/** The meta hash's record of the rows pushed to a partition (push-events-3.lua): the highest, and the latest call's. */
+const PUSHED_FIELDS = ['pushedId', 'pushedEvent', 'pushedAggregate', 'pushedSeq', 'latestId', 'latestEvent', 'latestAggregate', 'latestSeq'] as const;
+
+/** The rows pushed to a partition, as its meta hash records them (a field is null or absent when none was). */
+export type PushedFields = Partial<Record<(typeof PUSHED_FIELDS)[number], string | null>>;
 
 /**
- * The row pushed last to a partition (`meta`: its meta hash, or those fields of it) when the store
- * lost it (see `assertNotBehind`): the event Redis was pushed at that id, and the one the store holds
- * there now (null: none); null when the store still holds it, or recorded its prune.
+ * The first of the rows pushed to a partition that the meta hash records (`meta`: the hash, or those
+ * fields of it) the store lost (see `assertNotBehind`): the highest row pushed, then the latest
+ * call's (on PostgreSQL a row that committed late is pushed after higher ids, and a dump taken
+ * before its commit lacks it while it holds the highest). The event Redis was pushed at that id and
+ * the one the store holds there now (null: none); null when the store still holds both, or
+ * recorded their prune.
  */
 export async function lostPushedRow(meta: PushedFields, history: StoreHistory): Promise<{ rowId: number; pushedEvent: string; storeEvent: string | null } | null> {
-  const { pushedId, pushedEvent, pushedAggregate, pushedSeq } = meta;
-  if (pushedId == null || pushedEvent == null || pushedAggregate == null || pushedSeq == null) return null;
-  const rowId = Number(pushedId);
-  const storeEvent = await history.eventOfRow(rowId);
-  if (storeEvent === pushedEvent) return null;
-  if (storeEvent === null && (await history.prunedThrough(pushedAggregate)) >= Number(pushedSeq)) return null;
-  return { rowId, pushedEvent, storeEvent };
+  const rows = [
+    [meta.pushedId, meta.pushedEvent, meta.pushedAggregate, meta.pushedSeq],
+    [meta.latestId, meta.latestEvent, meta.latestAggregate, meta.latestSeq],
+  ];
+  for (const [id, pushedEvent, aggregate, seq] of rows) {
+    if (id == null || pushedEvent == null || aggregate == null || seq == null) continue;
+    const rowId = Number(id);
+    const storeEvent = await history.eventOfRow(rowId);
+    if (storeEvent === pushedEvent) continue;
+    if (storeEvent === null && (await history.prunedThrough(aggregate)) >= Number(seq)) continue;
+    return { rowId, pushedEvent, storeEvent };
+  }
+  return null;
 }
 
 /** app.db's history: its rows by id, and what prune deleted. */

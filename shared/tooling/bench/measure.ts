@@ -38,5 +38,5 @@ export function percentile(sorted: number[], p: number): number {
 export async function serveStore(redis: Redis, db: Db): Promise<void> {
   // The bench moves one Redis between its databases: what another one pushed (the highest row it
   // recorded) is not this store's history, and its relay would refuse it as a store behind Redis.
-  await redis.multi().hdel(keys.meta, 'pushedId', 'pushedEvent', 'pushedAggregate', 'pushedSeq').hset(keys.meta, 'store', storeIdOf(db)).exec();
+  await redis.multi().hdel(keys.meta, 'pushedId', 'pushedEvent', 'pushedAggregate', 'pushedSeq', 'latestId', 'latestEvent', 'latestAggregate', 'latestSeq').hset(keys.meta, 'store', storeIdOf(db)).exec();
 }

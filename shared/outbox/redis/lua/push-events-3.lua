@@ -14,8 +14,10 @@
     ARGV[3] the outbox row of the last message (the highest row id of the call) as a JSON array
             [row id, event id, aggregate key, seq], or '' (then nothing is recorded): the meta hash
             keeps the highest row ever pushed ('pushedId', 'pushedEvent', 'pushedAggregate',
-            'pushedSeq'), so that a store that went back in time (app.db restored from an older
-            backup) is noticed before it pushes again (store-pairing.ts)
+            'pushedSeq') and the row of the latest call ('latestId', 'latestEvent',
+            'latestAggregate', 'latestSeq'), so that a store that went back in time (app.db restored
+            from an older backup, a PostgreSQL dump cut while a lower row's transaction was open,
+            that row pushed after higher ones) is noticed before it pushes again (store-pairing.ts)
     ARGV[4..] the messages, in order
 
   Output: { status, detail[, pushedAt] }
@@ -54,9 +56,14 @@ for first = 4, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[1], unpack(ARGV, first, math.min(first + 999, #ARGV)))
 end
 redis.call('INCRBY', KEYS[2], n)
--- Only upward: a relay that pushes an older batch again (after a crash, a replay) changes nothing.
-if last and (not tonumber(meta[3]) or last[1] > tonumber(meta[3])) then
-  redis.call('HSET', KEYS[3], 'pushedId', string.format('%d', last[1]), 'pushedEvent', last[2], 'pushedAggregate', last[3], 'pushedSeq', string.format('%d', last[4]))
+if last then
+  local id, seq = string.format('%d', last[1]), string.format('%d', last[4])
+  -- The highest only upward: a relay that pushes an older batch again (after a crash, a replay) leaves it.
+  if not tonumber(meta[3]) or last[1] > tonumber(meta[3]) then
+    redis.call('HSET', KEYS[3], 'pushedId', id, 'pushedEvent', last[2], 'pushedAggregate', last[3], 'pushedSeq', seq)
+  end
+  -- The latest always: on PostgreSQL a row that committed late is pushed after higher ids.
+  redis.call('HSET', KEYS[3], 'latestId', id, 'latestEvent', last[2], 'latestAggregate', last[3], 'latestSeq', seq)
 end
 local clock = redis.call('TIME')
 return { 'ok', n, string.format('%d', tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)) }
