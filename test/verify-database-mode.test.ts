@@ -12,6 +12,9 @@ import { createConsumer } from '../shared/outbox/consumer/create-consumer.js';
 import { useHarness } from './helpers/harness.js';
 import { readDb } from './helpers/stores.js';
 import { runCli } from './helpers/cli.js';
+import { prune } from '../shared/operations/prune/prune.js';
+import { inboxChecks } from '../shared/operations/verify/inbox-checks.js';
+import { sqliteVerifyReads } from '../shared/operations/verify/observe.js';
 
 const h = useHarness();
 const consumerDb = () => join(h.env.dir, 'consumer.db');
@@ -171,6 +174,78 @@ describe('verify in database mode (--consumer-db)', () => {
     assert.match(verify.stdout, /^the store is not behind Redis +yes +yes +ok$/m);
     assert.match(verify.stdout, /^inbox rows of events the store does not hold \(effects of a lost history\) +0 +1 +FAIL\n  e\.g\. \S+ \(order:2 seq 2\)/m);
     assert.match(verify.stdout, /^VERIFY FAILED: 1 invariant broken$/m);
+  });
+
+  it('after a prune and a Redis loss the pruned events\' effects are still in the consumer database (their inbox rows): verify passes, and fails once one of those rows is gone', async () => {
+    const events = await seedLabEvents(6);
+    assert.equal(await drainInDatabaseMode(), events);
+    assert.match((await h.cli('prune', '--older-than', '0s')).stdout, new RegExp(`^pruned ${events} PUBLISHED row`, 'm'));
+    await h.client.flushall();
+    // The relay rebuilds Redis from the store: nothing left to republish, every pruned event counted as unrecoverable by Redis.
+    assert.match((await h.cli('relay')).stdout, /Redis lost its state/);
+    const db = openDatabase(h.env.dir);
+    createOrderService(db).placeOrder({ sku: 'SKU-0', qty: 1 });
+    db.close();
+    await h.cli('relay');
+    assert.equal(await drainInDatabaseMode(), 1);
+
+    const verify = await runCli(['verify', '--settle', '0s', '--consumer-db', consumerDb()], h.env);
+    assert.equal(verify.code, 0, verify.stdout + verify.stderr);
+    assert.match(verify.stdout, /^pruned events without an inbox row \(effects lost\) +0 +0 +ok$/m);
+    assert.match(verify.stdout, /^processed_unique = outbox rows \+ pruned - pruned whose record Redis lost +1 +1 +ok$/m);
+    assert.match(verify.stdout, new RegExp(`^inbox rows / of them committed, completion pending +- +${events + 1} / 0 +info$`, 'm'));
+
+    const consumer = new Database(consumerDb());
+    const gone = consumer.prepare("SELECT aggregate_id FROM outbox_inbox WHERE aggregate_id != 'order:7' LIMIT 1").pluck().get() as string;
+    consumer.prepare('DELETE FROM outbox_inbox WHERE rowid = (SELECT MIN(rowid) FROM outbox_inbox WHERE aggregate_id = ?)').run(gone);
+    consumer.close();
+    const short = await runCli(['verify', '--settle', '0s', '--consumer-db', consumerDb()], h.env);
+    assert.equal(short.code, 1, short.stdout + short.stderr);
+    assert.match(short.stdout, new RegExp(`^pruned events without an inbox row \\(effects lost\\) +0 +1 +FAIL\n  e\\.g\\. ${gone}: 1 of its \\d+ pruned event\\(s\\) without an inbox row$`, 'm'));
+  });
+
+  it('the inbox check with a prune between its look-ups: an aggregate pruned again after its first rows were looked up is pruned, not a lost history', async () => {
+    const db = openDatabase(h.env.dir);
+    const redis = await connectRedis(h.env.redisUrl);
+    try {
+      // Order 1's seq 1 first and its seq 2 last: their inbox rows fall in the check's first and last look-up.
+      const service = createOrderService(db);
+      service.placeOrder({ sku: 'SKU-0', qty: 1 });
+      service.placeOrders(Array.from({ length: 1200 }, () => ({ sku: 'SKU-1', qty: 1 })));
+      service.changeQty(1, 2);
+      await createRelay(db, redis).relayAll();
+      assert.equal(await drainInDatabaseMode(), 1202);
+      // Order 1's seq 1 pruned before the check, the rest while it runs.
+      assert.equal((await prune(db, redis, 0, { throughId: 1 })).deleted, 1);
+      const reads = sqliteVerifyReads(db);
+      let lookUps = 0;
+      const pruningMeanwhile = {
+        history: reads.history,
+        async heldOf(ids: string[]) {
+          // Between the first look-up (and whatever the check read after it) and the second.
+          if ((lookUps += 1) === 2) assert.equal((await prune(db, redis, 0)).deleted, 1201);
+          return reads.heldOf(ids);
+        },
+      };
+      const consumer = new Database(consumerDb(), { readonly: true });
+      try {
+        const checks = await inboxChecks(consumer, redis, pruningMeanwhile);
+        assert.ok(lookUps > 1, 'the check looked up its rows in several chunks');
+        assert.deepEqual(
+          checks.map((c) => [c.name, c.actual]),
+          [
+            ['processed events without an inbox row (effect missing from the consumer database)', '0'],
+            ['inbox rows of events the store does not hold (effects of a lost history)', '0'],
+            ['inbox rows / of them committed, completion pending', '1202 / 0'],
+          ],
+        );
+      } finally {
+        consumer.close();
+      }
+    } finally {
+      db.close();
+      redis.disconnect();
+    }
   });
 
   it('Redis mode is unchanged: the inventory is checked, and a wrong one fails', async () => {

@@ -50,20 +50,22 @@ export async function inboxChecks(consumerDb: Db, redis: Redis | Partitions, sto
   const inbox = new Set(rows.map((row) => row.event_id));
   const missing = [...processed].filter((id) => !inbox.has(id));
   // The store is read after the inbox: an inbox row's event was committed in the store before the
-  // consumer had it, and a prune meanwhile is recorded before its rows go.
-  const foreign: InboxRow[] = [];
-  const prunedThrough = new Map<string, number>();
+  // consumer had it. What prune deleted is read after every row was looked for: a prune records what
+  // it deletes in the same transaction, so a row gone before its look-up is covered by then.
+  const notHeld: InboxRow[] = [];
   for (let first = 0; first < rows.length; first += HELD_CHUNK) {
     const chunk = rows.slice(first, first + HELD_CHUNK);
     const held = await store.heldOf(chunk.map((row) => row.event_id));
-    for (const row of chunk) {
-      if (held.has(row.event_id)) continue;
-      if (!prunedThrough.has(row.aggregate_id)) prunedThrough.set(row.aggregate_id, await store.history.prunedThrough(row.aggregate_id));
-      if (row.seq > prunedThrough.get(row.aggregate_id)!) foreign.push(row);
-    }
+    for (const row of chunk) if (!held.has(row.event_id)) notHeld.push(row);
   }
+  const prunedThrough = new Map<string, number>();
+  for (const row of notHeld) if (!prunedThrough.has(row.aggregate_id)) prunedThrough.set(row.aggregate_id, await store.history.prunedThrough(row.aggregate_id));
+  // Pruned events' rows: applied, their rows gone; Redis may have lost their record (a rebuild), and
+  // then they are not waiting for a completion either.
+  const foreign = notHeld.filter((row) => row.seq > prunedThrough.get(row.aggregate_id)!);
+  const pruned = new Set(notHeld.filter((row) => row.seq <= prunedThrough.get(row.aggregate_id)!).map((row) => row.event_id));
   const foreignIds = new Set(foreign.map((row) => row.event_id));
-  const pending = [...inbox].filter((id) => !processed.has(id) && !foreignIds.has(id));
+  const pending = [...inbox].filter((id) => !processed.has(id) && !foreignIds.has(id) && !pruned.has(id));
   return [
     {
       name: 'processed events without an inbox row (effect missing from the consumer database)',

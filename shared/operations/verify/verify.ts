@@ -6,7 +6,7 @@ import { EXAMPLES, invariantCheck as check, type InvariantCheck, type VerifyChec
 import { readEnvelope } from '../../outbox/redis/envelope.js';
 import { sleep } from '../../outbox/sleep.js';
 import { formatDuration } from '../../outbox/duration.js';
-import { applyOrderOf, observe, stillInFlight, verifyReadsOf, whereIs, type Observation, type VerifyReads } from './observe.js';
+import { applyOrderOf, observe, stillInFlight, verifyReadsOf, whereIs, type Observation, type PrunedAggregate, type VerifyReads } from './observe.js';
 import { runCheckSet } from './run-check-set.js';
 import { partitionOf, partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
 import { partitionsAhead } from '../../outbox/relay/store-pairing.js';
@@ -56,7 +56,11 @@ export interface VerifyOptions {
    * look verify judges, after its own checks. None: only the outbox's own checks.
    */
   checks?: VerifyCheckSet<any>;
-  /** Database mode: the consumer's own database, for the check set (the caller runs inbox-checks.ts on it). */
+  /**
+   * Database mode: the consumer's own database, for the check set (the caller runs inbox-checks.ts on
+   * it). Its inbox also holds the pruned events applied: a pruned event whose processed entry Redis
+   * lost lost no effect when its inbox row is there.
+   */
   consumer?: Db;
   /** Called when a check of the set throws (its row then fails with the message). */
   onCheckError?: (check: string, message: string) => void;
@@ -150,6 +154,29 @@ function takenSeqs(o: Observation): Observation['events'] {
   return o.events.filter(
     (e, i) => o.processed[i] === null && o.applyCounts[e.event_id] === undefined && servedPartition(o, e.aggregate_id) && e.seq <= Number(o.appliedSeqs[e.aggregate_id] ?? 0),
   );
+}
+
+/**
+ * Database mode: of the pruned events (`pruned`, each aggregate's prefix 1..throughSeq), how many
+ * have their inbox row in the consumer's database, i.e. their effect; the others are `missing`, the
+ * first aggregates short of theirs in `examples`.
+ */
+function prunedWithInboxRow(consumer: Db, pruned: PrunedAggregate[]): { missing: number; examples: string[] } {
+  if (pruned.length === 0) return { missing: 0, examples: [] };
+  const through = new Map(pruned.map((p) => [p.key, p.throughSeq]));
+  const inInbox = new Map<string, number>();
+  for (const row of consumer.prepare<[], { aggregate_id: string; seq: number }>('SELECT aggregate_id, seq FROM outbox_inbox').iterate()) {
+    const last = through.get(row.aggregate_id);
+    if (last !== undefined && row.seq <= last) inInbox.set(row.aggregate_id, (inInbox.get(row.aggregate_id) ?? 0) + 1);
+  }
+  let missing = 0;
+  const examples: string[] = [];
+  for (const p of pruned) {
+    const short = p.events - Math.min(p.events, inInbox.get(p.key) ?? 0);
+    missing += short;
+    if (short > 0 && examples.length < EXAMPLES) examples.push(`${p.key}: ${short} of its ${p.events} pruned event(s) without an inbox row`);
+  }
+  return { missing, examples };
 }
 
 function appliedBy(value: string | null, counter: number): boolean {
@@ -277,6 +304,12 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
     return [{ aggregate: key, fromSeq: Math.max(applied, throughSeq - events) + 1, throughSeq }];
   });
   const prunedLost = prunedBehind.reduce((n, p) => n + p.throughSeq - p.fromSeq + 1, 0);
+  // In database mode the effects are in the consumer's database, each with its inbox row, pruned
+  // events' too: Redis losing their record (a rebuild, an older copy) lost no effect of those. Redis's
+  // processed entries then lack the pruned events it lost, the rebuild's count and the older copy's.
+  const inboxed = options.consumer === undefined ? undefined : prunedWithInboxRow(options.consumer, o.prunedThrough);
+  const effectsLost = inboxed === undefined ? unrecoverable + prunedLost : inboxed.missing;
+  const processedForgotten = inboxed === undefined ? 0 : unrecoverable + prunedLost;
   const disordered = outOfOrder(o.events, o.processed);
 
   // At the MULTI's instant: the snapshot's last seqs, raised by the newer events applied by then.
@@ -319,12 +352,21 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
           ]
         : undefined,
     },
-    check('pruned events Redis lost (effects cannot be rebuilt)', 0, unrecoverable + prunedLost, [
-      ...prunedBehind.slice(0, EXAMPLES).map((p) => `${p.aggregate} seq ${p.fromSeq}-${p.throughSeq}${inPartition(o, p.aggregate)}: applied seq behind the prune (verify --repair gives it its pruned seq)`),
-      ...(unrecoverable > 0 ? await db.prunedAggregates(EXAMPLES) : []),
-    ]),
+    inboxed === undefined
+      ? check('pruned events Redis lost (effects cannot be rebuilt)', 0, effectsLost, [
+          ...prunedBehind.slice(0, EXAMPLES).map((p) => `${p.aggregate} seq ${p.fromSeq}-${p.throughSeq}${inPartition(o, p.aggregate)}: applied seq behind the prune (verify --repair gives it its pruned seq)`),
+          ...(unrecoverable > 0 ? await db.prunedAggregates(EXAMPLES) : []),
+        ])
+      : check('pruned events without an inbox row (effects lost)', 0, effectsLost, [
+          ...inboxed.examples,
+          ...prunedBehind.slice(0, EXAMPLES).map((p) => `${p.aggregate} seq ${p.fromSeq}-${p.throughSeq}${inPartition(o, p.aggregate)}: applied seq behind the prune (verify --repair gives it its pruned seq)`),
+        ]),
     check('PENDING outbox rows', 0, o.pending.length, o.pending.map((id) => `row ${id}`)),
-    check(o.pruned > 0 ? 'processed_unique = outbox rows + pruned' : 'processed_unique = outbox rows', eventIds.length + o.pruned, processedUnique),
+    check(
+      o.pruned > 0 ? `processed_unique = outbox rows + pruned${processedForgotten > 0 ? ' - pruned whose record Redis lost' : ''}` : 'processed_unique = outbox rows',
+      eventIds.length + o.pruned - processedForgotten,
+      processedUnique,
+    ),
     check('events lost (never applied, not in Redis)', 0, lostIds.length, lost.map((e) => e.event_id + inPartition(o, e.aggregate_id))),
     check('events applied more than once', 0, appliedTwice.length, appliedTwice),
     check('aggregates applied out of seq order', 0, disordered.length, disordered),

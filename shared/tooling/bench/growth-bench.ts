@@ -155,6 +155,8 @@ export async function benchGrowth(workspace: string, redis: Redis, redisUrl: str
     costs = await relayCostAbba(empty, full, redis, pending);
     bar.finish();
     await markPublishedApplied(redis, published);
+    // The last relay pass was the empty table's: prune refuses a store behind what Redis was pushed.
+    await serveStore(redis, full);
     const pruneBar = progress(`prune: ${published} old rows`, published);
     pruned = await prune(full, redis, 60_000, { onBatch: (deleted) => pruneBar.set(deleted) });
     pruneBar.finish();
