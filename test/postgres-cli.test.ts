@@ -254,6 +254,11 @@ describe('outbox verify on PostgreSQL', () => {
       { id: 3, aggregate_id: 'order:2', seq: 1 },
       { id: 4, aggregate_id: 'order:3', seq: 1 },
     ]);
+    // Before the store writes order 1's next event: Redis applied order:1 past the store's last seq.
+    const restored = await pgCli(['verify', '--settle', '0s']);
+    assert.equal(restored.code, 1, restored.stdout + restored.stderr);
+    assert.match(restored.stdout, /^the store is not behind Redis +yes +no +FAIL\n  e\.g\. order:1: Redis applied it through seq 2, the store holds it through seq 1 /m);
+    refused(await pgCli(['prune', '--older-than', '0s', '--dry-run']), 5, /^outbox: PostgreSQL database \S+ is behind Redis at \S+: Redis applied order:1 through seq 2, and PostgreSQL database \S+ holds it through seq 1 .*nothing is pushed or pruned/);
 
     // order:1 seq 2 again, another event: the rows the meta hash records (4, the highest and the latest push's) are there.
     await ok('change-qty', '--id', '1', '--qty', '7');
@@ -264,6 +269,9 @@ describe('outbox verify on PostgreSQL', () => {
     assert.doesNotMatch(found.stdout, /^in flight at the snapshot/m, 'an event the consumer will skip is not waited for');
     assert.match(found.stdout, /^events lost \(never applied, not in Redis\) +0 +0 +ok$/m);
     assert.match(found.stdout, /^the store is not behind Redis +yes +no +FAIL\n  e\.g\. order:1 seq 2: Redis applied another event at that seq, which the store no longer holds, so \S+ would be skipped as its duplicate .*outbox verify --repair/m);
+    const pruneRefused = await pgCli(['prune', '--older-than', '0s', '--yes']);
+    refused(pruneRefused, 5, /^outbox: PostgreSQL database \S+ is behind Redis at \S+: Redis applied another event at order:1 seq 2, and PostgreSQL database \S+ holds \S+ there /);
+    assert.equal(await db.scalar('SELECT COUNT(*)::int FROM outbox'), 4, 'prune deleted nothing');
     const repaired = await pgCli(['verify', '--repair', '--yes', '--settle', '0s']);
     assert.match(repaired.stdout, /^repair: deleted \d+ Redis key\(s\) of this project$/m);
     assert.match(repaired.stdout, /^repair: Redis lost its state: rebuilding it from PostgreSQL, 4 published event\(s\) set back to PENDING to be applied again$/m);

@@ -129,7 +129,7 @@ export async function prune(store: Db | PruneRows, redis: Redis, olderThanMs: nu
   for (let cursor = 0; ; ) {
     const batch = await rows.readBatch(cursor, batchSize);
     const old = takeWhile(batch, (row) => row.status === 'PUBLISHED' && row.created_at < cutoff);
-    const appliedCount = await appliedPrefixLength(redis, old);
+    const appliedCount = await appliedPrefixLength(redis, old, rows.history);
     const applied = takeWhile(old.slice(0, appliedCount), (row) => row.id <= throughId);
     if (applied.length > 0) {
       const through = applied[applied.length - 1].id;
@@ -152,13 +152,36 @@ export async function prune(store: Db | PruneRows, redis: Redis, olderThanMs: nu
   return result;
 }
 
+/** See `appliedPrefixLength`: `applied[i]` is the applied seq of `rows[i]`'s aggregate, `processed[i]` its processed entry. */
+async function assertNotOvertaken(redis: Redis, rows: Candidate[], processed: (string | null)[], applied: number[], history: StoreHistory): Promise<void> {
+  const lastSeqs = await history.lastSeqs([...new Set(rows.map((row) => row.aggregate_id))]);
+  const past = rows.findIndex((row, i) => applied[i] > (lastSeqs.get(row.aggregate_id) ?? 0));
+  if (past !== -1) {
+    const { aggregate_id: aggregate } = rows[past];
+    throw await history.behind(redis, (database) => `Redis applied ${aggregate} through seq ${applied[past]}, and ${database} holds it through seq ${lastSeqs.get(aggregate) ?? 0}`);
+  }
+  const unapplied = rows.flatMap((row, i) => (processed[i] === null && applied[i] >= row.seq ? [row] : []));
+  if (unapplied.length === 0) return;
+  const counts = await redis.hmget(keys.applyCount, ...unapplied.map((row) => row.event_id));
+  const taken = unapplied.find((_row, i) => counts[i] === null);
+  if (taken) {
+    throw await history.behind(redis, (database) => `Redis applied another event at ${taken.aggregate_id} seq ${taken.seq}, and ${database} holds ${taken.event_id} there`);
+  }
+}
+
 function takeWhile<T>(items: T[], keep: (item: T) => boolean): T[] {
   const end = items.findIndex((item) => !keep(item));
   return end === -1 ? items : items.slice(0, end);
 }
 
-/** How many of `rows`, from the first, the consumer has applied: processed, and applied seq >= seq. */
-async function appliedPrefixLength(redis: Redis, rows: Candidate[]): Promise<number> {
+/**
+ * How many of `rows`, from the first, the consumer has applied: processed, and applied seq >= seq.
+ * Throws `StoreBehindError` when what it reads shows the store behind Redis beyond the rows the meta
+ * hash records (`assertNotBehind`): an aggregate of `rows` applied past the store's last seq for it,
+ * or a row never applied (no processed entry, no apply count) whose seq its aggregate's applied seq
+ * has passed (Redis applied another event there). Pruning then would delete rows the repair needs.
+ */
+async function appliedPrefixLength(redis: Redis, rows: Candidate[], history: StoreHistory): Promise<number> {
   const processed: Promise<(string | null)[]>[] = [];
   const appliedSeq: Promise<(string | null)[]>[] = [];
   for (let i = 0; i < rows.length; i += LOOKUP_CHUNK) {
@@ -170,6 +193,7 @@ async function appliedPrefixLength(redis: Redis, rows: Candidate[]): Promise<num
   const [processedChunks, seqChunks] = await Promise.all([Promise.all(processed), Promise.all(appliedSeq)]);
   const isProcessed = processedChunks.flat();
   const seqOf = seqChunks.flat();
+  if (rows.length > 0) await assertNotOvertaken(redis, rows, isProcessed, seqOf.map(Number), history);
   const firstNotApplied = rows.findIndex((row, i) => isProcessed[i] === null || !(Number(seqOf[i]) >= row.seq));
   return firstNotApplied === -1 ? rows.length : firstNotApplied;
 }

@@ -179,6 +179,22 @@ function prunedWithInboxRow(consumer: Db, pruned: PrunedAggregate[]): { missing:
   return { missing, examples };
 }
 
+/**
+ * Aggregates whose applied seq at the MULTI is past the store's last seq for them (the snapshot's,
+ * raised by the rows committed since, which hold every event applied by then), in a partition that
+ * serves the store: Redis applied events of theirs the store no longer holds. `takenSeqs` finds the
+ * same once the store wrote the aggregate's next event; this finds it before.
+ */
+function aggregatesPastStore(o: Observation): { aggregate: string; applied: number; last: number }[] {
+  const last = new Map(o.aggregates.map((a) => [a.key, a.lastSeq]));
+  for (const e of [...o.newerInSnapshot, ...o.newer]) last.set(e.aggregate_id, Math.max(last.get(e.aggregate_id) ?? 0, e.seq));
+  return Object.entries(o.appliedSeqs).flatMap(([aggregate, value]) => {
+    const applied = Number(value);
+    const stored = last.get(aggregate) ?? 0;
+    return Number.isSafeInteger(applied) && applied > stored && servedPartition(o, aggregate) ? [{ aggregate, applied, last: stored }] : [];
+  });
+}
+
 function appliedBy(value: string | null, counter: number): boolean {
   const order = applyOrderOf(value);
   return order !== null && order <= counter;
@@ -295,7 +311,10 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
   const unrecoverable = o.partitionStates.reduce((n, p) => n + Number(p.meta.unrecoverable ?? 0), 0);
   // A store that went back in time (a restored backup): its new events would be skipped as the lost ones' duplicates.
   const ahead = await partitionsAhead(partitionsOf(redis), db.history);
-  const behind = [...new Set([...ahead.map((a) => a.index), ...taken.map((e) => partitionOf(e.aggregate_id, o.partitionCount))])].sort((a, b) => a - b);
+  const overtaken = aggregatesPastStore(o);
+  const behind = [
+    ...new Set([...ahead.map((a) => a.index), ...[...taken.map((e) => e.aggregate_id), ...overtaken.map((a) => a.aggregate)].map((aggregate) => partitionOf(aggregate, o.partitionCount))]),
+  ].sort((a, b) => a - b);
   // Pruned seqs an aggregate's applied seq no longer reaches while its partition kept its meta hash
   // (Redis restored from an older copy after a prune): their effects are gone, and nothing rebuilds them.
   const prunedBehind = o.prunedThrough.flatMap(({ key, throughSeq, events }) => {
@@ -331,6 +350,12 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
         behind.length > 0
           ? [
               ...ahead.map(({ index, error }) => (o.partitionCount > 1 ? `partition ${index}: ` : '') + error.message),
+              ...overtaken
+                .slice(0, EXAMPLES)
+                .map(
+                  (a) =>
+                    `${a.aggregate}${inPartition(o, a.aggregate)}: Redis applied it through seq ${a.applied}, the store holds it through seq ${a.last} (restored from an older backup or dump?): its next event would be skipped as a duplicate; outbox verify --repair rebuilds Redis from the store (stop the apps first)`,
+                ),
               ...taken
                 .slice(0, EXAMPLES)
                 .map(

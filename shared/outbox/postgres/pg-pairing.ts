@@ -71,7 +71,17 @@ export function pgHistory(db: Queryable): StoreHistory {
     eventOfRow: async (id) => (await db.query<{ event_id: string }>('SELECT event_id FROM outbox WHERE id = $1', [id])).rows[0]?.event_id ?? null,
     prunedThrough: async (aggregate) =>
       Number((await db.query<{ through_seq: string }>('SELECT through_seq FROM outbox_pruned WHERE aggregate_id = $1', [aggregate])).rows[0]?.through_seq ?? 0),
-    behind: async (redis, rowId, pushedEvent, storeEvent) => new StoreBehindError(rowId, pushedEvent, storeEvent, { database: await pgStoreName(db), redis: describeRedis(redis) }),
+    lastSeqs: async (aggregates) =>
+      new Map(
+        (await db.query<{ aggregate_id: string; last_seq: string }>('SELECT aggregate_id, last_seq FROM outbox_aggregates WHERE aggregate_id = ANY($1)', [aggregates])).rows.map((row) => [
+          row.aggregate_id,
+          Number(row.last_seq),
+        ]),
+      ),
+    behind: async (redis, found) => {
+      const database = await pgStoreName(db);
+      return new StoreBehindError(found(database), { database, redis: describeRedis(redis) });
+    },
   };
 }
 

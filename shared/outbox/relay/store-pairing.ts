@@ -58,8 +58,10 @@ export interface StoreHistory {
   eventOfRow(id: number): Promise<string | null>;
   /** The seq `aggregate` was pruned through (outbox_pruned); 0 when none of its events was pruned. */
   prunedThrough(aggregate: string): Promise<number>;
-  /** The refusal, naming the store and the Redis. */
-  behind(redis: Redis, rowId: number, pushedEvent: string, storeEvent: string | null): Error | Promise<Error>;
+  /** Each of `aggregates`' last seq in the store (outbox_aggregates); absent when it has none. */
+  lastSeqs(aggregates: string[]): Promise<Map<string, number>>;
+  /** The refusal (`StoreBehindError`), naming the store and the Redis; `found` says what shows it, given the store's name. */
+  behind(redis: Redis, found: (database: string) => string): Error | Promise<Error>;
 }
 
 /**
@@ -83,7 +85,7 @@ export async function partitionsAhead(partitions: Partitions, history: StoreHist
   const ahead: { index: number; error: Error }[] = [];
   for (const [index, values] of pushed.entries()) {
     const lost = await lostPushedRow(Object.fromEntries(PUSHED_FIELDS.map((field, i) => [field, values[i]])), history);
-    if (lost !== null) ahead.push({ index, error: await history.behind(partitions.clients[index], lost.rowId, lost.pushedEvent, lost.storeEvent) });
+    if (lost !== null) ahead.push({ index, error: await history.behind(partitions.clients[index], (database) => lostRowFound(lost, database)) });
   }
   return ahead;
 }
@@ -118,12 +120,25 @@ export async function lostPushedRow(meta: PushedFields, history: StoreHistory): 
   return null;
 }
 
+/** What shows a lost row: the event Redis was pushed at that id, and what the store holds there. */
+function lostRowFound({ rowId, pushedEvent, storeEvent }: { rowId: number; pushedEvent: string; storeEvent: string | null }, database: string): string {
+  const now = storeEvent === null ? 'no longer holds it' : `now holds ${storeEvent} there`;
+  return `Redis was pushed outbox row ${rowId} as event ${pushedEvent}, and ${database} ${now}`;
+}
+
 /** app.db's history: its rows by id, and what prune deleted. */
 export function sqliteHistory(db: Db): StoreHistory {
   return {
     eventOfRow: async (id) => (db.prepare<[number], string>('SELECT event_id FROM outbox WHERE id = ?').pluck().get(id) ?? null),
     prunedThrough: async (aggregate) => (db.prepare<[string], number>('SELECT through_seq FROM outbox_pruned WHERE aggregate_id = ?').pluck().get(aggregate) ?? 0),
-    behind: (redis, rowId, pushedEvent, storeEvent) => new StoreBehindError(rowId, pushedEvent, storeEvent, { database: db.name, redis: describeRedis(redis) }),
+    lastSeqs: async (aggregates) =>
+      new Map(
+        db
+          .prepare<[string], { aggregate_id: string; last_seq: number }>('SELECT aggregate_id, last_seq FROM outbox_aggregates WHERE aggregate_id IN (SELECT value FROM json_each(?))')
+          .all(JSON.stringify(aggregates))
+          .map((row) => [row.aggregate_id, row.last_seq]),
+      ),
+    behind: (redis, found) => new StoreBehindError(found(db.name), { database: db.name, redis: describeRedis(redis) }),
   };
 }
 
