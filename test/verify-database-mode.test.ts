@@ -133,7 +133,7 @@ describe('verify in database mode (--consumer-db)', () => {
     const found = await runCli(['verify', '--settle', '0s', '--consumer-db', consumerDb()], h.env);
     assert.equal(found.code, 1, found.stdout + found.stderr);
     assert.match(found.stdout, /^the store is not behind Redis +yes +no +FAIL/m);
-    assert.match(found.stdout, /^inbox rows of events the store does not hold \(effects of a lost history\) +0 +2 +FAIL\n  e\.g\. \S+ \(order:2 seq 2\), \S+ \(order:\d+ seq 1\), the consumer database holds effects of events the store no longer holds .*restore it from a backup taken with the store/m);
+    assert.match(found.stdout, /^inbox rows of events the store does not hold \(effects of a lost history\) +0 +2 +FAIL\n  e\.g\. \S+ \(order:2 seq 2\), \S+ \(order:\d+ seq 1\), the consumer database holds effects of events the store no longer holds.*restore it from a backup taken with the store/m);
     assert.ok(found.stdout.includes(`order:${lostOrder} seq 1`), found.stdout);
 
     // The consumer database restored from its backup of the same moment, then Redis rebuilt from the store.

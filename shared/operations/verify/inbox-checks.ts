@@ -84,7 +84,7 @@ export async function inboxChecks(consumerDb: Db, redis: Redis | Partitions, sto
           ? undefined
           : [
               ...foreign.slice(0, EXAMPLES).map((row) => `${row.event_id} (${row.aggregate_id} seq ${row.seq})`),
-              'the consumer database holds effects of events the store no longer holds (the store restored from an older backup?): stop the apps, restore it from a backup taken with the store\'s, then run outbox verify --repair',
+              'the consumer database holds effects of events the store no longer holds: after the store was restored from an older backup, stop the apps, restore it from a backup taken with the store\'s, then run outbox verify --repair; after outbox init --force, start it over too',
             ],
     },
     { name: 'inbox rows / of them committed, completion pending', expected: '-', actual: `${inbox.size} / ${pending.length}`, status: 'info' },
