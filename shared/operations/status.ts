@@ -4,7 +4,7 @@ import { readHeartbeats, type ConsumerHeartbeat } from '../outbox/consumer/heart
 import { healthTargetsOf, probeHealth, type AppHealth } from '../runtime/health/app-health.js';
 import type { Db } from '../outbox/store/open-database.js';
 import { hasPublished, storeIdOf } from '../outbox/store/store-meta.js';
-import { lostPushedRow, sqliteHistory, type StoreHistory } from '../outbox/relay/store-pairing.js';
+import { behindEvidence, describeEvidence, sqliteHistory, type BehindEvidence, type StoreHistory } from '../outbox/relay/store-pairing.js';
 import { pgHistory } from '../outbox/postgres/pg-pairing.js';
 import type { Queryable } from '../outbox/postgres/pg-schema.js';
 import { pgHasPublished, pgStoreIdOf } from '../outbox/postgres/pg-store-meta.js';
@@ -31,8 +31,12 @@ export interface StoreStatus {
   redis: 'serves' | 'unclaimed' | 'lost' | 'behind' | 'foreign';
   /** The store Redis serves, when it serves one. */
   servedStore: string | null;
-  /** When the store is behind Redis: the outbox row Redis was pushed last, its event, and the event the store holds there now (null: none). */
-  behind: { rowId: number; pushedEvent: string; storeEvent: string | null } | null;
+  /**
+   * When the store is behind Redis, what shows it: an outbox row Redis was pushed (its id, its event,
+   * and the event the store holds there now, null: none), or an event of the store the consumer found
+   * at a seq another event took.
+   */
+  behind: BehindEvidence | null;
   /** Times the relay rebuilt Redis from the store, and the last time (ms since epoch), from its outbox_meta. */
   rebuilds: number;
   lastRebuildAt: number | null;
@@ -155,7 +159,7 @@ function settingsWarnings(settings: RedisSettings): string[] {
 export async function storeStatusOf(reads: StatusStoreReads, meta: Record<string, string>, namespace: string): Promise<StoreStatus> {
   const storeId = await reads.storeId();
   const lastRebuildAt = await reads.meta('redis_rebuilt_at');
-  const behind = meta.store === storeId ? await lostPushedRow(meta, reads.history) : null;
+  const behind = meta.store === storeId ? await behindEvidence(meta, reads.history) : null;
   return {
     source: reads.source,
     id: storeId,
@@ -353,7 +357,7 @@ function formatStore(store: StoreStatus, now: number): string {
     serves: 'Redis serves it',
     unclaimed: 'Redis serves no store yet (the first relay pass claims it)',
     lost: `WARN Redis lost its state (no outbox:meta): the relay rebuilds it from ${store.source} on its next pass`,
-    behind: `WARN the store is behind Redis: Redis was pushed outbox row ${store.behind?.rowId} as event ${store.behind?.pushedEvent}, and ${database} ${store.behind?.storeEvent ? `now holds ${store.behind.storeEvent} there` : 'no longer holds it'} (restored from an older backup?): the relay pushes nothing; stop the apps and run "outbox verify --repair"`,
+    behind: `WARN the store is behind Redis: ${store.behind ? describeEvidence(store.behind, database) : ''} (restored from an older backup?): the relay pushes nothing; stop the apps and run "outbox verify --repair"`,
     foreign: `WARN Redis serves another store, ${store.servedStore}: ${database} was recreated, or this is another deployment's Redis`,
   }[store.redis];
   const rebuilt =

@@ -71,6 +71,7 @@ export function pgHistory(db: Queryable): StoreHistory {
     eventOfRow: async (id) => (await db.query<{ event_id: string }>('SELECT event_id FROM outbox WHERE id = $1', [id])).rows[0]?.event_id ?? null,
     prunedThrough: async (aggregate) =>
       Number((await db.query<{ through_seq: string }>('SELECT through_seq FROM outbox_pruned WHERE aggregate_id = $1', [aggregate])).rows[0]?.through_seq ?? 0),
+    holds: async (eventId) => (await db.query('SELECT 1 FROM outbox WHERE event_id = $1', [eventId])).rows.length === 1,
     lastSeqs: async (aggregates) =>
       new Map(
         (await db.query<{ aggregate_id: string; last_seq: string }>('SELECT aggregate_id, last_seq FROM outbox_aggregates WHERE aggregate_id = ANY($1)', [aggregates])).rows.map((row) => [

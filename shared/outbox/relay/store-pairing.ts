@@ -58,6 +58,8 @@ export interface StoreHistory {
   eventOfRow(id: number): Promise<string | null>;
   /** The seq `aggregate` was pruned through (outbox_pruned); 0 when none of its events was pruned. */
   prunedThrough(aggregate: string): Promise<number>;
+  /** Whether the store holds the event `eventId` (any status). */
+  holds(eventId: string): Promise<boolean>;
   /** Each of `aggregates`' last seq in the store (outbox_aggregates); absent when it has none. */
   lastSeqs(aggregates: string[]): Promise<Map<string, number>>;
   /** The refusal (`StoreBehindError`), naming the store and the Redis; `found` says what shows it, given the store's name. */
@@ -84,27 +86,46 @@ export async function partitionsAhead(partitions: Partitions, history: StoreHist
   const pushed = await Promise.all(partitions.clients.map((redis) => redis.hmget(keys.meta, ...PUSHED_FIELDS)));
   const ahead: { index: number; error: Error }[] = [];
   for (const [index, values] of pushed.entries()) {
-    const lost = await lostPushedRow(Object.fromEntries(PUSHED_FIELDS.map((field, i) => [field, values[i]])), history);
-    if (lost !== null) ahead.push({ index, error: await history.behind(partitions.clients[index], (database) => lostRowFound(lost, database)) });
+    const evidence = await behindEvidence(Object.fromEntries(PUSHED_FIELDS.map((field, i) => [field, values[i]])), history);
+    if (evidence !== null) ahead.push({ index, error: await history.behind(partitions.clients[index], (database) => describeEvidence(evidence, database)) });
   }
   return ahead;
 }
 
-/** The meta hash's record of the rows pushed to a partition (push-events-3.lua): the highest, and the latest call's. */
-const PUSHED_FIELDS = ['pushedId', 'pushedEvent', 'pushedAggregate', 'pushedSeq', 'latestId', 'latestEvent', 'latestAggregate', 'latestSeq'] as const;
+/**
+ * The meta hash's record of the rows pushed to a partition (push-events-3.lua: the highest, and the
+ * latest call's), and of the last event the consumer found at a seq another event took (apply-events-11.lua).
+ */
+const PUSHED_FIELDS = [
+  'pushedId', 'pushedEvent', 'pushedAggregate', 'pushedSeq',
+  'latestId', 'latestEvent', 'latestAggregate', 'latestSeq',
+  'takenEvent', 'takenAggregate', 'takenSeq',
+] as const;
 
-/** The rows pushed to a partition, as its meta hash records them (a field is null or absent when none was). */
+/** Those fields of a partition's meta hash (a field is null or absent when nothing was recorded). */
 export type PushedFields = Partial<Record<(typeof PUSHED_FIELDS)[number], string | null>>;
 
+/** What shows the store behind a partition: a row pushed there that the store lost, or an event of the store the consumer found at a seq another event took. */
+export type BehindEvidence =
+  | { kind: 'row'; rowId: number; pushedEvent: string; storeEvent: string | null }
+  | { kind: 'taken'; aggregate: string; seq: number; event: string };
+
+/** One clause for the refusal and `status`: `database` names the store. */
+export function describeEvidence(evidence: BehindEvidence, database: string): string {
+  if (evidence.kind === 'taken') return `Redis applied another event at ${evidence.aggregate} seq ${evidence.seq}, and ${database} holds ${evidence.event} there`;
+  const now = evidence.storeEvent === null ? 'no longer holds it' : `now holds ${evidence.storeEvent} there`;
+  return `Redis was pushed outbox row ${evidence.rowId} as event ${evidence.pushedEvent}, and ${database} ${now}`;
+}
+
 /**
- * The first of the rows pushed to a partition that the meta hash records (`meta`: the hash, or those
- * fields of it) the store lost (see `assertNotBehind`): the highest row pushed, then the latest
- * call's (on PostgreSQL a row that committed late is pushed after higher ids, and a dump taken
- * before its commit lacks it while it holds the highest). The event Redis was pushed at that id and
- * the one the store holds there now (null: none); null when the store still holds both, or
- * recorded their prune.
+ * What shows the store behind a partition (`meta`: its meta hash, or those fields of it), or null:
+ * the highest row pushed there, then the latest call's (on PostgreSQL a row that committed late is
+ * pushed after higher ids, and a dump taken before its commit lacks it while it holds the highest),
+ * when the store holds another event at that id, or lost it without recording its prune; else the
+ * event the consumer found at a taken seq, when the store holds it (one it does not hold is a stale
+ * message of another history: a pruned event's copy left in the queue by a partial loss).
  */
-export async function lostPushedRow(meta: PushedFields, history: StoreHistory): Promise<{ rowId: number; pushedEvent: string; storeEvent: string | null } | null> {
+export async function behindEvidence(meta: PushedFields, history: StoreHistory): Promise<BehindEvidence | null> {
   const rows = [
     [meta.pushedId, meta.pushedEvent, meta.pushedAggregate, meta.pushedSeq],
     [meta.latestId, meta.latestEvent, meta.latestAggregate, meta.latestSeq],
@@ -115,22 +136,20 @@ export async function lostPushedRow(meta: PushedFields, history: StoreHistory): 
     const storeEvent = await history.eventOfRow(rowId);
     if (storeEvent === pushedEvent) continue;
     if (storeEvent === null && (await history.prunedThrough(aggregate)) >= Number(seq)) continue;
-    return { rowId, pushedEvent, storeEvent };
+    return { kind: 'row', rowId, pushedEvent, storeEvent };
   }
+  const { takenEvent: event, takenAggregate: aggregate, takenSeq: seq } = meta;
+  if (event != null && aggregate != null && seq != null && (await history.holds(event))) return { kind: 'taken', aggregate, seq: Number(seq), event };
   return null;
 }
 
-/** What shows a lost row: the event Redis was pushed at that id, and what the store holds there. */
-function lostRowFound({ rowId, pushedEvent, storeEvent }: { rowId: number; pushedEvent: string; storeEvent: string | null }, database: string): string {
-  const now = storeEvent === null ? 'no longer holds it' : `now holds ${storeEvent} there`;
-  return `Redis was pushed outbox row ${rowId} as event ${pushedEvent}, and ${database} ${now}`;
-}
 
 /** app.db's history: its rows by id, and what prune deleted. */
 export function sqliteHistory(db: Db): StoreHistory {
   return {
     eventOfRow: async (id) => (db.prepare<[number], string>('SELECT event_id FROM outbox WHERE id = ?').pluck().get(id) ?? null),
     prunedThrough: async (aggregate) => (db.prepare<[string], number>('SELECT through_seq FROM outbox_pruned WHERE aggregate_id = ?').pluck().get(aggregate) ?? 0),
+    holds: async (eventId) => db.prepare<[string], number>('SELECT 1 FROM outbox WHERE event_id = ?').pluck().get(eventId) === 1,
     lastSeqs: async (aggregates) =>
       new Map(
         db

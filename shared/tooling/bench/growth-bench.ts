@@ -55,6 +55,8 @@ function insertPublished(db: Db, rows: number): void {
      INSERT INTO outbox (event_id, aggregate_id, seq, event_type, payload, status, created_at, published_at)
      SELECT 'published-' || i, '${PUBLISHED_AGGREGATE}', i, 'OrderPlaced', '{"orderId":0,"sku":"SKU-0","qty":1}', 'PUBLISHED', 0, 0 FROM n`,
   ).run(rows);
+  // Its last seq, as append would have recorded it: prune refuses an aggregate applied past it.
+  db.prepare('INSERT INTO outbox_aggregates (aggregate_id, last_seq) VALUES (?, ?)').run(PUBLISHED_AGGREGATE, rows);
 }
 
 /** Records the old rows as applied, as the consumer would have, so that prune may delete them. */

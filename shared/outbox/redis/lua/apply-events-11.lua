@@ -17,7 +17,8 @@
     KEYS[4]  parked hash ("<aggregate>:<seq>" -> JSON {reason, message, parkedAt})
     KEYS[5]  stats hash (applied, duplicates, parked, unparked, dead)
     KEYS[6]  event queue (an applied event's parked successors are pushed back to its head, in seq order)
-    KEYS[7]  meta hash; its field 'store' names the store this Redis serves
+    KEYS[7]  meta hash; its field 'store' names the store this Redis serves; a call that meets a
+             taken seq records the event in 'takenEvent', 'takenAggregate', 'takenSeq', 'takenAt'
     KEYS[8]  dead-letter list (a message of another store, or a corrupt parked entry, goes there)
     KEYS[9]  apply-count hash (event_id -> times its effects were applied: the evidence verify reads)
     KEYS[10] attempts hash (event_id -> failed handler attempts): an acked event's entry goes
@@ -52,7 +53,12 @@
       'stale'     the message was not in the processing list (already acked, e.g. a re-sent call): nothing done
       'foreign'   the message comes from another store than the one this Redis serves (or Redis serves
                   none: it lost its state): acked and dead-lettered with the reason, no effect
-      'duplicate' seen before (dedupe marker, processed entry, or seq <= last applied): acked, no effect
+      'duplicate' seen before (dedupe marker, processed entry, or seq <= last applied): acked, no effect.
+                  One behind the seq guard with no processed entry, no marker and no apply count
+                  was never applied: another event took its seq (the store that sent it went back
+                  in time, e.g. restored from an older backup). It is acked as a duplicate all the
+                  same, and recorded in the meta hash (KEYS[7], 'taken…'), where the relay, status
+                  and prune look (store-pairing.ts) if the store holds that event
       'parked'    seq > last applied + 1: acked and parked until the gap is filled
       'applied'   effects applied, counted, recorded in processed, acked; its parked successors (seq + 1,
                   seq + 2, … up to 256) are re-queued at the head of the queue, in seq order
@@ -374,7 +380,7 @@ for first = 1, #markerKeys, SLICE do
 end
 
 -- By aggregate: its last applied seq so far, false when its field is not an integer.
-local lastOf, seenNow = {}, {}
+local lastOf, seenNow, behindGuard = {}, {}, {}
 local restoreSeqOf, expectedOf = {}, {}
 local toApply = {}
 for j = 1, #open do
@@ -391,8 +397,10 @@ for j = 1, #open do
   if not last then
     kindOf[i] = 'invalid'
   elseif seq <= last or seenNow[flat[s]] then
-    -- Behind the seq guard, or seen in this call: no need to ask Redis.
+    -- Behind the seq guard, or seen in this call: a duplicate without asking Redis; one behind the
+    -- guard is checked below for a taken seq.
     kindOf[i] = 'duplicate'
+    if not seenNow[flat[s]] then behindGuard[#behindGuard + 1] = i end
   else
     -- (An event that gets here was past the seq guard before this call: its entry was read above.)
     local processed = processedOf[i]
@@ -421,6 +429,25 @@ for j = 1, #open do
       lastOf[aggregate] = seq
       seenNow[flat[s]] = true
       toApply[#toApply + 1] = flat[s]
+    end
+  end
+end
+
+-- Of the duplicates behind the seq guard, the first never applied (no processed entry, apply count
+-- or marker): its seq was taken by another event. Usually they all have their processed entry.
+local taken
+if #behindGuard > 0 then
+  local ids = {}
+  for j = 1, #behindGuard do ids[j] = flat[at[behindGuard[j]]] end
+  local entries = hmget(KEYS[2], ids)
+  for j = 1, #behindGuard do
+    if not entries[j] then
+      local id = ids[j]
+      -- (pcall: an apply-count hash of another type is reported elsewhere, not an error here.)
+      if redis.pcall('HEXISTS', KEYS[9], id) == 0 and rcall('EXISTS', prefix .. id) == 0 then
+        taken = behindGuard[j]
+        break
+      end
     end
   end
 end
@@ -545,6 +572,11 @@ for i = 1, count do
   end
   outcomes[i] = outcome
   if anyAttempts and outcome ~= 's' and outcome ~= 'i' then attemptsDone[#attemptsDone + 1] = flat[s] end
+end
+
+if taken then
+  local s = at[taken]
+  rcall('HSET', KEYS[7], 'takenEvent', flat[s], 'takenAggregate', flat[s + 1], 'takenSeq', flat[s + 2], 'takenAt', now)
 end
 
 inSlices('HSET', KEYS[2], processedPairs, 2 * SLICE)
