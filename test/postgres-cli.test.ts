@@ -189,8 +189,17 @@ describe('outbox verify on PostgreSQL', () => {
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-1': '4' });
   });
 
-  /** Order 1's change in a transaction held open (its outbox row takes the next id) while `meanwhile` runs; a pg_dump taken before it commits. Resolves the dump's path. */
-  async function dumpCutUnderOpenTransaction(meanwhile: () => Promise<void>): Promise<string> {
+  /**
+   * The lab on PostgreSQL up to a dump cut under an open transaction: order 1 (SKU-A x2) placed,
+   * relayed and applied; its change to qty 5 (outbox row 2, order:1 seq 2) held open while order 2
+   * (SKU-B x1, row 3) is placed, relayed and applied and `meanwhile` runs; then a pg_dump, then the
+   * change commits. Resolves the dump's path.
+   */
+  async function dumpCutUnderOpenTransaction(meanwhile: () => Promise<void> = async () => {}): Promise<string> {
+    await ok('init');
+    await ok('place-order', '--sku', 'SKU-A', '--qty', '2');
+    await ok('relay');
+    await ok('consume');
     const pool = db.pool(2);
     const outbox = await createPgOutbox(pool, { events: orderEvents });
     const dump = join(h.env.dir, 'store.dump');
@@ -199,6 +208,9 @@ describe('outbox verify on PostgreSQL', () => {
       await late.query('BEGIN');
       await late.query('UPDATE orders SET qty = 5 WHERE id = 1');
       await outbox.append(late, { aggregateType: 'order', aggregateId: 1, type: 'OrderQtyChanged', payload: { orderId: 1, sku: 'SKU-A', qty: 5, previousQty: 2 } });
+      await ok('place-order', '--sku', 'SKU-B', '--qty', '1');
+      await ok('relay');
+      await ok('consume');
       await meanwhile();
       execFileSync('pg_dump', ['--format=custom', `--file=${dump}`, `--dbname=${db.url}`]);
       await late.query('COMMIT');
@@ -211,16 +223,8 @@ describe('outbox verify on PostgreSQL', () => {
   const restore = (dump: string) => execFileSync('pg_restore', ['--clean', '--if-exists', `--dbname=${db.url}`, dump]);
 
   it('a dump cut while a lower row\'s transaction was open, that row pushed after higher ones, restored: the relay refuses on the latest push\'s row (exit 5) and pushes nothing', async () => {
-    await ok('init');
-    await ok('place-order', '--sku', 'SKU-A', '--qty', '2');
-    await ok('relay');
-    await ok('consume');
-    // Row 2 (order:1 seq 2) held open while row 3 is pushed and applied; the dump holds rows 1 and 3.
-    const dump = await dumpCutUnderOpenTransaction(async () => {
-      await ok('place-order', '--sku', 'SKU-B', '--qty', '1');
-      await ok('relay');
-      await ok('consume');
-    });
+    // The dump holds rows 1 and 3; row 2 is pushed and applied after it.
+    const dump = await dumpCutUnderOpenTransaction();
     await ok('relay');
     assert.match((await ok('consume')).stdout, /applied 1,/);
     restore(dump);
@@ -233,17 +237,8 @@ describe('outbox verify on PostgreSQL', () => {
   });
 
   it('the same cut where a later push carried rows the dump holds: the relay\'s check passes and the consumer skips the new event at the lost seq; verify names it as the store behind Redis, --repair rebuilds Redis and the inventory is the live orders\'', async () => {
-    await ok('init');
-    await ok('place-order', '--sku', 'SKU-A', '--qty', '2');
-    await ok('relay');
-    await ok('consume');
-    // Row 2 held open; row 3 pushed and applied; row 4 committed, not relayed: the dump holds rows 1, 3 and 4 (PENDING).
-    const dump = await dumpCutUnderOpenTransaction(async () => {
-      await ok('place-order', '--sku', 'SKU-B', '--qty', '1');
-      await ok('relay');
-      await ok('consume');
-      await ok('place-order', '--sku', 'SKU-C', '--qty', '1');
-    });
+    // Row 4 committed, not relayed: the dump holds rows 1, 3 and 4 (PENDING).
+    const dump = await dumpCutUnderOpenTransaction(() => ok('place-order', '--sku', 'SKU-C', '--qty', '1').then(() => {}));
     // Rows 2 and 4 in one push: its last row, 4, is one the dump holds.
     assert.match((await ok('relay')).stdout, /^relayed 2 events in 1 batch/m);
     assert.match((await ok('consume')).stdout, /applied 2,/);
