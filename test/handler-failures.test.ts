@@ -237,6 +237,14 @@ describe('consumer app: a failing handler is retried, a poison event dead-letter
     assert.match(status.stdout, /^blocked     order:1 \(seq 2 dead-lettered, 2 waiting: seq 3, 4\)/m);
     const json = JSON.parse((await h.cli('status', '--json')).stdout);
     assert.deepEqual(json.blocked, [{ aggregateId: 'order:1', deadSeq: 2, waitingSeqs: [3, 4] }]);
+    // verify fails until it is retried, but calls it neither lost nor in flight: it does not wait out
+    // its window for the dead letter and the events parked behind it.
+    const verify = await runCli(['verify', '--settle', '20s'], h.env);
+    assert.equal(verify.code, 1, verify.stdout + verify.stderr);
+    assert.doesNotMatch(verify.stderr, /in flight at the snapshot; waiting/);
+    assert.match(verify.stdout, /^events lost \(never applied, not in Redis\) +0 +0 +ok$/m);
+    assert.match(verify.stdout, /^dead-lettered entries +- +1 +info$/m);
+    assert.doesNotMatch(verify.stdout, /^in flight at the snapshot/m);
 
     const healthy = startConsumerApp();
     try {

@@ -54,7 +54,8 @@ export interface Observation extends Omit<ConsumerState, 'meta' | 'appliedCounte
   // The ConsumerState fields (processedCount, applyCounts, appliedSeqs, counters: the check set's
   // counter hashes, each field summed over the partitions; stats, parked, dead): merged.
   // Redis, read after S1 and before the MULTI.
-  flight: { ids: Set<string>; queued: number; processing: number };
+  // `dead`: the event ids in the dead-letter lists, set aside until an operator retries them.
+  flight: { ids: Set<string>; queued: number; processing: number; dead: Set<string> };
   // Redis, read after the MULTI: the processed entries of `events` and `newer`, in their order.
   processed: (string | null)[];
   processedNewer: (string | null)[];
@@ -74,6 +75,7 @@ async function inFlight(partitions: Partitions): Promise<Observation['flight']> 
     ids: new Set(flights.flatMap((f) => [...f.ids])),
     queued: flights.reduce((n, f) => n + f.queued, 0),
     processing: flights.reduce((n, f) => n + f.processing, 0),
+    dead: new Set(flights.flatMap((f) => [...f.dead])),
   };
 }
 
@@ -97,7 +99,13 @@ async function inFlightIn(redis: Redis): Promise<Observation['flight']> {
       add(message);
     }
   }
-  return { ids, queued, processing };
+  const dead = new Set<string>();
+  for await (const entry of readList(redis, keys.deadLetter)) {
+    const message = readEnvelope(entry)?.message;
+    const id = message === undefined ? undefined : eventIdOf(message);
+    if (id) dead.add(id);
+  }
+  return { ids, queued, processing, dead };
 }
 
 /** An event beyond the horizon; a payload that is not JSON is passed on as its text. */

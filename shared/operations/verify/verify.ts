@@ -129,11 +129,17 @@ function inPartition(o: Observation, aggregate: string): string {
 
 /**
  * Events of the snapshot still on their way: PENDING, or not applied by the observation's instant;
- * not those whose seq another event took (`takenSeqs`): the consumer will skip them.
+ * not those whose seq another event took (`takenSeqs`: the consumer will skip them), nor those
+ * dead-lettered and their aggregate's later ones (set aside, or parked behind, until an operator
+ * retries the dead letter): waiting for those would only wait out the window.
  */
 function inFlightOf(o: Observation): string[] {
   const taken = new Set(takenSeqs(o));
-  return o.events.filter((e, i) => !taken.has(e) && (e.status === 'PENDING' || !appliedBy(o.processed[i], counterOf(o, e.aggregate_id)))).map((e) => e.event_id);
+  const deadFrom = new Map<string, number>();
+  for (const e of o.events) if (o.flight.dead.has(e.event_id)) deadFrom.set(e.aggregate_id, Math.min(deadFrom.get(e.aggregate_id) ?? e.seq, e.seq));
+  return o.events
+    .filter((e, i) => !taken.has(e) && !(e.seq >= (deadFrom.get(e.aggregate_id) ?? Infinity)) && (e.status === 'PENDING' || !appliedBy(o.processed[i], counterOf(o, e.aggregate_id))))
+    .map((e) => e.event_id);
 }
 
 /** Whether the partition of `aggregate` serves a store (has its meta hash). */
@@ -295,7 +301,10 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
   const takenIds = new Set(taken.map((e) => e.event_id));
   // Lost: PUBLISHED, not applied and in no list we read; confirmed by one atomic look, since the
   // list reads can miss a message that moves meanwhile.
-  let lost = o.events.filter((e, i) => e.status === 'PUBLISHED' && o.processed[i] === null && !o.flight.ids.has(e.event_id) && !takenIds.has(e.event_id));
+  // (A dead-lettered event is not lost: it waits in the dead-letter list for `dead-letter retry`.)
+  let lost = o.events.filter(
+    (e, i) => e.status === 'PUBLISHED' && o.processed[i] === null && !o.flight.ids.has(e.event_id) && !o.flight.dead.has(e.event_id) && !takenIds.has(e.event_id),
+  );
   if (lost.length > 0 && lost.length <= MAX_LOST_LOOKUP) {
     const nowhere = new Set(await lostNow(db, redis, lost.map((e) => e.event_id)));
     lost = lost.filter((e) => nowhere.has(e.event_id));
