@@ -3,6 +3,8 @@ import { after, beforeEach, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
 import { createConsumer, createPgOutbox, createPgRelay } from '../shared/outbox/index.js';
 import { connectRedis } from '../shared/outbox/redis/connect.js';
+import { prune, type PruneRows } from '../shared/operations/prune/prune.js';
+import { pgPruneRows } from '../shared/operations/prune/pg-prune.js';
 import { startApp, stopApp } from './helpers/apps.js';
 import { runCli, type CliResult } from './helpers/cli.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
@@ -165,6 +167,47 @@ describe('outbox prune on PostgreSQL', () => {
     await drain();
     assert.match((await ok('prune', '--older-than', '0s')).stdout, /^pruned 1 PUBLISHED row/m);
     assert.match((await ok('verify', '--settle', '0s')).stdout, /^processed_unique = outbox rows \+ pruned +7 +7 +ok$[\s\S]*^VERIFY OK$/m);
+  });
+
+  it('a row that commits below the ids prune read, and is relayed and marked before prune deletes, is not deleted: prune deletes only the rows it found applied', async () => {
+    const pool = db.pool(4);
+    redis ??= await connectRedis(h.redis.url);
+    const outbox = await createPgOutbox(pool, { events: depositEvents });
+    const relay = createPgRelay(pool, redis);
+    const deposit = (aggregateId: string) => ({ aggregateType: 'account' as const, aggregateId, type: 'Deposited' as const, payload: { amount: 1 } });
+    for (let i = 0; i < 3; i += 1) await outbox.append(pool, deposit('a'));
+    const late = await pool.connect();
+    try {
+      await late.query('BEGIN');
+      await outbox.append(late, deposit('late'));
+      for (let i = 0; i < 3; i += 1) await outbox.append(pool, deposit('b'));
+      assert.equal((await relay.relayAll()).events, 6);
+      const consumer = await createConsumer({ redis, handlers: accountHandlers, consumerId: 'accounts' });
+      await consumer.drain();
+      await consumer.close();
+      // Between prune's read of its batch and its delete, row 4 commits and the relay pushes and marks it.
+      const rows = pgPruneRows(pool);
+      let reads = 0;
+      const racing: PruneRows = {
+        ...rows,
+        async readBatch(after, limit) {
+          const batch = await rows.readBatch(after, limit);
+          if ((reads += 1) === 1) {
+            await late.query('COMMIT');
+            assert.equal((await relay.relayAll()).events, 1);
+          }
+          return batch;
+        },
+      };
+      assert.equal((await prune(racing, redis, 0)).deleted, 6);
+    } finally {
+      late.release();
+    }
+    assert.deepEqual((await pool.query('SELECT id::int, aggregate_id, status FROM outbox')).rows, [{ id: 4, aggregate_id: 'account:late', status: 'PUBLISHED' }], 'the row the consumer has not applied is kept');
+    assert.deepEqual(await prunedRows(), [
+      { aggregate_id: 'account:a', through_seq: 3, events: 3 },
+      { aggregate_id: 'account:b', through_seq: 3, events: 3 },
+    ]);
   });
 
   it('the relay app on PostgreSQL prunes on its schedule (OUTBOX_PRUNE_OLDER_THAN) what the consumer applied, and keeps what it has not', async () => {

@@ -14,9 +14,10 @@ interface PgCandidate {
 
 /**
  * prune's rows on PostgreSQL. A row whose producer has not committed yet is not visible: prune goes
- * past it, never deletes it (it is PENDING when it commits) and each aggregate still loses a prefix
- * of its events (a later event of the same aggregate waits for that commit, on the aggregate's row lock).
- * The delete and its record are one statement: they see the same rows.
+ * past it and deletes only the rows it read and found applied (by id), never that one, although it
+ * may commit, be relayed and marked PUBLISHED before the delete; each aggregate still loses a prefix
+ * of its events (a later event of the same aggregate waits for that commit, on the aggregate's row
+ * lock). The delete and its record are one statement: they see the same rows.
  */
 export function pgPruneRows(pool: Pool): PruneRows {
   return {
@@ -24,18 +25,18 @@ export function pgPruneRows(pool: Pool): PruneRows {
       (
         await pool.query<PgCandidate>('SELECT id, event_id, aggregate_id, seq, event_type, status, created_at FROM outbox WHERE id > $1 ORDER BY id LIMIT $2', [after, limit])
       ).rows.map((row): Candidate => ({ ...row, id: Number(row.id), seq: Number(row.seq), created_at: Number(row.created_at) })),
-    deleteRange: async (after, through) =>
+    deleteRange: async (after, through, ids) =>
       Number(
         (
           await pool.query<{ n: string }>(
-            `WITH gone AS (DELETE FROM outbox WHERE id > $1 AND id <= $2 AND status = 'PUBLISHED' RETURNING aggregate_id, seq),
+            `WITH gone AS (DELETE FROM outbox WHERE id > $1 AND id <= $2 AND id = ANY($3::bigint[]) AND status = 'PUBLISHED' RETURNING aggregate_id, seq),
                   recorded AS (
                     INSERT INTO outbox_pruned (aggregate_id, through_seq, events)
                       SELECT aggregate_id, MAX(seq), COUNT(*) FROM gone GROUP BY aggregate_id
                     ON CONFLICT (aggregate_id) DO UPDATE
                       SET through_seq = GREATEST(outbox_pruned.through_seq, excluded.through_seq), events = outbox_pruned.events + excluded.events)
              SELECT COUNT(*) AS n FROM gone`,
-            [after, through],
+            [after, through, ids],
           )
         ).rows[0].n,
       ),

@@ -64,8 +64,11 @@ export interface PruneRows {
   /**
    * In one transaction: deletes the PUBLISHED rows with an id in (after, through] and records them
    * in `outbox_pruned`; resolves how many went. A row a concurrent replay set back to PENDING stays.
+   * `ids`: the rows of that range prune read and found applied. On app.db they are the whole range
+   * (one writer: a row cannot commit below ids already read); on PostgreSQL only they go, since a
+   * row can commit below them after the read, and be relayed and marked before the delete.
    */
-  deleteRange(after: number, through: number): Promise<number>;
+  deleteRange(after: number, through: number, ids: number[]): Promise<number>;
   /** Old PUBLISHED rows from `fromId` up to the first row that stays anyway (PENDING or recent). */
   countWaiting(fromId: number, cutoff: number): Promise<number>;
   /** Its rows by id and what prune deleted: prune refuses a store behind its Redis (`assertNotBehind`). */
@@ -135,7 +138,7 @@ export async function prune(store: Db | PruneRows, redis: Redis, olderThanMs: nu
       const through = applied[applied.length - 1].id;
       const batchStarted = performance.now();
       // In a dry run the rows counted are exactly those the DELETE would take: PUBLISHED, in (cursor, through].
-      result.deleted += options.dryRun ? applied.length : await rows.deleteRange(cursor, through);
+      result.deleted += options.dryRun ? applied.length : await rows.deleteRange(cursor, through, applied.map((row) => row.id));
       result.maxBatchMs = Math.max(result.maxBatchMs, performance.now() - batchStarted);
       result.batches += 1;
       result.firstId ??= applied[0].id;
