@@ -67,10 +67,12 @@ export interface StoreHistory {
 }
 
 /**
- * Throws when the store is behind a Redis (partition) that serves it: the highest row pushed there
- * or the latest push's (the meta hash's 'pushedId', 'pushedEvent', 'pushedAggregate' and 'pushedSeq',
- * 'latestId' …, recorded by push-events-3.lua) is another event in the store now, or is gone without its prune recorded
- * (outbox_pruned: its aggregate pruned through its seq). Then the store lost events Redis has
+ * Throws when the store is behind a Redis (partition) that serves it (`behindEvidence`): the
+ * highest row pushed there or the latest push's (the meta hash's 'pushedId', 'pushedEvent',
+ * 'pushedAggregate' and 'pushedSeq', 'latestId' …, recorded by push-events-3.lua) is another event
+ * in the store now, or is gone without its prune recorded (outbox_pruned: its aggregate pruned
+ * through its seq), or the consumer met an event of the store at a seq another event took ('taken…',
+ * recorded by apply-events-11.lua). Then the store lost events Redis has
  * applied (app.db restored from an older backup of itself, a PostgreSQL dump restored, a power loss
  * under `synchronous=NORMAL`), and its next events would reuse their ids or seqs and be skipped as
  * their duplicates. A partition that never took a push with a row (or whose Redis lost its state)
@@ -83,10 +85,10 @@ export async function assertNotBehind(partitions: Partitions, history: StoreHist
 
 /** The partitions the store is behind (see `assertNotBehind`), each with its refusal; none when it is behind none. */
 export async function partitionsAhead(partitions: Partitions, history: StoreHistory): Promise<{ index: number; error: Error }[]> {
-  const pushed = await Promise.all(partitions.clients.map((redis) => redis.hmget(keys.meta, ...PUSHED_FIELDS)));
+  const pushed = await Promise.all(partitions.clients.map((redis) => redis.hmget(keys.meta, ...EVIDENCE_FIELDS)));
   const ahead: { index: number; error: Error }[] = [];
   for (const [index, values] of pushed.entries()) {
-    const evidence = await behindEvidence(Object.fromEntries(PUSHED_FIELDS.map((field, i) => [field, values[i]])), history);
+    const evidence = await behindEvidence(Object.fromEntries(EVIDENCE_FIELDS.map((field, i) => [field, values[i]])), history);
     if (evidence !== null) ahead.push({ index, error: await history.behind(partitions.clients[index], (database) => describeEvidence(evidence, database)) });
   }
   return ahead;
@@ -96,14 +98,14 @@ export async function partitionsAhead(partitions: Partitions, history: StoreHist
  * The meta hash's record of the rows pushed to a partition (push-events-3.lua: the highest, and the
  * latest call's), and of the last event the consumer found at a seq another event took (apply-events-11.lua).
  */
-const PUSHED_FIELDS = [
+const EVIDENCE_FIELDS = [
   'pushedId', 'pushedEvent', 'pushedAggregate', 'pushedSeq',
   'latestId', 'latestEvent', 'latestAggregate', 'latestSeq',
   'takenEvent', 'takenAggregate', 'takenSeq',
 ] as const;
 
 /** Those fields of a partition's meta hash (a field is null or absent when nothing was recorded). */
-export type PushedFields = Partial<Record<(typeof PUSHED_FIELDS)[number], string | null>>;
+export type EvidenceFields = Partial<Record<(typeof EVIDENCE_FIELDS)[number], string | null>>;
 
 /** What shows the store behind a partition: a row pushed there that the store lost, or an event of the store the consumer found at a seq another event took. */
 export type BehindEvidence =
@@ -125,7 +127,7 @@ export function describeEvidence(evidence: BehindEvidence, database: string): st
  * event the consumer found at a taken seq, when the store holds it (one it does not hold is a stale
  * message of another history: a pruned event's copy left in the queue by a partial loss).
  */
-export async function behindEvidence(meta: PushedFields, history: StoreHistory): Promise<BehindEvidence | null> {
+export async function behindEvidence(meta: EvidenceFields, history: StoreHistory): Promise<BehindEvidence | null> {
   const rows = [
     [meta.pushedId, meta.pushedEvent, meta.pushedAggregate, meta.pushedSeq],
     [meta.latestId, meta.latestEvent, meta.latestAggregate, meta.latestSeq],
@@ -142,7 +144,6 @@ export async function behindEvidence(meta: PushedFields, history: StoreHistory):
   if (event != null && aggregate != null && seq != null && (await history.holds(event))) return { kind: 'taken', aggregate, seq: Number(seq), event };
   return null;
 }
-
 
 /** app.db's history: its rows by id, and what prune deleted. */
 export function sqliteHistory(db: Db): StoreHistory {
