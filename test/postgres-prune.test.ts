@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, beforeEach, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
+import type { Pool, PoolClient } from 'pg';
 import { createConsumer, createPgOutbox, createPgRelay } from '../shared/outbox/index.js';
 import { connectRedis } from '../shared/outbox/redis/connect.js';
 import { prune, type PruneRows } from '../shared/operations/prune/prune.js';
@@ -133,17 +134,25 @@ describe('outbox prune on PostgreSQL', () => {
     assert.match((await ok('prune', '--older-than', '1h')).stdout, /^pruned 0 PUBLISHED row/);
   });
 
-  it('the commit-order trap: a row whose producer has not committed is not visible to prune, and is neither deleted nor counted pruned; once committed it is relayed, applied and pruned', async () => {
+  const deposit = (aggregateId: string) => ({ aggregateType: 'account' as const, aggregateId, type: 'Deposited' as const, payload: { amount: 1 } });
+
+  /** The accounts' consumer drains the queue. */
+  async function drain(): Promise<void> {
+    const consumer = await createConsumer({ redis: redis!, handlers: accountHandlers, consumerId: 'accounts' });
+    await consumer.drain();
+    await consumer.close();
+  }
+
+  /**
+   * Account a's 3 deposits (ids 1-3), the late deposit (id 4) in a transaction held open, account
+   * b's 3 (ids 5-7); the 6 committed ones relayed and applied; then `meanwhile`, with the held
+   * transaction still open (it commits or rolls back there, or is released after).
+   */
+  async function withLateRow(meanwhile: (late: PoolClient, pool: Pool, relay: ReturnType<typeof createPgRelay>) => Promise<void>): Promise<{ pool: Pool; relay: ReturnType<typeof createPgRelay> }> {
     const pool = db.pool(4);
     redis ??= await connectRedis(h.redis.url);
     const outbox = await createPgOutbox(pool, { events: depositEvents });
     const relay = createPgRelay(pool, redis);
-    const drain = async () => {
-      const consumer = await createConsumer({ redis: redis!, handlers: accountHandlers, consumerId: 'accounts' });
-      await consumer.drain();
-      await consumer.close();
-    };
-    const deposit = (aggregateId: string) => ({ aggregateType: 'account' as const, aggregateId, type: 'Deposited' as const, payload: { amount: 1 } });
     for (let i = 0; i < 3; i += 1) await outbox.append(pool, deposit('a'));
     const late = await pool.connect();
     try {
@@ -152,6 +161,15 @@ describe('outbox prune on PostgreSQL', () => {
       for (let i = 0; i < 3; i += 1) await outbox.append(pool, deposit('b'));
       assert.equal((await relay.relayAll()).events, 6);
       await drain();
+      await meanwhile(late, pool, relay);
+    } finally {
+      late.release();
+    }
+    return { pool, relay };
+  }
+
+  it('the commit-order trap: a row whose producer has not committed is not visible to prune, and is neither deleted nor counted pruned; once committed it is relayed, applied and pruned', async () => {
+    const { pool, relay } = await withLateRow(async (late) => {
       const result = await ok('prune', '--older-than', '0s');
       assert.match(result.stdout, /^pruned 6 PUBLISHED row\(s\)/m);
       assert.deepEqual(await prunedRows(), [
@@ -159,9 +177,7 @@ describe('outbox prune on PostgreSQL', () => {
         { aggregate_id: 'account:b', through_seq: 3, events: 3 },
       ]);
       await late.query('COMMIT');
-    } finally {
-      late.release();
-    }
+    });
     assert.deepEqual((await pool.query("SELECT id::int, aggregate_id, status FROM outbox")).rows, [{ id: 4, aggregate_id: 'account:late', status: 'PENDING' }]);
     assert.equal((await relay.relayAll()).events, 1);
     await drain();
@@ -170,21 +186,7 @@ describe('outbox prune on PostgreSQL', () => {
   });
 
   it('a row that commits below the ids prune read, and is relayed and marked before prune deletes, is not deleted: prune deletes only the rows it found applied', async () => {
-    const pool = db.pool(4);
-    redis ??= await connectRedis(h.redis.url);
-    const outbox = await createPgOutbox(pool, { events: depositEvents });
-    const relay = createPgRelay(pool, redis);
-    const deposit = (aggregateId: string) => ({ aggregateType: 'account' as const, aggregateId, type: 'Deposited' as const, payload: { amount: 1 } });
-    for (let i = 0; i < 3; i += 1) await outbox.append(pool, deposit('a'));
-    const late = await pool.connect();
-    try {
-      await late.query('BEGIN');
-      await outbox.append(late, deposit('late'));
-      for (let i = 0; i < 3; i += 1) await outbox.append(pool, deposit('b'));
-      assert.equal((await relay.relayAll()).events, 6);
-      const consumer = await createConsumer({ redis, handlers: accountHandlers, consumerId: 'accounts' });
-      await consumer.drain();
-      await consumer.close();
+    const { pool } = await withLateRow(async (late, pool, relay) => {
       // Between prune's read of its batch and its delete, row 4 commits and the relay pushes and marks it.
       const rows = pgPruneRows(pool);
       let reads = 0;
@@ -199,10 +201,8 @@ describe('outbox prune on PostgreSQL', () => {
           return batch;
         },
       };
-      assert.equal((await prune(racing, redis, 0)).deleted, 6);
-    } finally {
-      late.release();
-    }
+      assert.equal((await prune(racing, redis!, 0)).deleted, 6);
+    });
     assert.deepEqual((await pool.query('SELECT id::int, aggregate_id, status FROM outbox')).rows, [{ id: 4, aggregate_id: 'account:late', status: 'PUBLISHED' }], 'the row the consumer has not applied is kept');
     assert.deepEqual(await prunedRows(), [
       { aggregate_id: 'account:a', through_seq: 3, events: 3 },
