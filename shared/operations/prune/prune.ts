@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import type { Db } from '../../outbox/store/open-database.js';
 import { keys } from '../../outbox/redis/keys.js';
 import { partitionsOf } from '../../outbox/redis/partitions.js';
-import { assertNotBehind, sqliteHistory, type StoreHistory } from '../../outbox/relay/store-pairing.js';
+import { assertNotBehind, describeEvidence, sqliteHistory, type BehindEvidence, type StoreHistory } from '../../outbox/relay/store-pairing.js';
 
 export interface PruneOptions {
   /** Rows deleted per transaction: small, so a producer never waits long for the write lock. Default 1000. */
@@ -158,18 +158,17 @@ export async function prune(store: Db | PruneRows, redis: Redis, olderThanMs: nu
 /** See `appliedPrefixLength`: `applied[i]` is the applied seq of `rows[i]`'s aggregate, `processed[i]` its processed entry. */
 async function assertNotOvertaken(redis: Redis, rows: Candidate[], processed: (string | null)[], applied: number[], history: StoreHistory): Promise<void> {
   const lastSeqs = await history.lastSeqs([...new Set(rows.map((row) => row.aggregate_id))]);
+  const refuse = async (evidence: BehindEvidence) => history.behind(redis, (database) => describeEvidence(evidence, database));
   const past = rows.findIndex((row, i) => applied[i] > (lastSeqs.get(row.aggregate_id) ?? 0));
   if (past !== -1) {
     const { aggregate_id: aggregate } = rows[past];
-    throw await history.behind(redis, (database) => `Redis applied ${aggregate} through seq ${applied[past]}, and ${database} holds it through seq ${lastSeqs.get(aggregate) ?? 0}`);
+    throw await refuse({ kind: 'aggregate', aggregate, applied: applied[past], last: lastSeqs.get(aggregate) ?? 0 });
   }
   const unapplied = rows.flatMap((row, i) => (processed[i] === null && applied[i] >= row.seq ? [row] : []));
   if (unapplied.length === 0) return;
   const counts = await redis.hmget(keys.applyCount, ...unapplied.map((row) => row.event_id));
   const taken = unapplied.find((_row, i) => counts[i] === null);
-  if (taken) {
-    throw await history.behind(redis, (database) => `Redis applied another event at ${taken.aggregate_id} seq ${taken.seq}, and ${database} holds ${taken.event_id} there`);
-  }
+  if (taken) throw await refuse({ kind: 'taken', aggregate: taken.aggregate_id, seq: taken.seq, event: taken.event_id });
 }
 
 function takeWhile<T>(items: T[], keep: (item: T) => boolean): T[] {

@@ -110,11 +110,13 @@ export type EvidenceFields = Partial<Record<(typeof EVIDENCE_FIELDS)[number], st
 /** What shows the store behind a partition: a row pushed there that the store lost, or an event of the store the consumer found at a seq another event took. */
 export type BehindEvidence =
   | { kind: 'row'; rowId: number; pushedEvent: string; storeEvent: string | null }
-  | { kind: 'taken'; aggregate: string; seq: number; event: string };
+  | { kind: 'taken'; aggregate: string; seq: number; event: string }
+  | { kind: 'aggregate'; aggregate: string; applied: number; last: number };
 
 /** One clause for the refusal and `status`: `database` names the store. */
 export function describeEvidence(evidence: BehindEvidence, database: string): string {
   if (evidence.kind === 'taken') return `Redis applied another event at ${evidence.aggregate} seq ${evidence.seq}, and ${database} holds ${evidence.event} there`;
+  if (evidence.kind === 'aggregate') return `Redis applied ${evidence.aggregate} through seq ${evidence.applied}, and ${database} holds it through seq ${evidence.last}`;
   const now = evidence.storeEvent === null ? 'no longer holds it' : `now holds ${evidence.storeEvent} there`;
   return `Redis was pushed outbox row ${evidence.rowId} as event ${evidence.pushedEvent}, and ${database} ${now}`;
 }
