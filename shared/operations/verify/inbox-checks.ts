@@ -60,12 +60,11 @@ export async function inboxChecks(consumerDb: Db, redis: Redis | Partitions, sto
   }
   const prunedThrough = new Map<string, number>();
   for (const row of notHeld) if (!prunedThrough.has(row.aggregate_id)) prunedThrough.set(row.aggregate_id, await store.history.prunedThrough(row.aggregate_id));
-  // Pruned events' rows: applied, their rows gone; Redis may have lost their record (a rebuild), and
-  // then they are not waiting for a completion either.
   const foreign = notHeld.filter((row) => row.seq > prunedThrough.get(row.aggregate_id)!);
-  const pruned = new Set(notHeld.filter((row) => row.seq <= prunedThrough.get(row.aggregate_id)!).map((row) => row.event_id));
-  const foreignIds = new Set(foreign.map((row) => row.event_id));
-  const pending = [...inbox].filter((id) => !processed.has(id) && !foreignIds.has(id) && !pruned.has(id));
+  // Completion pending: only events the store holds. The others are pruned (applied, their rows
+  // gone, their record maybe lost with Redis, as in a rebuild) or of a lost history (above).
+  const notHeldIds = new Set(notHeld.map((row) => row.event_id));
+  const pending = [...inbox].filter((id) => !processed.has(id) && !notHeldIds.has(id));
   return [
     {
       name: 'processed events without an inbox row (effect missing from the consumer database)',

@@ -138,7 +138,7 @@ function inFlightOf(o: Observation): string[] {
   const deadFrom = new Map<string, number>();
   for (const e of o.events) if (o.flight.dead.has(e.event_id)) deadFrom.set(e.aggregate_id, Math.min(deadFrom.get(e.aggregate_id) ?? e.seq, e.seq));
   return o.events
-    .filter((e, i) => !taken.has(e) && !(e.seq >= (deadFrom.get(e.aggregate_id) ?? Infinity)) && (e.status === 'PENDING' || !appliedBy(o.processed[i], counterOf(o, e.aggregate_id))))
+    .filter((e, i) => !taken.has(e) && e.seq < (deadFrom.get(e.aggregate_id) ?? Infinity) && (e.status === 'PENDING' || !appliedBy(o.processed[i], counterOf(o, e.aggregate_id))))
     .map((e) => e.event_id);
 }
 
