@@ -248,6 +248,56 @@ describe('verify in database mode (--consumer-db)', () => {
     }
   });
 
+  it('an app.db that lost a row the database-mode consumer applied (a cut like a PostgreSQL dump\'s), its seq then taken by the store\'s next event: the consumer skips that event and records it, and the relay and status see the store behind', async () => {
+    const db = openDatabase(h.env.dir);
+    const service = createOrderService(db);
+    service.placeOrder({ sku: 'SKU-A', qty: 2 });
+    service.changeQty(1, 5);
+    service.placeOrder({ sku: 'SKU-B', qty: 1 });
+    db.close();
+    // Rows 1 to 3 in one push: the meta hash records row 3 as the highest and the latest push's last.
+    assert.match((await h.cli('relay')).stdout, /^relayed 3 events in 1 batch/m);
+    assert.equal(await drainInDatabaseMode(), 3);
+
+    // The cut: row 2 (order:1 seq 2) gone, rows 1 and 3 kept, the store's seq of order:1 back at 1.
+    const cut = openDatabase(h.env.dir);
+    cut.prepare('DELETE FROM outbox WHERE id = 2').run();
+    cut.prepare("UPDATE outbox_aggregates SET last_seq = 1 WHERE aggregate_id = 'order:1'").run();
+    cut.prepare('UPDATE orders SET qty = 2 WHERE id = 1').run();
+    // order:1 seq 2 again, another event.
+    const { eventId } = createOrderService(cut).changeQty(1, 7);
+    cut.close();
+    // The rows the meta hash records are there: the relay's check passes, and the consumer skips the event.
+    assert.match((await h.cli('relay')).stdout, /^relayed 1 event/m);
+    assert.equal(await drainInDatabaseMode(), 0);
+    assert.equal(await h.client.llen('outbox.events'), 0);
+
+    assert.deepEqual(await h.client.hmget('outbox:meta', 'takenEvent', 'takenAggregate', 'takenSeq'), [eventId, 'order:1', '2']);
+    const relay = await runCli(['relay'], h.env);
+    assert.equal(relay.code, 5, relay.stdout + relay.stderr);
+    assert.match(relay.stderr, new RegExp(`app\\.db is behind Redis at \\S+: Redis applied another event at order:1 seq 2, and \\S+ holds ${eventId} there `));
+    assert.match((await h.cli('status')).stdout, /^store +\S+: WARN the store is behind Redis: Redis applied another event at order:1 seq 2/m);
+    const found = await runCli(['verify', '--settle', '0s', '--consumer-db', consumerDb()], h.env);
+    assert.equal(found.code, 1, found.stdout + found.stderr);
+    assert.match(found.stdout, new RegExp(`^the store is not behind Redis +yes +no +FAIL\n  e\\.g\\. .*order:1 seq 2: Redis applied another event at that seq, which the store no longer holds, so ${eventId} would be skipped as its duplicate `, 'm'));
+    assert.match(found.stdout, /^inbox rows of events the store does not hold \(effects of a lost history\) +0 +1 +FAIL\n  e\.g\. \S+ \(order:1 seq 2\)/m);
+  });
+
+  it('a redelivered event that was completed (its apply count kept) but lost its processed entry and marker is a plain duplicate, not a taken seq', async () => {
+    await seedLabEvents(3);
+    const queued = await h.client.lrange('outbox.events', 0, -1);
+    await drainInDatabaseMode();
+    const id = (JSON.parse(queued[0]) as { event_id: string }).event_id;
+    assert.equal(await h.client.hexists('outbox:apply-count', id), 1);
+    await h.client.hdel('processed', id);
+    await h.client.del(`outbox:seen:${id}`);
+    await h.client.rpush('outbox.events', queued[0]);
+    assert.equal(await drainInDatabaseMode(), 0);
+    assert.equal(await h.client.llen('outbox.events'), 0);
+    assert.equal(await h.client.hexists('outbox:meta', 'takenEvent'), 0);
+    assert.match((await h.cli('relay')).stdout, /^relayed 0 events/m);
+  });
+
   it('Redis mode is unchanged: the inventory is checked, and a wrong one fails', async () => {
     await seedLabEvents(6);
     await h.cli('consume');

@@ -13,7 +13,7 @@ const SCRIPT_FILES = {
   requeueDeadLetter: 'requeue-dead-letter-2.lua',
   requeueParked: 'requeue-parked-2.lua',
   moveToProcessing: 'move-to-processing-2.lua',
-  claimEvents: 'claim-event-8.lua',
+  claimEvents: 'claim-event-9.lua',
   completeEvents: 'complete-event-10.lua',
   partitionLease: 'partition-lease-1.lua',
   consumerMembers: 'consumer-members-1.lua',
@@ -275,7 +275,7 @@ export interface ClaimResult {
   problems: string[];
 }
 
-/** See lua/claim-event-8.lua: claims `events` (at most one per aggregate) for `leaseMs` on behalf of `owner`. */
+/** See lua/claim-event-9.lua: claims `events` (at most one per aggregate) for `leaseMs` on behalf of `owner`. */
 export async function claimEvents(redis: Redis, processingList: string, events: EventToClaim[], leaseMs: number, owner: string): Promise<ClaimResult> {
   const args: (string | number)[] = [markerPrefix(redis), leaseMs, owner];
   for (const e of events) args.push(e.raw, e.eventId, e.aggregate, e.seq, e.storeId);
@@ -288,6 +288,7 @@ export async function claimEvents(redis: Redis, processingList: string, events: 
     keys.meta,
     keys.deadLetter,
     keys.attempts,
+    keys.applyCount,
     ...args,
   )) as [ClaimOutcome[], number[], string[]];
   return { outcomes, waits, problems };

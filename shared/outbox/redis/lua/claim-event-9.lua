@@ -18,6 +18,9 @@
     KEYS[6] meta hash; its field 'store' names the store this Redis serves
     KEYS[7] dead-letter list (a message of another store goes there)
     KEYS[8] attempts hash (event_id -> failed handler attempts): an acked event's entry goes
+    KEYS[9] apply-count hash (event_id -> times its effect was recorded; complete-event-10.lua
+            writes it): read only, to tell a duplicate that was applied from one whose seq another
+            event took
 
     ARGV[1] dedupe marker key prefix; the marker of an event is <prefix><event_id>
     ARGV[2] lease in ms (an integer >= 1): the claim marker's TTL
@@ -30,7 +33,13 @@
       'claimed'   the marker now holds this owner's claim for the lease: run the handler, then complete
       'busy'      another owner's claim holds it (its lease has waits[i] ms left): nothing done, the
                   message stays in the processing list
-      'duplicate' seen before (completed marker, processed entry, or seq <= last applied): acked
+      'duplicate' seen before (completed marker, processed entry, or seq <= last applied): acked.
+                  One behind the seq guard that was never claimed nor completed (no processed
+                  entry, no apply count, no marker) had its seq taken by another event, as after a
+                  store restored from an older copy: it is still acked, and the first such event
+                  of the call is recorded in the meta hash (KEYS[6]: 'takenEvent', 'takenAggregate',
+                  'takenSeq', 'takenAt'), as apply-events-11.lua does, where the relay, status and
+                  prune look for it (store-pairing.ts)
       'parked'    seq > last applied + 1: acked and parked until the gap is filled
       'foreign'   from another store than the one this Redis serves: acked and dead-lettered
       'stale'     the message was not in the processing list: nothing done
@@ -75,6 +84,8 @@ for i, name in ipairs(STATS) do
 end
 
 local lastOf, badAggregate, ranks, plan = {}, {}, {}, {}
+-- The first event of the call met behind the seq guard that was never applied (see 'duplicate').
+local taken
 for i = 0, count - 1 do
   local base = FIRST + i * FIELDS
   local e = { raw = ARGV[base], eventId = ARGV[base + 1], aggregate = ARGV[base + 2], seqText = ARGV[base + 3], store = ARGV[base + 4] }
@@ -108,6 +119,11 @@ for i = 0, count - 1 do
       e.kind = 'candidate'
       e.processed = rcall('HEXISTS', KEYS[2], e.eventId) == 1
       e.marker = rcall('GET', prefix .. e.eventId)
+      -- Behind the guard with no processed entry and no marker: was it ever completed? (pcall: an
+      -- apply-count hash of another type is complete-event's to report, not an error here.)
+      if not e.processed and not e.marker and e.seq <= lastOf[e.aggregate] and not taken then
+        if redis.pcall('HEXISTS', KEYS[9], e.eventId) == 0 then taken = e end
+      end
     end
   end
   plan[#plan + 1] = e
@@ -168,5 +184,8 @@ end
 
 for name, n in pairs(counts) do
   if n > 0 and statOk[name] then rcall('HINCRBY', KEYS[5], name, n) end
+end
+if taken then
+  rcall('HSET', KEYS[6], 'takenEvent', taken.eventId, 'takenAggregate', taken.aggregate, 'takenSeq', taken.seqText, 'takenAt', now)
 end
 return { outcomes, waits, problems }
