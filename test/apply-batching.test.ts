@@ -1,6 +1,7 @@
 /**
- * Adversarial tests of the batched apply script (apply-events-11.lua) and the one-script take
- * (move-to-processing-2.lua): calls whose events are NOT independent (the same event twice,
+ * Adversarial tests of the batched apply script (apply-events-11.lua), the one-script take
+ * (move-to-processing-2.lua) and database mode's claim and complete (claim-event-9.lua,
+ * complete-event-10.lua): calls whose events are NOT independent (the same event twice,
  * successive seqs, effects on one key), bad state it must refuse before its first write, and
  * data faults. Real redis-server, real scripts through their wrappers.
  */
@@ -9,7 +10,7 @@ import { after, beforeEach, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
 import { z } from 'zod';
 import { createConsumer, defineEvents, defineRedisHandlers, effect } from '../shared/outbox/index.js';
-import { applyEvents, defineScripts, moveToProcessing, type EventToApply } from '../shared/outbox/redis/scripts.js';
+import { applyEvents, claimEvents, completeEvents, defineScripts, moveToProcessing, type EventToApply, type EventToClaim } from '../shared/outbox/redis/scripts.js';
 import { useHarness } from './helpers/harness.js';
 
 const h = useHarness();
@@ -322,6 +323,88 @@ describe('bad state and bad input: refused before the first write', () => {
     }
     assert.equal(await h.client.llen(LIST), r.outcomes.filter((o) => o === 'invalid').length);
   });
+});
+
+describe('database mode\'s claim and complete: bad state refused before the first write', () => {
+  const OWNER = 'review';
+  type Claimable = EventToClaim & { result: string };
+  /** An event to claim and complete, of aggregate `agg` with `seq`, from `storeId`. */
+  const ce = (id: string, agg: string, seq: number, storeId = h.storeId): Claimable => {
+    const { raw, eventId, aggregate, result } = ev(id, agg, seq);
+    return { raw: raw as string, eventId, storeId, aggregate, seq, result };
+  };
+  /** Puts the events' messages in the processing list and claims them in one call. */
+  async function claim(events: Claimable[]) {
+    await h.client.rpush(LIST, ...events.map((e) => e.raw));
+    return claimEvents(redis, LIST, events, 60_000, OWNER);
+  }
+
+  // Each call has an event that writes (a claim marker, an applied seq) before the one that needs the key.
+  const claimCases: [string, () => Claimable[]][] = [
+    ['outbox.events:parked', () => [ce('e1', 'a', 1), ce('e3', 'b', 2)]],
+    ['outbox:attempts', () => [ce('e1', 'a', 1), ce('e3', 'b', 2)]],
+    ['outbox.events:dead', () => [ce('e1', 'a', 1), ce('f1', 'z', 1, 'other-store')]],
+  ];
+  for (const [key, events] of claimCases) {
+    it(`claim: ${key} of another type refuses the call before its first write, Redis unchanged (no event acked and left unrecorded)`, async () => {
+      const setup = events();
+      await h.client.set(key, 'corrupt');
+      await h.client.rpush(LIST, ...setup.map((e) => e.raw));
+      const before = await snapshot();
+      await assert.rejects(claimEvents(redis, LIST, setup, 60_000, OWNER), (e: Error) => e.message.startsWith('WRONGTYPE') && e.message.includes(key));
+      assert.deepEqual(await snapshot(), before);
+    });
+  }
+
+  it('claim: an apply-count hash of another type leaves the claims as they were and says why an event behind the seq guard was not checked for a taken seq', async () => {
+    await h.client.hset('outbox:applied-seq', 'a', '1');
+    await h.client.set('outbox:apply-count', 'corrupt');
+    const r = await claim([ce('e1', 'a', 1), ce('e2', 'b', 1)]);
+    assert.deepEqual(r.outcomes, ['duplicate', 'claimed']);
+    assert.deepEqual(r.problems, ['outbox:apply-count is not a hash: a duplicate behind the seq guard could not be told from an event at a seq another event took']);
+    assert.equal(await h.client.hexists('outbox:meta', 'takenEvent'), 0);
+  });
+
+  it('claim: a duplicate behind the seq guard never applied (no processed entry, apply count nor marker) is acked and recorded as taken; one with its apply count is not', async () => {
+    await h.client.hset('outbox:applied-seq', 'a', '2', 'b', '1');
+    await h.client.hset('outbox:apply-count', 'e1', '1');
+    const r = await claim([ce('e1', 'a', 1), ce('x2', 'b', 1)]);
+    assert.deepEqual(r.outcomes, ['duplicate', 'duplicate']);
+    assert.equal(await h.client.llen(LIST), 0);
+    assert.deepEqual(await h.client.hmget('outbox:meta', 'takenEvent', 'takenAggregate', 'takenSeq'), ['x2', 'b', '1']);
+  });
+
+  /** Claims the events, then completes them in one call (their messages still in the processing list). */
+  async function claimed(events: Claimable[]) {
+    const r = await claim(events);
+    assert.ok(r.outcomes.every((o) => o === 'claimed'), r.outcomes.join());
+    return events;
+  }
+
+  const completeCases: [string, () => Promise<Claimable[]>][] = [
+    ['outbox.events:parked', () => claimed([ce('e1', 'a', 1), ce('e2', 'b', 1)])],
+    ['outbox:attempts', () => claimed([ce('e1', 'a', 1), ce('e2', 'b', 1)])],
+    ['outbox.events:dead', async () => [...(await claimed([ce('e1', 'a', 1)])), ce('f1', 'z', 1, 'other-store')]],
+    [
+      'outbox.events',
+      async () => {
+        // e2 parked behind e1: completing e1 re-queues it, at the head of outbox.events.
+        await h.client.hset('outbox.events:parked', 'a:2', JSON.stringify({ reason: 'gap', message: ce('e2', 'a', 2).raw, parkedAt: 1 }));
+        return claimed([ce('e0', 'b', 1), ce('e1', 'a', 1)]);
+      },
+    ],
+  ];
+  for (const [key, events] of completeCases) {
+    it(`complete: ${key} of another type refuses the call before its first write, Redis unchanged (no event half-recorded)`, async () => {
+      const setup = await events();
+      const foreign = setup.filter((e) => e.storeId !== h.storeId);
+      if (foreign.length) await h.client.rpush(LIST, ...foreign.map((e) => e.raw));
+      await h.client.set(key, 'corrupt');
+      const before = await snapshot();
+      await assert.rejects(completeEvents(redis, LIST, setup, 60), (e: Error) => e.message.startsWith('WRONGTYPE') && e.message.includes(key));
+      assert.deepEqual(await snapshot(), before);
+    });
+  }
 });
 
 describe('data faults', () => {

@@ -73,6 +73,16 @@ local now = int(tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000
 local problems = {}
 local function problem(text) problems[#problems + 1] = text end
 
+-- The keys phase 2 may write without having read them first: a key of another type would fail
+-- there, after other writes (an ack). The others are read in phase 1; apply-count only with pcall.
+for _, k in ipairs({ { KEYS[4], 'hash' }, { KEYS[7], 'list' }, { KEYS[8], 'hash' } }) do
+  local t = rcall('TYPE', k[1]).ok
+  if t ~= 'none' and t ~= k[2] then
+    -- (WRONGTYPE first, as Redis's own error would be: the callers explain that error by it.)
+    return redis.error_reply('WRONGTYPE claim-event: ' .. k[1] .. ' holds a ' .. t .. ', not a ' .. k[2] .. ': nothing claimed')
+  end
+end
+
 -- Phase 1: read and check.
 local served = rcall('HGET', KEYS[6], 'store')
 local STATS = { 'duplicates', 'parked', 'dead' }
@@ -85,7 +95,7 @@ end
 
 local lastOf, badAggregate, ranks, plan = {}, {}, {}, {}
 -- The first event of the call met behind the seq guard that was never applied (see 'duplicate').
-local taken
+local taken, countsUnread
 for i = 0, count - 1 do
   local base = FIRST + i * FIELDS
   local e = { raw = ARGV[base], eventId = ARGV[base + 1], aggregate = ARGV[base + 2], seqText = ARGV[base + 3], store = ARGV[base + 4] }
@@ -120,13 +130,22 @@ for i = 0, count - 1 do
       e.processed = rcall('HEXISTS', KEYS[2], e.eventId) == 1
       e.marker = rcall('GET', prefix .. e.eventId)
       -- Behind the guard with no processed entry and no marker: was it ever completed? (pcall: an
-      -- apply-count hash of another type is complete-event's to report, not an error here.)
+      -- apply-count hash of another type is a problem line, not an error that stops the claims.)
       if not e.processed and not e.marker and e.seq <= lastOf[e.aggregate] and not taken then
-        if redis.pcall('HEXISTS', KEYS[9], e.eventId) == 0 then taken = e end
+        local counted = redis.pcall('HEXISTS', KEYS[9], e.eventId)
+        if type(counted) == 'table' then
+          countsUnread = true
+        elseif counted == 0 then
+          taken = e
+        end
       end
     end
   end
   plan[#plan + 1] = e
+end
+
+if countsUnread then
+  problem(KEYS[9] .. ' is not a hash: a duplicate behind the seq guard could not be told from an event at a seq another event took')
 end
 
 -- Phase 2: write. Every value used below was checked above.

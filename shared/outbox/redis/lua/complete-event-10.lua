@@ -58,6 +58,17 @@ local now = int(tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000
 local problems = {}
 local function problem(text) problems[#problems + 1] = text end
 
+-- The keys phase 2 may write without having read them first: a key of another type would fail
+-- there, after other writes (an ack, an applied seq). processed, applied-seq, stats and meta are
+-- read in phase 1; apply-count is counted with pcall, its failure reported.
+for _, k in ipairs({ { KEYS[4], 'hash' }, { KEYS[6], 'list' }, { KEYS[8], 'list' }, { KEYS[10], 'hash' } }) do
+  local t = rcall('TYPE', k[1]).ok
+  if t ~= 'none' and t ~= k[2] then
+    -- (WRONGTYPE first, as Redis's own error would be: the callers explain that error by it.)
+    return redis.error_reply('WRONGTYPE complete-event: ' .. k[1] .. ' holds a ' .. t .. ', not a ' .. k[2] .. ': nothing completed')
+  end
+end
+
 -- Phase 1: read and check.
 local served = rcall('HGET', KEYS[7], 'store')
 local STATS = { 'applied', 'duplicates', 'unparked', 'dead' }
