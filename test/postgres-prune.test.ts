@@ -6,6 +6,8 @@ import { createConsumer, createPgOutbox, createPgRelay } from '../shared/outbox/
 import { connectRedis } from '../shared/outbox/redis/connect.js';
 import { prune, type PruneRows } from '../shared/operations/prune/prune.js';
 import { pgPruneRows } from '../shared/operations/prune/pg-prune.js';
+import { pgReplay } from '../shared/operations/recovery/pg-repair.js';
+import { parseReplayRange } from '../shared/operations/recovery/repair.js';
 import { startApp, stopApp } from './helpers/apps.js';
 import { runCli, type CliResult } from './helpers/cli.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
@@ -208,6 +210,47 @@ describe('outbox prune on PostgreSQL', () => {
       { aggregate_id: 'account:a', through_seq: 3, events: 3 },
       { aggregate_id: 'account:b', through_seq: 3, events: 3 },
     ]);
+  });
+
+  it('a replay that sets a row back to PENDING between prune\'s read and its delete: that row and every row after it stay (in that batch and the next), so no aggregate is recorded pruned past an event the store holds; after a Redis loss the rebuild applies it again', async () => {
+    // Rows 1-4: order:1 seq 1, order:2 seq 1, order:1 seq 2, order:2 seq 2.
+    await ok('init');
+    await ok('place-order', '--count', '2');
+    await ok('change-qty', '--id', '1', '--qty', '2');
+    await ok('change-qty', '--id', '2', '--qty', '3');
+    await ok('relay');
+    await ok('consume');
+    const pool = db.pool(2);
+    redis ??= await connectRedis(h.redis.url);
+    const rows = pgPruneRows(pool);
+    /** prune's rows, row 1 replayed (another process's `outbox replay`) just before the first delete. */
+    const racing = (): PruneRows => {
+      let raced = false;
+      return {
+        ...rows,
+        async deleteRange(after, through, ids) {
+          if (!raced) assert.equal(await pgReplay(pool, parseReplayRange('1', '1')), 1);
+          raced = true;
+          return rows.deleteRange(after, through, ids);
+        },
+      };
+    };
+    // Two rows a batch: the first batch (rows 1, 2) deletes nothing, and prune stops before row 3, order:1's next event.
+    assert.equal((await prune(racing(), redis, 0, { batchSize: 2 })).deleted, 0);
+    assert.deepEqual(await ids(), [1, 2, 3, 4]);
+    assert.deepEqual(await prunedRows(), []);
+    // Row 1 relayed and applied again; then the same race in one batch of all four rows.
+    await ok('relay');
+    await ok('consume');
+    assert.equal((await prune(racing(), redis, 0)).deleted, 0);
+    assert.deepEqual(await ids(), [1, 2, 3, 4]);
+    assert.deepEqual(await prunedRows(), []);
+
+    await h.client.flushall();
+    assert.match((await ok('relay')).stdout, /Redis lost its state/);
+    await ok('consume');
+    assert.equal(await h.client.hexists('outbox:meta', 'takenEvent'), 0);
+    assert.match((await ok('verify', '--settle', '0s')).stdout, /^VERIFY OK$/m);
   });
 
   it('the relay app on PostgreSQL prunes on its schedule (OUTBOX_PRUNE_OLDER_THAN) what the consumer applied, and keeps what it has not', async () => {

@@ -8,6 +8,11 @@ import { runCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
 import { orders } from './helpers/orders.js';
 import { count, readDb } from './helpers/stores.js';
+import { openDatabase } from '../shared/outbox/store/open-database.js';
+import { createOrderService } from '../shared/lab/orders/order-service.js';
+import { connectRedis } from '../shared/outbox/redis/connect.js';
+import { prune, sqlitePruneRows, type PruneRows } from '../shared/operations/prune/prune.js';
+import { parseReplayRange, replay } from '../shared/operations/recovery/repair.js';
 
 const h = useHarness();
 const o = orders(() => h.env);
@@ -129,6 +134,53 @@ describe('outbox prune', () => {
     const recent = await h.cli('prune', '--older-than', '1h');
     assert.match(recent.stdout, /^pruned 0 PUBLISHED row/);
     assert.equal(kept(recent.stdout), 0);
+  });
+
+  it('a replay that sets a row back to PENDING between prune\'s read and its delete: that row and every row after it stay (in that batch and the next), so no aggregate is recorded pruned past an event the store holds; after a Redis loss the rebuild applies it again and the relay goes on', async () => {
+    // Rows 1-4: order:1 seq 1, order:2 seq 1, order:1 seq 2, order:2 seq 2.
+    const db = openDatabase(h.env.dir);
+    const service = createOrderService(db);
+    service.placeOrder({ sku: 'SKU-A', qty: 1 });
+    service.placeOrder({ sku: 'SKU-B', qty: 1 });
+    service.changeQty(1, 2);
+    service.changeQty(2, 3);
+    await o.relay();
+    await o.consume();
+    const redis = await connectRedis(h.env.redisUrl);
+    try {
+      const rows = sqlitePruneRows(db);
+      /** prune's rows, row 1 replayed (another process's `outbox replay`) just before the first delete. */
+      const racing = (): PruneRows => {
+        let raced = false;
+        return { ...rows, deleteRange: async (after, through, ids) => (raced || ((raced = true), replay(db, parseReplayRange('1', '1'))), rows.deleteRange(after, through, ids)) };
+      };
+      const pruned = () => db.prepare('SELECT aggregate_id, through_seq FROM outbox_pruned ORDER BY aggregate_id').all();
+      const ids = () => db.prepare('SELECT id FROM outbox ORDER BY id').pluck().all();
+
+      // Two rows a batch: the first batch (rows 1, 2) deletes nothing, and prune stops before row 3, order:1's next event.
+      assert.equal((await prune(racing(), redis, 0, { batchSize: 2 })).deleted, 0);
+      assert.deepEqual(ids(), [1, 2, 3, 4]);
+      assert.deepEqual(pruned(), []);
+
+      // Row 1 relayed and applied again; then the same race in one batch of all four rows.
+      await o.relay();
+      await o.consume();
+      assert.equal((await prune(racing(), redis, 0)).deleted, 0);
+      assert.deepEqual(ids(), [1, 2, 3, 4]);
+      assert.deepEqual(pruned(), []);
+    } finally {
+      redis.disconnect();
+      db.close();
+    }
+
+    // Redis lost: rebuilt from the store, every event applied again, none taken for another's duplicate.
+    await h.client.flushall();
+    assert.match((await h.cli('relay')).stdout, /Redis lost its state/);
+    await o.consume();
+    assert.equal(await h.client.hexists('outbox:meta', 'takenEvent'), 0);
+    assert.match((await h.cli('relay')).stdout, /^relayed 0 events/m);
+    assert.match((await h.cli('verify', '--settle', '0s')).stdout, /^VERIFY OK$/m);
+    assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-A': '2', 'SKU-B': '3' });
   });
 
   it('fails with one line and exit 5 when Redis is unreachable, deleting nothing', async () => {

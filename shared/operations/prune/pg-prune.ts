@@ -17,7 +17,7 @@ interface PgCandidate {
  * past it and deletes only the rows it read and found applied (by id), never that one, although it
  * may commit, be relayed and marked PUBLISHED before the delete; each aggregate still loses a prefix
  * of its events (a later event of the same aggregate waits for that commit, on the aggregate's row
- * lock). The delete and its record are one statement: they see the same rows.
+ * lock). The delete and its record are one statement, in the transaction that locked the rows read.
  */
 export function pgPruneRows(pool: Pool): PruneRows {
   return {
@@ -25,21 +25,35 @@ export function pgPruneRows(pool: Pool): PruneRows {
       (
         await pool.query<PgCandidate>('SELECT id, event_id, aggregate_id, seq, event_type, status, created_at FROM outbox WHERE id > $1 ORDER BY id LIMIT $2', [after, limit])
       ).rows.map((row): Candidate => ({ ...row, id: Number(row.id), seq: Number(row.seq), created_at: Number(row.created_at) })),
-    deleteRange: async (after, through, ids) =>
-      Number(
-        (
-          await pool.query<{ n: string }>(
-            `WITH gone AS (DELETE FROM outbox WHERE id > $1 AND id <= $2 AND id = ANY($3::bigint[]) AND status = 'PUBLISHED' RETURNING aggregate_id, seq),
-                  recorded AS (
-                    INSERT INTO outbox_pruned (aggregate_id, through_seq, events)
-                      SELECT aggregate_id, MAX(seq), COUNT(*) FROM gone GROUP BY aggregate_id
-                    ON CONFLICT (aggregate_id) DO UPDATE
-                      SET through_seq = GREATEST(outbox_pruned.through_seq, excluded.through_seq), events = outbox_pruned.events + excluded.events)
-             SELECT COUNT(*) AS n FROM gone`,
-            [after, through, ids],
-          )
-        ).rows[0].n,
-      ),
+    deleteRange: async (after, through, ids) => {
+      const client = await pool.connect();
+      try {
+        await client.query('BEGIN');
+        // The rows read, locked in id order: a replay's UPDATE of one waits for this transaction (or
+        // this for it), and their status is read as committed now. The first one no longer
+        // PUBLISHED stays, with every one after it (see PruneRows.deleteRange).
+        const { rows } = await client.query<{ id: string; status: string }>('SELECT id, status FROM outbox WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE', [ids]);
+        const kept = rows.find((row) => row.status !== 'PUBLISHED');
+        const below = kept === undefined ? ids : ids.filter((id) => id < Number(kept.id));
+        const { rows: counted } = await client.query<{ n: string }>(
+          `WITH gone AS (DELETE FROM outbox WHERE id > $1 AND id <= $2 AND id = ANY($3::bigint[]) AND status = 'PUBLISHED' RETURNING aggregate_id, seq),
+                recorded AS (
+                  INSERT INTO outbox_pruned (aggregate_id, through_seq, events)
+                    SELECT aggregate_id, MAX(seq), COUNT(*) FROM gone GROUP BY aggregate_id
+                  ON CONFLICT (aggregate_id) DO UPDATE
+                    SET through_seq = GREATEST(outbox_pruned.through_seq, excluded.through_seq), events = outbox_pruned.events + excluded.events)
+           SELECT COUNT(*) AS n FROM gone`,
+          [after, through, below],
+        );
+        await client.query('COMMIT');
+        return Number(counted[0].n);
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => {});
+        throw error;
+      } finally {
+        client.release();
+      }
+    },
     countWaiting: async (fromId, cutoff) =>
       Number(
         (

@@ -63,7 +63,11 @@ export interface PruneRows {
   readBatch(after: number, limit: number): Promise<Candidate[]>;
   /**
    * In one transaction: deletes the PUBLISHED rows with an id in (after, through] and records them
-   * in `outbox_pruned`; resolves how many went. A row a concurrent replay set back to PENDING stays.
+   * in `outbox_pruned`; resolves how many went. A row a concurrent replay set back to PENDING since
+   * prune read it stays, and so does every row after it in the range: each aggregate loses only a
+   * prefix of its events (a later row of the replayed one's aggregate pruned, `outbox_pruned` would
+   * say the aggregate is pruned past an event the store still holds, and a Redis rebuilt from it
+   * would skip that event). Then fewer rows go than were read, and prune stops.
    * `ids`: the rows of that range prune read and found applied. On app.db they are the whole range
    * (one writer: a row cannot commit below ids already read); on PostgreSQL only they go, since a
    * row can commit below them after the read, and be relayed and marked before the delete.
@@ -86,9 +90,12 @@ export function sqlitePruneRows(db: Db): PruneRows {
      ON CONFLICT (aggregate_id) DO UPDATE SET through_seq = MAX(through_seq, excluded.through_seq), events = events + excluded.events`,
   );
   const remove = db.prepare<[number, number]>("DELETE FROM outbox WHERE id > ? AND id <= ? AND status = 'PUBLISHED'");
+  const firstKept = db.prepare<[number, number], number | null>("SELECT MIN(id) FROM outbox WHERE id > ? AND id <= ? AND status != 'PUBLISHED'").pluck();
   const deleteRange = db.transaction((after: number, through: number): number => {
-    record.run(after, through);
-    return remove.run(after, through).changes;
+    const kept = firstKept.get(after, through);
+    const end = kept == null ? through : kept - 1;
+    record.run(after, end);
+    return remove.run(after, end).changes;
   });
   const countWaiting = db.prepare<{ fromId: number; cutoff: number; end: number }, { n: number }>(
     `SELECT COUNT(*) AS n FROM outbox WHERE id >= @fromId AND id < COALESCE(
@@ -138,14 +145,21 @@ export async function prune(store: Db | PruneRows, redis: Redis, olderThanMs: nu
       const through = applied[applied.length - 1].id;
       const batchStarted = performance.now();
       // In a dry run the rows counted are exactly those the DELETE would take: PUBLISHED, in (cursor, through].
-      result.deleted += options.dryRun ? applied.length : await rows.deleteRange(cursor, through, applied.map((row) => row.id));
+      const deleted = options.dryRun ? applied.length : await rows.deleteRange(cursor, through, applied.map((row) => row.id));
       result.maxBatchMs = Math.max(result.maxBatchMs, performance.now() - batchStarted);
-      result.batches += 1;
-      result.firstId ??= applied[0].id;
-      result.lastId = through;
-      result.firstRows.push(...applied.slice(0, SHOWN_ROWS - result.firstRows.length));
+      // (Those that went are the first `deleted` rows read: the rest stayed behind a replayed one.)
+      const gone = applied.slice(0, deleted);
+      result.deleted += deleted;
+      if (gone.length > 0) {
+        result.batches += 1;
+        result.firstId ??= gone[0].id;
+        result.lastId = gone[gone.length - 1].id;
+        result.firstRows.push(...gone.slice(0, SHOWN_ROWS - result.firstRows.length));
+      }
       cursor = through;
       options.onBatch?.(result.deleted);
+      // A replay set one of them back to PENDING meanwhile: the next run goes on once it is applied again.
+      if (deleted < applied.length) break;
     }
     if (appliedCount < old.length) result.keptNotApplied = await rows.countWaiting(old[appliedCount].id, cutoff);
     if (applied.length < batch.length || batch.length === 0) break;
