@@ -405,6 +405,16 @@ describe('namespaces', () => {
     assert.equal(await h.client.get('outbox:meta'), 'garbage');
   });
 
+  it('a hash verify reads in one MULTI (outbox:apply-count made a string) is named in its one line, exit 5', async () => {
+    o.place(1);
+    await o.relay();
+    await o.consume();
+    await h.client.set('outbox:apply-count', 'garbage');
+    const result = await runCli(['verify', '--settle', '0s'], h.env);
+    assert.equal(result.code, 5, result.stdout + result.stderr);
+    assert.match(result.stderr, /^outbox: Redis key outbox:apply-count holds another type than outbox keeps there \(something else wrote it\): move it away \(RENAME\) and run outbox verify; .+\n$/);
+  });
+
   it('a bad namespace is refused in one line before anything connects', async () => {
     const result = await runCli(['relay'], { ...h.env, env: { OUTBOX_NAMESPACE: 'a:b*' } });
     assert.equal(result.code, 2);

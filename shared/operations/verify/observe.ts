@@ -280,10 +280,13 @@ function producerSnapshotOf(db: Db, checkSet: VerifyCheckSet<unknown> | undefine
   }
 }
 
-/** Runs a MULTI and resolves its replies, throwing the first error. */
-async function execAll(multi: ReturnType<Redis['multi']>): Promise<unknown[]> {
-  return (await multi.exec())!.map(([error, value]) => {
-    if (error) throw error;
+/**
+ * Runs a MULTI and resolves its replies, throwing the first error. A MULTI's errors carry no
+ * command: `keyOf(i)` names the key of its i-th, which a WRONGTYPE error then names (explainError).
+ */
+async function execAll(multi: ReturnType<Redis['multi']>, keyOf: (i: number) => string): Promise<unknown[]> {
+  return (await multi.exec())!.map(([error, value], i) => {
+    if (error) throw Object.assign(error, { command: { name: 'multi', args: [keyOf(i)] } });
     return value;
   });
 }
@@ -313,7 +316,8 @@ async function readConsumerState(redis: Redis, counterHashes: readonly string[])
     .hgetall(keys.parked)
     .llen(keys.deadLetter);
   for (const key of counterHashes) multi.hgetall(key);
-  const values = await execAll(multi);
+  const read = [keys.meta, keys.processed, keys.applyCount, keys.appliedSeq, keys.stats, keys.parked, keys.deadLetter, ...counterHashes];
+  const values = await execAll(multi, (i) => read[i]);
   const [meta, processedCount, applyCounts, appliedSeqs, stats, parked, dead, ...counterValues] = values as [
     Record<string, string>,
     number,
@@ -487,8 +491,8 @@ async function whereIsIn(redis: Redis, events: Whereabouts[]): Promise<string[]>
       multi.hexists(keys.processed, e.event_id).hexists(keys.parked, `${e.aggregate_id}:${e.seq}`);
       for (const list of lists) multi.lpos(list, e.message);
     }
-    const replies = await execAll(multi);
     const per = 2 + lists.length;
+    const replies = await execAll(multi, (i) => [keys.processed, keys.parked, ...lists][i % per]);
     chunk.forEach((e, j) => {
       const [applied, parked, ...positions] = replies.slice(j * per, (j + 1) * per);
       if (applied === 0 && parked === 0 && positions.every((p) => p === null)) nowhere.push(e.event_id);
