@@ -164,13 +164,9 @@ local function problem(text) problems[#problems + 1] = text end
 -- The keys phase 2 may write without having read them first: a key of another type would fail
 -- there, after other writes. (processed, applied-seq and stats are read by HMGET below; apply-count
 -- is written through a fallback that reports instead.)
-for _, k in ipairs({ { KEYS[4], 'hash' }, { KEYS[6], 'list' }, { KEYS[8], 'list' }, { KEYS[10], 'hash' }, { KEYS[11], 'set' } }) do
-  local t = rcall('TYPE', k[1]).ok
-  if t ~= 'none' and t ~= k[2] then
-    -- (WRONGTYPE first, as Redis's own error would be: the callers explain that error by it.)
-    return redis.error_reply('WRONGTYPE apply-events: ' .. k[1] .. ' holds a ' .. t .. ', not a ' .. k[2] .. ': nothing applied')
-  end
-end
+--- @include "includes/key-types.lua"
+local wrongType = wrongKeyType('apply-events', { { KEYS[4], 'hash' }, { KEYS[6], 'list' }, { KEYS[8], 'list' }, { KEYS[10], 'hash' }, { KEYS[11], 'set' } }, 'nothing applied')
+if wrongType then return wrongType end
 
 -- Phase 1: read and check. No write happens before it ends.
 local served = rcall('HGET', KEYS[7], 'store')

@@ -75,13 +75,9 @@ local function problem(text) problems[#problems + 1] = text end
 
 -- The keys phase 2 may write without having read them first: a key of another type would fail
 -- there, after other writes (an ack). The others are read in phase 1; apply-count only with pcall.
-for _, k in ipairs({ { KEYS[4], 'hash' }, { KEYS[7], 'list' }, { KEYS[8], 'hash' } }) do
-  local t = rcall('TYPE', k[1]).ok
-  if t ~= 'none' and t ~= k[2] then
-    -- (WRONGTYPE first, as Redis's own error would be: the callers explain that error by it.)
-    return redis.error_reply('WRONGTYPE claim-event: ' .. k[1] .. ' holds a ' .. t .. ', not a ' .. k[2] .. ': nothing claimed')
-  end
-end
+--- @include "includes/key-types.lua"
+local wrongType = wrongKeyType('claim-event', { { KEYS[4], 'hash' }, { KEYS[7], 'list' }, { KEYS[8], 'hash' } }, 'nothing claimed')
+if wrongType then return wrongType end
 
 -- Phase 1: read and check.
 local served = rcall('HGET', KEYS[6], 'store')
@@ -94,50 +90,24 @@ for i, name in ipairs(STATS) do
 end
 
 local lastOf, badAggregate, ranks, plan = {}, {}, {}, {}
+--- @include "includes/claim-checks.lua"
 -- The first event of the call met behind the seq guard that was never applied (see 'duplicate').
 local taken, countsUnread
 for i = 0, count - 1 do
   local base = FIRST + i * FIELDS
   local e = { raw = ARGV[base], eventId = ARGV[base + 1], aggregate = ARGV[base + 2], seqText = ARGV[base + 3], store = ARGV[base + 4] }
   e.seq = integer(e.seqText)
-  -- Still in the processing list? LPOS stops at the first match; the same message again in this
-  -- call (a relay duplicate) needs the next one.
-  local rank = (ranks[e.raw] or 0) + 1
-  if rcall('LPOS', KEYS[1], e.raw, 'RANK', rank) then
-    ranks[e.raw] = rank
-  else
-    e.kind = 'stale'
-  end
-  if e.kind then
-    -- stale: nothing more to check
-  elseif e.store ~= served then
-    e.kind = 'foreign'
-  elseif not e.seq or e.seq < 1 then
-    e.kind = 'invalid'
-  else
-    if lastOf[e.aggregate] == nil and not badAggregate[e.aggregate] then
-      local value = rcall('HGET', KEYS[3], e.aggregate)
-      lastOf[e.aggregate] = value and integer(value) or (not value and 0) or nil
-      if lastOf[e.aggregate] == nil then
-        badAggregate[e.aggregate] = true
-        problem(KEYS[3] .. ' field ' .. e.aggregate .. ' holds "' .. value .. '", not an integer')
-      end
-    end
-    if badAggregate[e.aggregate] then
-      e.kind = 'invalid'
-    else
-      e.kind = 'candidate'
-      e.processed = rcall('HEXISTS', KEYS[2], e.eventId) == 1
-      e.marker = rcall('GET', prefix .. e.eventId)
-      -- Behind the guard with no processed entry and no marker: was it ever completed? (pcall: an
-      -- apply-count hash of another type is a problem line, not an error that stops the claims.)
-      if not e.processed and not e.marker and e.seq <= lastOf[e.aggregate] and not taken then
-        local counted = redis.pcall('HEXISTS', KEYS[9], e.eventId)
-        if type(counted) == 'table' then
-          countsUnread = true
-        elseif counted == 0 then
-          taken = e
-        end
+  checkEvent(e, true)
+  if e.kind == 'candidate' then
+    e.marker = rcall('GET', prefix .. e.eventId)
+    -- Behind the guard with no processed entry and no marker: was it ever completed? (pcall: an
+    -- apply-count hash of another type is a problem line, not an error that stops the claims.)
+    if not e.processed and not e.marker and e.seq <= lastOf[e.aggregate] and not taken then
+      local counted = redis.pcall('HEXISTS', KEYS[9], e.eventId)
+      if type(counted) == 'table' then
+        countsUnread = true
+      elseif counted == 0 then
+        taken = e
       end
     end
   end

@@ -61,13 +61,9 @@ local function problem(text) problems[#problems + 1] = text end
 -- The keys phase 2 may write without having read them first: a key of another type would fail
 -- there, after other writes (an ack, an applied seq). processed, applied-seq, stats and meta are
 -- read in phase 1; apply-count is counted with pcall, its failure reported.
-for _, k in ipairs({ { KEYS[4], 'hash' }, { KEYS[6], 'list' }, { KEYS[8], 'list' }, { KEYS[10], 'hash' } }) do
-  local t = rcall('TYPE', k[1]).ok
-  if t ~= 'none' and t ~= k[2] then
-    -- (WRONGTYPE first, as Redis's own error would be: the callers explain that error by it.)
-    return redis.error_reply('WRONGTYPE complete-event: ' .. k[1] .. ' holds a ' .. t .. ', not a ' .. k[2] .. ': nothing completed')
-  end
-end
+--- @include "includes/key-types.lua"
+local wrongType = wrongKeyType('complete-event', { { KEYS[4], 'hash' }, { KEYS[6], 'list' }, { KEYS[8], 'list' }, { KEYS[10], 'hash' } }, 'nothing completed')
+if wrongType then return wrongType end
 
 -- Phase 1: read and check.
 local served = rcall('HGET', KEYS[7], 'store')
@@ -81,40 +77,13 @@ end
 local applied = statOk.applied and integer(statValues[1] or '0') or nil
 
 local lastOf, badAggregate, ranks, plan = {}, {}, {}, {}
+--- @include "includes/claim-checks.lua"
 for i = 0, count - 1 do
   local base = FIRST + i * FIELDS
   local e = { raw = ARGV[base], eventId = ARGV[base + 1], aggregate = ARGV[base + 2], seqText = ARGV[base + 3], store = ARGV[base + 4], result = ARGV[base + 5] }
   e.seq = integer(e.seqText)
-  -- Still in the processing list? LPOS stops at the first match; the same message again in this
-  -- call (a relay duplicate) needs the next one.
-  local rank = (ranks[e.raw] or 0) + 1
-  if rcall('LPOS', KEYS[1], e.raw, 'RANK', rank) then
-    ranks[e.raw] = rank
-  else
-    e.kind = 'stale'
-  end
-  if e.kind then
-    -- stale: nothing more to check
-  elseif e.store ~= served then
-    e.kind = 'foreign'
-  elseif not e.seq or e.seq < 1 or not applied then
-    e.kind = 'invalid'
-  else
-    if lastOf[e.aggregate] == nil and not badAggregate[e.aggregate] then
-      local value = rcall('HGET', KEYS[3], e.aggregate)
-      lastOf[e.aggregate] = value and integer(value) or (not value and 0) or nil
-      if lastOf[e.aggregate] == nil then
-        badAggregate[e.aggregate] = true
-        problem(KEYS[3] .. ' field ' .. e.aggregate .. ' holds "' .. value .. '", not an integer')
-      end
-    end
-    if badAggregate[e.aggregate] then
-      e.kind = 'invalid'
-    else
-      e.kind = 'candidate'
-      e.processed = rcall('HEXISTS', KEYS[2], e.eventId) == 1
-    end
-  end
+  -- (A stats field applied that is not an integer makes every event invalid: its problem line says so.)
+  checkEvent(e, applied ~= nil)
   plan[#plan + 1] = e
 end
 
