@@ -374,6 +374,24 @@ describe('database mode\'s claim and complete: bad state refused before the firs
     assert.deepEqual(await h.client.hmget('outbox:meta', 'takenEvent', 'takenAggregate', 'takenSeq'), ['x2', 'b', '1']);
   });
 
+  it('complete: an aggregate whose applied seq went back since the claim (Redis rebuilt meanwhile) is not jumped: the event is left in the processing list, and its redelivery waits behind the events before it', async () => {
+    await h.client.hset('outbox:applied-seq', 'a', '2');
+    assert.deepEqual((await claim([ce('e3', 'a', 3)])).outcomes, ['claimed']);
+    // A rebuilt Redis: the aggregate's applied seq back at 0, its events 1 and 2 delivered again.
+    await h.client.hset('outbox:applied-seq', 'a', '0');
+    const r = await completeEvents(redis, LIST, [ce('e3', 'a', 3)], 60);
+    assert.deepEqual(r.outcomes, ['invalid']);
+    assert.deepEqual(r.problems, ['event e3 completed at seq 3 while outbox:applied-seq field a held 0: left in the processing list, to wait behind the events before it']);
+    assert.equal(await h.client.hget('outbox:applied-seq', 'a'), '0');
+    assert.equal(await h.client.hexists('processed', 'e3'), 0);
+    assert.deepEqual(await h.client.lrange(LIST, 0, -1), [ce('e3', 'a', 3).raw]);
+    // Its redelivery is parked; seqs 1 and 2 are claimed, not skipped (nor taken for events at a seq another took).
+    await h.client.del(LIST);
+    assert.deepEqual((await claim([ce('e3', 'a', 3)])).outcomes, ['parked']);
+    assert.deepEqual((await claim([ce('e1', 'a', 1)])).outcomes, ['claimed']);
+    assert.equal(await h.client.hexists('outbox:meta', 'takenEvent'), 0);
+  });
+
   /** Claims the events, then completes them in one call (their messages still in the processing list). */
   async function claimed(events: Claimable[]) {
     const r = await claim(events);

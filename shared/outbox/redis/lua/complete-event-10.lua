@@ -30,8 +30,9 @@
       'foreign'   Redis now serves another store: acked and dead-lettered (the effect stays in the
                   consumer's database, where its inbox row makes a redelivery a no-op)
       'stale'     the message was not in the processing list: nothing done
-      'invalid'   its seq is not an integer, or Redis holds bad state it needs: nothing done, the
-                  message stays in the processing list (its redelivery finds the inbox row)
+      'invalid'   its seq is not an integer, Redis holds bad state it needs, or its aggregate's
+                  applied seq went back since the claim (a Redis rebuilt meanwhile): nothing done,
+                  the message stays in the processing list (its redelivery finds the inbox row)
     problems: one line per piece of bad state met
 ]]
 local rcall = redis.call
@@ -84,6 +85,15 @@ for i = 0, count - 1 do
   e.seq = integer(e.seqText)
   -- (A stats field applied that is not an integer makes every event invalid: its problem line says so.)
   checkEvent(e, applied ~= nil)
+  if e.kind == 'candidate' and not e.processed and e.seq > lastOf[e.aggregate] + 1 then
+    -- The claim saw seq = applied seq + 1: the applied seq went back since (Redis lost it and was
+    -- rebuilt from the store, which delivers the events before it again). Recorded now, the guard
+    -- would jump them: they would be skipped as duplicates, and taken for events at a seq another
+    -- took. Left in the processing list instead: its redelivery is parked behind them, then finds
+    -- its inbox row.
+    e.kind = 'invalid'
+    problem('event ' .. e.eventId .. ' completed at seq ' .. e.seqText .. ' while ' .. KEYS[3] .. ' field ' .. e.aggregate .. ' held ' .. int(lastOf[e.aggregate]) .. ': left in the processing list, to wait behind the events before it')
+  end
   plan[#plan + 1] = e
 end
 
@@ -116,8 +126,9 @@ for _, e in ipairs(plan) do
     else
       local last = lastOf[e.aggregate]
       if e.seq ~= last + 1 then
-        -- The claim saw last + 1 = seq; only a lost or rewritten applied seq changes that. The effect
-        -- is committed in the consumer's database, so it is recorded all the same.
+        -- The claim saw last + 1 = seq; only a rewritten applied seq moves it past (one behind it
+        -- was refused above). The effect is committed in the consumer's database, so it is
+        -- recorded all the same.
         problem('event ' .. e.eventId .. ' completed at seq ' .. e.seqText .. ' while ' .. KEYS[3] .. ' field ' .. e.aggregate .. ' held ' .. int(last))
       end
       applied = applied + 1
