@@ -374,10 +374,18 @@ describe('database mode\'s claim and complete: bad state refused before the firs
     assert.deepEqual(await h.client.hmget('outbox:meta', 'takenEvent', 'takenAggregate', 'takenSeq'), ['x2', 'b', '1']);
   });
 
-  it('complete: an aggregate whose applied seq went back since the claim (Redis rebuilt meanwhile) is not jumped: the event is left in the processing list, and its redelivery waits behind the events before it', async () => {
+  it('complete: an aggregate whose applied seq went back since the claim and whose marker is gone (Redis rebuilt meanwhile) is not jumped: the event is left in the processing list, and its redelivery waits behind the events before it; with its marker there it is recorded', async () => {
     await h.client.hset('outbox:applied-seq', 'a', '2');
     assert.deepEqual((await claim([ce('e3', 'a', 3)])).outcomes, ['claimed']);
-    // A rebuilt Redis: the aggregate's applied seq back at 0, its events 1 and 2 delivered again.
+    // Only the applied seq went back (its marker, the claim, still there): recorded, as before.
+    await h.client.hset('outbox:applied-seq', 'a', '0');
+    const kept = await completeEvents(redis, LIST, [ce('e3', 'a', 3)], 60);
+    assert.deepEqual(kept.outcomes, ['applied']);
+    assert.equal(await h.client.hget('outbox:applied-seq', 'a'), '3');
+    await h.client.del('processed', 'outbox:apply-count');
+    await h.client.rpush(LIST, ce('e3', 'a', 3).raw);
+    // A rebuilt Redis: the claim's marker gone, the aggregate's applied seq back at 0, its events 1 and 2 delivered again.
+    await h.client.del('outbox:seen:e3');
     await h.client.hset('outbox:applied-seq', 'a', '0');
     const r = await completeEvents(redis, LIST, [ce('e3', 'a', 3)], 60);
     assert.deepEqual(r.outcomes, ['invalid']);

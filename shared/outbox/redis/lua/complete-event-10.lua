@@ -31,7 +31,8 @@
                   consumer's database, where its inbox row makes a redelivery a no-op)
       'stale'     the message was not in the processing list: nothing done
       'invalid'   its seq is not an integer, Redis holds bad state it needs, or its aggregate's
-                  applied seq went back since the claim (a Redis rebuilt meanwhile): nothing done,
+                  applied seq went back since the claim and its marker is gone (a Redis rebuilt
+                  meanwhile): nothing done,
                   the message stays in the processing list (its redelivery finds the inbox row)
     problems: one line per piece of bad state met
 ]]
@@ -85,12 +86,13 @@ for i = 0, count - 1 do
   e.seq = integer(e.seqText)
   -- (A stats field applied that is not an integer makes every event invalid: its problem line says so.)
   checkEvent(e, applied ~= nil)
-  if e.kind == 'candidate' and not e.processed and e.seq > lastOf[e.aggregate] + 1 then
-    -- The claim saw seq = applied seq + 1: the applied seq went back since (Redis lost it and was
-    -- rebuilt from the store, which delivers the events before it again). Recorded now, the guard
-    -- would jump them: they would be skipped as duplicates, and taken for events at a seq another
-    -- took. Left in the processing list instead: its redelivery is parked behind them, then finds
-    -- its inbox row.
+  if e.kind == 'candidate' and not e.processed and e.seq > lastOf[e.aggregate] + 1 and not rcall('GET', prefix .. e.eventId) then
+    -- The claim saw seq = applied seq + 1, and its marker is gone: Redis lost its state since and
+    -- was rebuilt from the store, which delivers the events before it again. Recorded now, the
+    -- guard would jump them: they would be skipped as duplicates, and taken for events at a seq
+    -- another took. Left in the processing list instead: its redelivery is parked behind them,
+    -- then finds its inbox row. (With its marker there, only the applied seq went back: recorded
+    -- below, as nothing will deliver those events again.)
     e.kind = 'invalid'
     problem('event ' .. e.eventId .. ' completed at seq ' .. e.seqText .. ' while ' .. KEYS[3] .. ' field ' .. e.aggregate .. ' held ' .. int(lastOf[e.aggregate]) .. ': left in the processing list, to wait behind the events before it')
   end
