@@ -1,6 +1,7 @@
 import type { Pool } from 'pg';
 import type { Candidate, PruneRows } from './prune.js';
 import { pgHistory } from '../../outbox/postgres/pg-pairing.js';
+import { REPLAY_LOCK } from '../../outbox/postgres/locks.js';
 
 interface PgCandidate {
   id: string;
@@ -17,7 +18,7 @@ interface PgCandidate {
  * past it and deletes only the rows it read and found applied (by id), never that one, although it
  * may commit, be relayed and marked PUBLISHED before the delete; each aggregate still loses a prefix
  * of its events (a later event of the same aggregate waits for that commit, on the aggregate's row
- * lock). The delete and its record are one statement, in the transaction that locked the rows read.
+ * lock). The delete and its record are one statement, under the replay lock (SHARED).
  */
 export function pgPruneRows(pool: Pool): PruneRows {
   return {
@@ -29,12 +30,28 @@ export function pgPruneRows(pool: Pool): PruneRows {
       const client = await pool.connect();
       try {
         await client.query('BEGIN');
-        // The rows read, locked in id order: a replay's UPDATE of one waits for this transaction (or
-        // this for it), and their status is read as committed now. The first one no longer
-        // PUBLISHED stays, with every one after it (see PruneRows.deleteRange).
-        const { rows } = await client.query<{ id: string; status: string }>('SELECT id, status FROM outbox WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE', [ids]);
-        const kept = rows.find((row) => row.status !== 'PUBLISHED');
-        const below = kept === undefined ? ids : ids.filter((id) => id < Number(kept.id));
+        // The replay lock, SHARED (as every relay batch holds it): no replay or rebuild sets a row
+        // back to PENDING until this transaction ends, and the statements below see every one that
+        // committed before.
+        await client.query('SELECT pg_advisory_xact_lock_shared($1)', [REPLAY_LOCK]);
+        const { rows } = await client.query<{ id: string; aggregate_id: string; seq: string; status: string }>(
+          'SELECT id, aggregate_id, seq, status FROM outbox WHERE id = ANY($1::bigint[]) ORDER BY id',
+          [ids],
+        );
+        // A row replayed since prune read it stays, with every row after it (see PruneRows.deleteRange).
+        const firstKept = rows.findIndex((row) => row.status !== 'PUBLISHED');
+        const candidates = firstKept === -1 ? rows : rows.slice(0, firstKept);
+        // So does every row of an aggregate that still holds a row below them not PUBLISHED: one
+        // committed late, below the rows an earlier batch read, then replayed.
+        const highest = new Map<string, number>();
+        for (const row of candidates) highest.set(row.aggregate_id, Math.max(highest.get(row.aggregate_id) ?? 0, Number(row.seq)));
+        const { rows: held } = await client.query<{ aggregate_id: string }>(
+          `SELECT a.aggregate_id FROM unnest($1::text[], $2::bigint[]) AS a (aggregate_id, seq)
+            WHERE EXISTS (SELECT 1 FROM outbox p WHERE p.aggregate_id = a.aggregate_id AND p.seq < a.seq AND p.status <> 'PUBLISHED')`,
+          [[...highest.keys()], [...highest.values()]],
+        );
+        const blocked = new Set(held.map((row) => row.aggregate_id));
+        const going = candidates.filter((row) => !blocked.has(row.aggregate_id)).map((row) => row.id);
         const { rows: counted } = await client.query<{ n: string }>(
           `WITH gone AS (DELETE FROM outbox WHERE id > $1 AND id <= $2 AND id = ANY($3::bigint[]) AND status = 'PUBLISHED' RETURNING aggregate_id, seq),
                 recorded AS (
@@ -43,7 +60,7 @@ export function pgPruneRows(pool: Pool): PruneRows {
                   ON CONFLICT (aggregate_id) DO UPDATE
                     SET through_seq = GREATEST(outbox_pruned.through_seq, excluded.through_seq), events = outbox_pruned.events + excluded.events)
            SELECT COUNT(*) AS n FROM gone`,
-          [after, through, below],
+          [after, through, going],
         );
         await client.query('COMMIT');
         return Number(counted[0].n);
