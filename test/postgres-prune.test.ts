@@ -253,44 +253,49 @@ describe('outbox prune on PostgreSQL', () => {
     assert.match((await ok('verify', '--settle', '0s')).stdout, /^VERIFY OK$/m);
   });
 
-  it('a row committed late below the rows prune read, then replayed before prune deletes a later row of its aggregate: that aggregate keeps its rows, and is not recorded pruned past the replayed one', async () => {
-    const { pool } = await withLateRow(async (late, pool, relay) => {
-      const outbox = await createPgOutbox(pool, { events: depositEvents });
-      const rows = pgPruneRows(pool);
-      let reads = 0;
-      let deletes = 0;
-      const racing: PruneRows = {
-        ...rows,
-        async readBatch(after, limit) {
-          const batch = await rows.readBatch(after, limit);
-          if ((reads += 1) === 1) {
-            // After the first batch's read (ids 1-3 and 5-7): row 4 commits, then account late's seq 2 (row 8); both relayed and applied.
-            await late.query('COMMIT');
-            await outbox.append(pool, deposit('late'));
-            assert.equal((await relay.relayAll()).events, 2);
-            await drain();
-          }
-          return batch;
-        },
-        async deleteRange(after, through, ids) {
-          // Before the second batch's delete (row 8): `outbox replay` sets row 4 back to PENDING.
-          if ((deletes += 1) === 2) assert.equal(await pgReplay(pool, parseReplayRange('4', '4')), 1);
-          return rows.deleteRange(after, through, ids);
-        },
-      };
-      // (Its clock a minute ahead: row 8, written during the run, is old enough too.)
-      assert.equal((await prune(racing, redis!, 0, { now: Date.now() + 60_000 })).deleted, 6);
-      assert.equal(deletes, 2, 'the second batch reached its delete');
+  for (const replayed of [false, true]) {
+    it(`a row committed late below the rows prune read${replayed ? ', then replayed,' : ''} and its aggregate's next event read by a later batch of the same run: that aggregate keeps its rows, and is not recorded pruned past the late one`, async () => {
+      const { pool } = await withLateRow(async (late, pool, relay) => {
+        const outbox = await createPgOutbox(pool, { events: depositEvents });
+        const rows = pgPruneRows(pool);
+        let reads = 0;
+        let deletes = 0;
+        const racing: PruneRows = {
+          ...rows,
+          async readBatch(after, limit) {
+            const batch = await rows.readBatch(after, limit);
+            if ((reads += 1) === 1) {
+              // After the first batch's read (ids 1-3 and 5-7): row 4 commits, then account late's seq 2 (row 8); both relayed and applied.
+              await late.query('COMMIT');
+              await outbox.append(pool, deposit('late'));
+              assert.equal((await relay.relayAll()).events, 2);
+              await drain();
+            }
+            return batch;
+          },
+          async deleteRange(after, through, ids) {
+            // Before the second batch's delete (row 8): `outbox replay` sets row 4 back to PENDING.
+            if ((deletes += 1) === 2 && replayed) assert.equal(await pgReplay(pool, parseReplayRange('4', '4')), 1);
+            return rows.deleteRange(after, through, ids);
+          },
+        };
+        // (Its clock a minute ahead: row 8, written during the run, is old enough too, as a producer's row is
+        // whose transaction waited on its aggregate's lock.)
+        const result = await prune(racing, redis!, 0, { now: Date.now() + 60_000 });
+        assert.equal(result.deleted, 6);
+        assert.equal(result.stoppedEarly, true);
+        assert.equal(deletes, 2, 'the second batch reached its delete');
+      });
+      assert.deepEqual((await pool.query('SELECT id::int, aggregate_id, seq::int, status FROM outbox ORDER BY id')).rows, [
+        { id: 4, aggregate_id: 'account:late', seq: 1, status: replayed ? 'PENDING' : 'PUBLISHED' },
+        { id: 8, aggregate_id: 'account:late', seq: 2, status: 'PUBLISHED' },
+      ]);
+      assert.deepEqual(await prunedRows(), [
+        { aggregate_id: 'account:a', through_seq: 3, events: 3 },
+        { aggregate_id: 'account:b', through_seq: 3, events: 3 },
+      ]);
     });
-    assert.deepEqual((await pool.query('SELECT id::int, aggregate_id, seq::int, status FROM outbox ORDER BY id')).rows, [
-      { id: 4, aggregate_id: 'account:late', seq: 1, status: 'PENDING' },
-      { id: 8, aggregate_id: 'account:late', seq: 2, status: 'PUBLISHED' },
-    ]);
-    assert.deepEqual(await prunedRows(), [
-      { aggregate_id: 'account:a', through_seq: 3, events: 3 },
-      { aggregate_id: 'account:b', through_seq: 3, events: 3 },
-    ]);
-  });
+  }
 
   it('the relay app on PostgreSQL prunes on its schedule (OUTBOX_PRUNE_OLDER_THAN) what the consumer applied, and keeps what it has not', async () => {
     await ok('init');

@@ -53,4 +53,8 @@ async function pruneConfirmed(argv: ArgumentsCamelCase<Args>, store: Parameters<
 function printResult(result: PruneResult, longest: string): void {
   console.log(`pruned ${result.deleted} PUBLISHED row(s) in ${result.batches} batch(es), ${result.ms.toFixed(0)} ms; ${longest} ${result.maxBatchMs.toFixed(1)} ms`);
   console.log(`kept (not applied yet): ${result.keptNotApplied}`);
+  if (result.stoppedEarly) console.log(STOPPED_EARLY);
 }
+
+const STOPPED_EARLY =
+  'stopped early: a row it read was set back to PENDING meanwhile (outbox replay), or an earlier row of its aggregate is still in the store; run prune again once the relay and the consumer have caught up';

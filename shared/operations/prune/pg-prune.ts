@@ -41,29 +41,33 @@ export function pgPruneRows(pool: Pool): PruneRows {
         // A row replayed since prune read it stays, with every row after it (see PruneRows.deleteRange).
         const firstKept = rows.findIndex((row) => row.status !== 'PUBLISHED');
         const candidates = firstKept === -1 ? rows : rows.slice(0, firstKept);
-        // So does every row of an aggregate that still holds a row below them not PUBLISHED: one
-        // committed late, below the rows an earlier batch read, then replayed.
-        const highest = new Map<string, number>();
-        for (const row of candidates) highest.set(row.aggregate_id, Math.max(highest.get(row.aggregate_id) ?? 0, Number(row.seq)));
+        // So do the rows of an aggregate that holds another row at or below their seqs: each
+        // aggregate loses only a prefix. (A row committed late, below a batch an earlier read went
+        // past, is one: its aggregate's next event may be read, applied and old by then.)
+        const going = new Map<string, { seq: number; rows: number }>();
+        for (const row of candidates) {
+          const aggregate = going.get(row.aggregate_id) ?? { seq: 0, rows: 0 };
+          going.set(row.aggregate_id, { seq: Math.max(aggregate.seq, Number(row.seq)), rows: aggregate.rows + 1 });
+        }
         const { rows: held } = await client.query<{ aggregate_id: string }>(
-          `SELECT a.aggregate_id FROM unnest($1::text[], $2::bigint[]) AS a (aggregate_id, seq)
-            WHERE EXISTS (SELECT 1 FROM outbox p WHERE p.aggregate_id = a.aggregate_id AND p.seq < a.seq AND p.status <> 'PUBLISHED')`,
-          [[...highest.keys()], [...highest.values()]],
+          `SELECT a.aggregate_id FROM unnest($1::text[], $2::bigint[], $3::int[]) AS a (aggregate_id, seq, going)
+            WHERE (SELECT COUNT(*) FROM outbox p WHERE p.aggregate_id = a.aggregate_id AND p.seq <= a.seq) > a.going`,
+          [[...going.keys()], [...going.values()].map((a) => a.seq), [...going.values()].map((a) => a.rows)],
         );
         const blocked = new Set(held.map((row) => row.aggregate_id));
-        const going = candidates.filter((row) => !blocked.has(row.aggregate_id)).map((row) => row.id);
-        const { rows: counted } = await client.query<{ n: string }>(
-          `WITH gone AS (DELETE FROM outbox WHERE id > $1 AND id <= $2 AND id = ANY($3::bigint[]) AND status = 'PUBLISHED' RETURNING aggregate_id, seq),
+        const deleting = candidates.filter((row) => !blocked.has(row.aggregate_id)).map((row) => row.id);
+        const { rows: gone } = await client.query<{ id: string }>(
+          `WITH gone AS (DELETE FROM outbox WHERE id > $1 AND id <= $2 AND id = ANY($3::bigint[]) AND status = 'PUBLISHED' RETURNING id, aggregate_id, seq),
                 recorded AS (
                   INSERT INTO outbox_pruned (aggregate_id, through_seq, events)
                     SELECT aggregate_id, MAX(seq), COUNT(*) FROM gone GROUP BY aggregate_id
                   ON CONFLICT (aggregate_id) DO UPDATE
                     SET through_seq = GREATEST(outbox_pruned.through_seq, excluded.through_seq), events = outbox_pruned.events + excluded.events)
-           SELECT COUNT(*) AS n FROM gone`,
-          [after, through, going],
+           SELECT id FROM gone ORDER BY id`,
+          [after, through, deleting],
         );
         await client.query('COMMIT');
-        return Number(counted[0].n);
+        return gone.map((row) => Number(row.id));
       } catch (error) {
         await client.query('ROLLBACK').catch(() => {});
         throw error;

@@ -36,10 +36,12 @@ export async function startPruneWorker(database: DatabaseWatch | Pool, redis: Re
     processor: async () => {
       const result = 'query' in database ? await pruneOnPg(database) : await pruneLive(database);
       if (result === undefined) return 0;
-      if (result.deleted > 0 || result.keptNotApplied > 0) {
+      if (result.deleted > 0 || result.keptNotApplied > 0 || result.stoppedEarly) {
         log.info('outbox pruned', {
           deleted: result.deleted,
           keptNotApplied: result.keptNotApplied,
+          // A row replayed meanwhile: the next scheduled run goes on.
+          ...(result.stoppedEarly ? { stoppedEarly: true } : {}),
           batches: result.batches,
           maxBatchMs: Number(result.maxBatchMs.toFixed(2)),
         });

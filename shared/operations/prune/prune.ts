@@ -35,6 +35,12 @@ export interface PruneResult {
   lastId: number | null;
   /** The first rows deleted, up to SHOWN_ROWS, for a dry run and a question to show. */
   firstRows: Candidate[];
+  /**
+   * The run stopped before rows it had read as applied: one was set back to PENDING meanwhile
+   * (`outbox replay`), or on PostgreSQL their aggregate still holds an earlier row; the next run
+   * goes on once the relay and the consumer have caught up.
+   */
+  stoppedEarly: boolean;
 }
 
 /** Rows kept in `PruneResult.firstRows`. */
@@ -67,12 +73,13 @@ export interface PruneRows {
    * prune read it stays, and so does every row after it in the range: each aggregate loses only a
    * prefix of its events (a later row of the replayed one's aggregate pruned, `outbox_pruned` would
    * say the aggregate is pruned past an event the store still holds, and a Redis rebuilt from it
-   * would skip that event). Then fewer rows go than were read, and prune stops.
+   * would skip that event). Then fewer rows go than were read, and prune stops. Resolves the ids
+   * deleted, ascending.
    * `ids`: the rows of that range prune read and found applied. On app.db they are the whole range
    * (one writer: a row cannot commit below ids already read); on PostgreSQL only they go, since a
    * row can commit below them after the read, and be relayed and marked before the delete.
    */
-  deleteRange(after: number, through: number, ids: number[]): Promise<number>;
+  deleteRange(after: number, through: number, ids: number[]): Promise<number[]>;
   /** Old PUBLISHED rows from `fromId` up to the first row that stays anyway (PENDING or recent). */
   countWaiting(fromId: number, cutoff: number): Promise<number>;
   /** Its rows by id and what prune deleted: prune refuses a store behind its Redis (`assertNotBehind`). */
@@ -89,13 +96,13 @@ export function sqlitePruneRows(db: Db): PruneRows {
        SELECT aggregate_id, MAX(seq), COUNT(*) FROM outbox WHERE id > ? AND id <= ? AND status = 'PUBLISHED' GROUP BY aggregate_id
      ON CONFLICT (aggregate_id) DO UPDATE SET through_seq = MAX(through_seq, excluded.through_seq), events = events + excluded.events`,
   );
-  const remove = db.prepare<[number, number]>("DELETE FROM outbox WHERE id > ? AND id <= ? AND status = 'PUBLISHED'");
+  const remove = db.prepare<[number, number], number>("DELETE FROM outbox WHERE id > ? AND id <= ? AND status = 'PUBLISHED' RETURNING id").pluck();
   const firstKept = db.prepare<[number, number], number | null>("SELECT MIN(id) FROM outbox WHERE id > ? AND id <= ? AND status != 'PUBLISHED'").pluck();
-  const deleteRange = db.transaction((after: number, through: number): number => {
+  const deleteRange = db.transaction((after: number, through: number): number[] => {
     const kept = firstKept.get(after, through);
     const end = kept == null ? through : kept - 1;
     record.run(after, end);
-    return remove.run(after, end).changes;
+    return remove.all(after, end).sort((a, b) => a - b);
   });
   const countWaiting = db.prepare<{ fromId: number; cutoff: number; end: number }, { n: number }>(
     `SELECT COUNT(*) AS n FROM outbox WHERE id >= @fromId AND id < COALESCE(
@@ -135,7 +142,7 @@ export async function prune(store: Db | PruneRows, redis: Redis, olderThanMs: nu
   const throughId = options.throughId ?? Number.MAX_SAFE_INTEGER;
 
   const started = performance.now();
-  const result: PruneResult = { deleted: 0, batches: 0, keptNotApplied: 0, maxBatchMs: 0, ms: 0, now, firstId: null, lastId: null, firstRows: [] };
+  const result: PruneResult = { deleted: 0, batches: 0, keptNotApplied: 0, maxBatchMs: 0, ms: 0, now, firstId: null, lastId: null, firstRows: [], stoppedEarly: false };
   for (let cursor = 0; ; ) {
     const batch = await rows.readBatch(cursor, batchSize);
     const old = takeWhile(batch, (row) => row.status === 'PUBLISHED' && row.created_at < cutoff);
@@ -145,11 +152,11 @@ export async function prune(store: Db | PruneRows, redis: Redis, olderThanMs: nu
       const through = applied[applied.length - 1].id;
       const batchStarted = performance.now();
       // In a dry run the rows counted are exactly those the DELETE would take: PUBLISHED, in (cursor, through].
-      const deleted = options.dryRun ? applied.length : await rows.deleteRange(cursor, through, applied.map((row) => row.id));
+      const deleted = options.dryRun ? applied.map((row) => row.id) : await rows.deleteRange(cursor, through, applied.map((row) => row.id));
       result.maxBatchMs = Math.max(result.maxBatchMs, performance.now() - batchStarted);
-      // (Those that went are the first `deleted` rows read: the rest stayed behind a replayed one.)
-      const gone = applied.slice(0, deleted);
-      result.deleted += deleted;
+      const ids = new Set(deleted);
+      const gone = applied.filter((row) => ids.has(row.id));
+      result.deleted += gone.length;
       if (gone.length > 0) {
         result.batches += 1;
         result.firstId ??= gone[0].id;
@@ -158,8 +165,11 @@ export async function prune(store: Db | PruneRows, redis: Redis, olderThanMs: nu
       }
       cursor = through;
       options.onBatch?.(result.deleted);
-      // A replay set one of them back to PENDING meanwhile: the next run goes on once it is applied again.
-      if (deleted < applied.length) break;
+      // A replay set one of them back to PENDING meanwhile (or another prune took some): the next run goes on.
+      if (gone.length < applied.length) {
+        result.stoppedEarly = true;
+        break;
+      }
     }
     if (appliedCount < old.length) result.keptNotApplied = await rows.countWaiting(old[appliedCount].id, cutoff);
     if (applied.length < batch.length || batch.length === 0) break;
