@@ -69,12 +69,11 @@ export interface PruneRows {
   readBatch(after: number, limit: number): Promise<Candidate[]>;
   /**
    * In one transaction: deletes the PUBLISHED rows with an id in (after, through] and records them
-   * in `outbox_pruned`; resolves how many went. A row a concurrent replay set back to PENDING since
+   * in `outbox_pruned`; resolves the ids deleted, ascending. A row a concurrent replay set back to PENDING since
    * prune read it stays, and so does every row after it in the range: each aggregate loses only a
    * prefix of its events (a later row of the replayed one's aggregate pruned, `outbox_pruned` would
    * say the aggregate is pruned past an event the store still holds, and a Redis rebuilt from it
-   * would skip that event). Then fewer rows go than were read, and prune stops. Resolves the ids
-   * deleted, ascending.
+   * would skip that event). Then fewer rows go than were read, and prune stops.
    * `ids`: the rows of that range prune read and found applied. On app.db they are the whole range
    * (one writer: a row cannot commit below ids already read); on PostgreSQL only they go, since a
    * row can commit below them after the read, and be relayed and marked before the delete.
