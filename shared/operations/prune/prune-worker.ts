@@ -40,7 +40,7 @@ export async function startPruneWorker(database: DatabaseWatch | Pool, redis: Re
         log.info('outbox pruned', {
           deleted: result.deleted,
           keptNotApplied: result.keptNotApplied,
-          // A row replayed meanwhile: the next scheduled run goes on.
+          // Stopped before rows it read (replayed meanwhile, or an earlier row of their aggregate still there): the next run goes on.
           ...(result.stoppedEarly ? { stoppedEarly: true } : {}),
           batches: result.batches,
           maxBatchMs: Number(result.maxBatchMs.toFixed(2)),
