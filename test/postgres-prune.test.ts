@@ -145,6 +145,19 @@ describe('outbox prune on PostgreSQL', () => {
     await consumer.close();
   }
 
+  /** `rows` whose first read runs `meanwhile` before it resolves: what happens between prune's read of a batch and its delete. */
+  function afterFirstRead(rows: PruneRows, meanwhile: () => Promise<void>): PruneRows {
+    let reads = 0;
+    return {
+      ...rows,
+      async readBatch(after, limit) {
+        const batch = await rows.readBatch(after, limit);
+        if ((reads += 1) === 1) await meanwhile();
+        return batch;
+      },
+    };
+  }
+
   /**
    * Account a's 3 deposits (ids 1-3), the late deposit (id 4) in a transaction held open, account
    * b's 3 (ids 5-7); the 6 committed ones relayed and applied; then `meanwhile`, with the held
@@ -190,19 +203,10 @@ describe('outbox prune on PostgreSQL', () => {
   it('a row that commits below the ids prune read, and is relayed and marked before prune deletes, is not deleted: prune deletes only the rows it found applied', async () => {
     const { pool } = await withLateRow(async (late, pool, relay) => {
       // Between prune's read of its batch and its delete, row 4 commits and the relay pushes and marks it.
-      const rows = pgPruneRows(pool);
-      let reads = 0;
-      const racing: PruneRows = {
-        ...rows,
-        async readBatch(after, limit) {
-          const batch = await rows.readBatch(after, limit);
-          if ((reads += 1) === 1) {
-            await late.query('COMMIT');
-            assert.equal((await relay.relayAll()).events, 1);
-          }
-          return batch;
-        },
-      };
+      const racing = afterFirstRead(pgPruneRows(pool), async () => {
+        await late.query('COMMIT');
+        assert.equal((await relay.relayAll()).events, 1);
+      });
       assert.equal((await prune(racing, redis!, 0)).deleted, 6);
     });
     assert.deepEqual((await pool.query('SELECT id::int, aggregate_id, status FROM outbox')).rows, [{ id: 4, aggregate_id: 'account:late', status: 'PUBLISHED' }], 'the row the consumer has not applied is kept');
@@ -258,21 +262,15 @@ describe('outbox prune on PostgreSQL', () => {
       const { pool } = await withLateRow(async (late, pool, relay) => {
         const outbox = await createPgOutbox(pool, { events: depositEvents });
         const rows = pgPruneRows(pool);
-        let reads = 0;
         let deletes = 0;
         const racing: PruneRows = {
-          ...rows,
-          async readBatch(after, limit) {
-            const batch = await rows.readBatch(after, limit);
-            if ((reads += 1) === 1) {
-              // After the first batch's read (ids 1-3 and 5-7): row 4 commits, then account late's seq 2 (row 8); both relayed and applied.
-              await late.query('COMMIT');
-              await outbox.append(pool, deposit('late'));
-              assert.equal((await relay.relayAll()).events, 2);
-              await drain();
-            }
-            return batch;
-          },
+          // After the first batch's read (ids 1-3 and 5-7): row 4 commits, then account late's seq 2 (row 8); both relayed and applied.
+          ...afterFirstRead(rows, async () => {
+            await late.query('COMMIT');
+            await outbox.append(pool, deposit('late'));
+            assert.equal((await relay.relayAll()).events, 2);
+            await drain();
+          }),
           async deleteRange(after, through, ids) {
             // Before the second batch's delete (row 8): `outbox replay` sets row 4 back to PENDING.
             if ((deletes += 1) === 2 && replayed) assert.equal(await pgReplay(pool, parseReplayRange('4', '4')), 1);
