@@ -156,8 +156,8 @@ describe('append', () => {
     const script = fileURLToPath(new URL('./fixtures/append-concurrently.js', import.meta.url));
     const goFile = join(tempDir(), 'go');
     const perProcess = 1000;
-    const appenders = [0, 1].map(() => {
-      const child = spawn(process.execPath, [script, path, String(perProcess), goFile], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const appenders = [0, 1].map((me) => {
+      const child = spawn(process.execPath, [script, path, String(perProcess), goFile, String(me)], { stdio: ['ignore', 'pipe', 'pipe'] });
       let out = '';
       let err = '';
       let markReady: () => void;

@@ -8,6 +8,7 @@ import { startApp, stopApp, stopApps, type App } from './helpers/apps.js';
 import { runCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
 import { usePostgres } from './helpers/postgres.js';
+import { pgAttachedApps } from '../shared/runtime/pg-attached-apps.js';
 
 // The relay app on the PostgreSQL store: several at once, no BullMQ job between them.
 const db = usePostgres();
@@ -178,7 +179,9 @@ describe('the producer app on PostgreSQL', () => {
     await cli('init');
     const producer = startApp(h.env, PRODUCER, [], { ...pgEnv(), PORT: String(await freePort()) });
     const name = `outbox-producer ${hostname()} pid ${producer.child.pid}`;
-    const attached = () => db.scalar<number>('SELECT COUNT(*)::int FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1', [name]);
+    // Registered as init --force reads it: its session holds the attached lock (connected is not enough: it locks next).
+    const registry = db.pool(1);
+    const attached = async () => (await pgAttachedApps(registry)).filter((app) => app === name).length;
     const forced = () => runCli(['init', '--force'], { ...h.env, env: pgEnv() });
     try {
       await waitFor(() => /"msg":"producer listening"/.test(producer.output()), { message: producer.output() });
