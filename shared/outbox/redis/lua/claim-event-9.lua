@@ -58,20 +58,7 @@ if not lease or lease < 1 or lease ~= math.floor(lease) or count ~= math.floor(c
 end
 local CLAIM = 'claim:' .. owner
 
-local MAX_EXACT = 9007199254740991
-local function integer(text)
-  if type(text) ~= 'string' or not string.match(text, '^%-?%d+$') then return nil end
-  local n = tonumber(text)
-  if not n or n > MAX_EXACT or n < -MAX_EXACT then return nil end
-  return n
-end
-local function int(n) return string.format('%d', n) end
-
-local clock = rcall('TIME')
-local now = int(tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
-
-local problems = {}
-local function problem(text) problems[#problems + 1] = text end
+--- @include "includes/claim-checks.lua"
 
 -- The keys phase 2 may write without having read them first: a key of another type would fail
 -- there, after other writes (an ack). The others are read in phase 1; apply-count only with pcall.
@@ -82,22 +69,16 @@ if wrongType then return wrongType end
 -- Phase 1: read and check.
 local served = rcall('HGET', KEYS[6], 'store')
 local STATS = { 'duplicates', 'parked', 'dead' }
-local statValues = rcall('HMGET', KEYS[5], unpack(STATS))
-local statOk = {}
-for i, name in ipairs(STATS) do
-  statOk[name] = not statValues[i] or integer(statValues[i]) ~= nil
-  if not statOk[name] then problem(KEYS[5] .. ' field ' .. name .. ' holds "' .. statValues[i] .. '", not an integer') end
-end
+local statValues, statOk = readStats(STATS)
 
-local lastOf, badAggregate, ranks, plan = {}, {}, {}, {}
---- @include "includes/claim-checks.lua"
+local plan = {}
 -- The first event of the call met behind the seq guard that was never applied (see 'duplicate').
 local taken, countsUnread
 for i = 0, count - 1 do
   local base = FIRST + i * FIELDS
   local e = { raw = ARGV[base], eventId = ARGV[base + 1], aggregate = ARGV[base + 2], seqText = ARGV[base + 3], store = ARGV[base + 4] }
   e.seq = integer(e.seqText)
-  checkEvent(e, true)
+  checkEvent(e, true, served)
   if e.kind == 'candidate' then
     e.marker = rcall('GET', prefix .. e.eventId)
     -- Behind the guard with no processed entry and no marker: was it ever completed? (pcall: an

@@ -32,8 +32,8 @@
       'stale'     the message was not in the processing list: nothing done
       'invalid'   its seq is not an integer, Redis holds bad state it needs, or its aggregate's
                   applied seq went back since the claim and its marker is gone (a Redis rebuilt
-                  meanwhile): nothing done,
-                  the message stays in the processing list (its redelivery finds the inbox row)
+                  meanwhile): nothing done, the message stays in the processing list (its
+                  redelivery finds the inbox row)
     problems: one line per piece of bad state met
 ]]
 local rcall = redis.call
@@ -45,20 +45,7 @@ if not ttl or ttl < 0 or count ~= math.floor(count) then
   return redis.error_reply('complete-event: ttl must be a number >= 0 and each event needs 6 values')
 end
 
-local MAX_EXACT = 9007199254740991
-local function integer(text)
-  if type(text) ~= 'string' or not string.match(text, '^%-?%d+$') then return nil end
-  local n = tonumber(text)
-  if not n or n > MAX_EXACT or n < -MAX_EXACT then return nil end
-  return n
-end
-local function int(n) return string.format('%d', n) end
-
-local clock = rcall('TIME')
-local now = int(tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
-
-local problems = {}
-local function problem(text) problems[#problems + 1] = text end
+--- @include "includes/claim-checks.lua"
 
 -- The keys phase 2 may write without having read them first: a key of another type would fail
 -- there, after other writes (an ack, an applied seq). processed, applied-seq, stats and meta are
@@ -70,22 +57,16 @@ if wrongType then return wrongType end
 -- Phase 1: read and check.
 local served = rcall('HGET', KEYS[7], 'store')
 local STATS = { 'applied', 'duplicates', 'unparked', 'dead' }
-local statValues = rcall('HMGET', KEYS[5], unpack(STATS))
-local statOk = {}
-for i, name in ipairs(STATS) do
-  statOk[name] = not statValues[i] or integer(statValues[i]) ~= nil
-  if not statOk[name] then problem(KEYS[5] .. ' field ' .. name .. ' holds "' .. statValues[i] .. '", not an integer') end
-end
+local statValues, statOk = readStats(STATS)
 local applied = statOk.applied and integer(statValues[1] or '0') or nil
 
-local lastOf, badAggregate, ranks, plan = {}, {}, {}, {}
---- @include "includes/claim-checks.lua"
+local plan = {}
 for i = 0, count - 1 do
   local base = FIRST + i * FIELDS
   local e = { raw = ARGV[base], eventId = ARGV[base + 1], aggregate = ARGV[base + 2], seqText = ARGV[base + 3], store = ARGV[base + 4], result = ARGV[base + 5] }
   e.seq = integer(e.seqText)
   -- (A stats field applied that is not an integer makes every event invalid: its problem line says so.)
-  checkEvent(e, applied ~= nil)
+  checkEvent(e, applied ~= nil, served)
   if e.kind == 'candidate' and not e.processed and e.seq > lastOf[e.aggregate] + 1 and not rcall('GET', prefix .. e.eventId) then
     -- The claim saw seq = applied seq + 1, and its marker is gone: Redis lost its state since and
     -- was rebuilt from the store, which delivers the events before it again. Recorded now, the

@@ -1,11 +1,18 @@
 --[[
   Included (`--- @include "includes/claim-checks.lua"`, expanded by scripts.ts when it loads a
-  script) by claim-event-9.lua and complete-event-10.lua, database mode's two steps, after their
-  own definitions of what it uses: rcall, integer(text), problem(line), served (the store the meta
-  hash names) and the tables ranks, lastOf and badAggregate; KEYS[1] the processing list, KEYS[2]
-  the processed hash, KEYS[3] the applied-seq hash.
+  script) by claim-event-9.lua and complete-event-10.lua, database mode's two steps, once their
+  arguments are checked and after their definition of rcall: what both steps share.
 
-  checkEvent(e, usable): the phase-1 checks both steps make of one event. Sets e.kind:
+  integer(text): the integer a text holds, exact in a Lua number (up to 2^53), or nil; int(n) its
+  text back. now: Redis's TIME in ms, as text. problem(line): adds a line to `problems`, the
+  script's last reply.
+
+  readStats(names): the stats hash's (KEYS[5]) fields `names`, as HMGET returns them, and by name
+  whether each is an integer or absent (a problem line for each that is not).
+
+  checkEvent(e, usable, served): the phase-1 checks both steps make of one event (KEYS[1] the
+  processing list, KEYS[2] the processed hash, KEYS[3] the applied-seq hash; `served` the store the
+  meta hash names). Sets e.kind:
     'stale'     not in the processing list (LPOS stops at the first match; the same message again
                 in one call, a relay duplicate, needs the next one)
     'foreign'   from another store than the one this Redis serves
@@ -14,7 +21,35 @@
     'candidate' otherwise, with e.processed (whether its processed entry exists), and
                 lastOf[e.aggregate] its aggregate's applied seq (0 when none)
 ]]
-local function checkEvent(e, usable)
+local MAX_EXACT = 9007199254740991
+local function integer(text)
+  if type(text) ~= 'string' or not string.match(text, '^%-?%d+$') then return nil end
+  local n = tonumber(text)
+  if not n or n > MAX_EXACT or n < -MAX_EXACT then return nil end
+  return n
+end
+local function int(n) return string.format('%d', n) end
+
+local clock = rcall('TIME')
+local now = int(tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
+
+local problems = {}
+local function problem(text) problems[#problems + 1] = text end
+
+local function readStats(names)
+  local values = rcall('HMGET', KEYS[5], unpack(names))
+  local ok = {}
+  for i, name in ipairs(names) do
+    ok[name] = not values[i] or integer(values[i]) ~= nil
+    if not ok[name] then problem(KEYS[5] .. ' field ' .. name .. ' holds "' .. values[i] .. '", not an integer') end
+  end
+  return values, ok
+end
+
+-- Per call: each aggregate's applied seq once read (lastOf), or that it is not an integer
+-- (badAggregate); each message's matches in the processing list taken so far (ranks).
+local lastOf, badAggregate, ranks = {}, {}, {}
+local function checkEvent(e, usable, served)
   local rank = (ranks[e.raw] or 0) + 1
   if not rcall('LPOS', KEYS[1], e.raw, 'RANK', rank) then
     e.kind = 'stale'
