@@ -8,6 +8,7 @@ import { startApp, stopApp, stopApps, type App } from './helpers/apps.js';
 import { runCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
 import { usePostgres } from './helpers/postgres.js';
+import { orders } from './helpers/orders.js';
 import { pgAttachedApps } from '../shared/runtime/pg-attached-apps.js';
 
 // The relay app on the PostgreSQL store: several at once, no BullMQ job between them.
@@ -23,6 +24,8 @@ beforeEach(async () => {
 });
 
 const pgEnv = () => ({ OUTBOX_DATABASE_URL: db.url });
+/** The steps before a test's subject, in this process (helpers/orders.ts). */
+const o = orders(() => ({ ...h.env, env: pgEnv() }));
 
 async function cli(...args: string[]) {
   const result = await runCli(args, { ...h.env, env: pgEnv() });
@@ -52,7 +55,7 @@ async function traffic(writers: number, ordersEach: number, changesEach: number,
 
 describe('the relay app on PostgreSQL', () => {
   it('two relay apps and a consumer app under traffic from 4 connections: both relay, verify is green during and after, every event applied once, in seq order per order', async () => {
-    await cli('init');
+    await o.init();
     const relays: App[] = [1, 2].map(() => startApp(h.env, RELAY, [], { ...pgEnv(), OUTBOX_LOG_LEVEL: 'debug', OUTBOX_RELAY_BATCH_SIZE: '7', OUTBOX_RELAY_POLL: '2ms' }));
     const consumer = startApp(h.env, CONSUMER);
     const rowCount = async () => Number(await db.scalar('SELECT COUNT(*) FROM outbox'));
@@ -141,7 +144,7 @@ describe('the relay app on PostgreSQL', () => {
 
 describe('the producer app on PostgreSQL', () => {
   it('serves the order API with each write one pg transaction: the same answers as on app.db, and the events relay and verify', async () => {
-    await cli('init');
+    await o.init();
     const port = await freePort();
     const producer = startApp(h.env, PRODUCER, [], { ...pgEnv(), PORT: String(port) });
     const post = (path: string, body?: unknown) =>
@@ -170,13 +173,13 @@ describe('the producer app on PostgreSQL', () => {
       { event_type: 'OrderQtyChanged', seq: 2 },
       { event_type: 'OrderCancelled', seq: 3 },
     ]);
-    await cli('relay');
-    await cli('consume');
+    await o.relay();
+    await o.consume();
     assert.match((await cli('verify')).stdout, /^VERIFY OK$/m);
   });
 
   it('is attached to the store while it runs: init --force refuses (exit 4); a session PostgreSQL ends is registered again; a killed producer leaves nothing behind', async () => {
-    await cli('init');
+    await o.init();
     const producer = startApp(h.env, PRODUCER, [], { ...pgEnv(), PORT: String(await freePort()) });
     const name = `outbox-producer ${hostname()} pid ${producer.child.pid}`;
     // Registered as init --force reads it: its session holds the attached lock (connected is not enough: it locks next).
@@ -203,7 +206,7 @@ describe('the producer app on PostgreSQL', () => {
   });
 
   it('runs its built-in traffic (OUTBOX_RATE) on PostgreSQL, each operation a pg transaction, and serves /metrics with the PENDING rows read from PostgreSQL; the orders and events verify', async () => {
-    await cli('init');
+    await o.init();
     const port = await freePort();
     const producer = startApp(h.env, PRODUCER, [], { ...pgEnv(), PORT: String(port), OUTBOX_RATE: '200', OUTBOX_DURATION: '1s' });
     const gauge = async (name: string) => {
@@ -223,13 +226,13 @@ describe('the producer app on PostgreSQL', () => {
       assert.equal(await db.scalar<number>('SELECT COUNT(*)::int FROM orders'), stats.placed);
       assert.equal(await gauge('outbox_pending_events'), events);
       assert.ok((await gauge('outbox_oldest_pending_age_seconds'))! > 0);
-      await cli('relay');
+      await o.relay();
       assert.equal(await gauge('outbox_pending_events'), 0);
       assert.equal(await gauge('outbox_oldest_pending_age_seconds'), 0);
     } finally {
       assert.equal((await stopApp(producer)).code, 0, producer.output());
     }
-    await cli('consume');
+    await o.consume();
     assert.match((await cli('verify')).stdout, /^orders with missing events +0 +0 +ok$[\s\S]*^SKUs whose reserved qty != live orders +0 +0 +ok$[\s\S]*^VERIFY OK$/m);
   });
 });

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { beforeEach, describe, it } from 'node:test';
 import { useHarness } from './helpers/harness.js';
 import { pgCommands, usePostgres } from './helpers/postgres.js';
+import { orders } from './helpers/orders.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { createPgOutbox } from '../shared/outbox/index.js';
 import { orderEvents } from '../shared/lab/orders/order-events.js';
@@ -19,6 +20,8 @@ beforeEach(async () => {
 });
 
 const { pgCli, ok, refused } = pgCommands(db, h);
+/** The steps before a test's subject, in this process (helpers/orders.ts). */
+const o = orders(() => ({ ...h.env, env: { OUTBOX_DATABASE_URL: db.url } }));
 
 
 const rows = async (sql: string) => (await db.pool(1).query(sql)).rows;
@@ -62,8 +65,8 @@ describe('outbox on PostgreSQL: the seed\'s steps', () => {
   });
 
   it('relay-crash dies between push and commit; its batch stays PENDING and the next relay pushes it again: a duplicate dup-check finds and consume absorbs', async () => {
-    await ok('init');
-    await ok('place-order');
+    await o.init();
+    await o.pg.place(1);
     const crashed = await pgCli(['relay-crash']);
     assert.equal(crashed.signal, 'SIGKILL', crashed.stdout + crashed.stderr);
     assert.equal(await db.scalar("SELECT COUNT(*)::int FROM outbox WHERE status = 'PENDING'"), 1);
@@ -76,9 +79,9 @@ describe('outbox on PostgreSQL: the seed\'s steps', () => {
   });
 
   it('refuses an unknown order (exit 3) and a cancelled one (exit 4) with the SQLite store\'s messages, writing nothing', async () => {
-    await ok('init');
-    await ok('place-order');
-    await ok('cancel-order', '--id', '1');
+    await o.init();
+    await o.pg.place(1);
+    await o.pg.cancel(1);
     refused(await pgCli(['change-qty', '--id', '7', '--qty', '2']), 3, /^outbox: no order 7: cannot change its quantity$/);
     refused(await pgCli(['cancel-order', '--id', '1']), 4, /^outbox: order 1 is already cancelled: cannot cancel it$/);
     refused(await pgCli(['change-qty', '--id', '1', '--qty', '2']), 4, /^outbox: order 1 is already cancelled: cannot change its quantity$/);
@@ -90,9 +93,9 @@ describe('outbox on PostgreSQL: the seed\'s steps', () => {
   });
 
   it('init refuses a database that has the outbox tables (exit 4, nothing changed); --force drops them and this project\'s Redis keys only', async () => {
-    await ok('init');
-    await ok('place-order', '--count', '2');
-    await ok('relay');
+    await o.init();
+    await o.pg.place(2);
+    await o.relay();
     const storeId = await db.scalar("SELECT value FROM outbox_meta WHERE key = 'store_id'");
     await h.client.set('someone-else:key', 'keep me');
     refused(await pgCli(['init']), 4, new RegExp(`^outbox: PostgreSQL database ${db.name} already has the outbox tables: pass --force to drop them and start over`));
@@ -114,10 +117,10 @@ describe('outbox on PostgreSQL: the seed\'s steps', () => {
 
 describe('outbox replay on PostgreSQL', () => {
   it('sets a range of PUBLISHED rows (ids or times) back to PENDING after waiting for every relay batch in flight; the relay pushes them again and the consumer skips them', async () => {
-    await ok('init');
-    await ok('place-order', '--count', '3');
-    await ok('relay');
-    await ok('consume');
+    await o.init();
+    await o.pg.place(3);
+    await o.relay();
+    await o.consume();
     const dry = await ok('replay', '--from', '2', '--dry-run');
     assert.match(dry.stdout, /^replay would set 2 PUBLISHED row\(s\) \(ids 2-3\) back to PENDING$/m);
     assert.match(dry.stdout, /^  id 2  order:2 seq 1  OrderPlaced  created /m);
@@ -143,7 +146,7 @@ describe('outbox replay on PostgreSQL', () => {
     const from = new Date(Number(await db.scalar('SELECT MIN(created_at) FROM outbox'))).toISOString();
     assert.match((await ok('replay', '--from', from, '--dry-run')).stdout, /^replay would set 1 PUBLISHED row\(s\) \(id 1\) back to PENDING$/m);
     assert.match((await ok('relay')).stdout, /^relayed 2 events in 1 batch/m);
-    await ok('consume');
+    await o.consume();
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-1': '3' }, 'applied once');
     assert.match((await ok('verify', '--settle', '0s')).stdout, /^events applied more than once +0 +0 +ok$[\s\S]*^VERIFY OK$/m);
     refused(await pgCli(['replay', '--from', 'yesterday']), 2, /^outbox: --from must be an outbox row id or a time like/);
@@ -152,12 +155,12 @@ describe('outbox replay on PostgreSQL', () => {
 
 describe('outbox verify on PostgreSQL', () => {
   it('names an event lost from the queue (exit 1) and its order, with the lab\'s checks; --repair republishes it, and rebuilds a Redis that lost its state, which status and verify say is rebuilt from PostgreSQL', async () => {
-    await ok('init');
-    await ok('place-order', '--count', '2');
-    await ok('relay');
-    await ok('consume');
-    await ok('change-qty', '--id', '2', '--qty', '3');
-    await ok('relay');
+    await o.init();
+    await o.pg.place(2);
+    await o.relay();
+    await o.consume();
+    await o.pg.changeQty(2, 3);
+    await o.relay();
     const lost = JSON.parse((await h.client.lpop('outbox.events'))!).event_id as string;
     const result = await pgCli(['verify', '--settle', '200ms']);
     assert.equal(result.code, 1, result.stdout + result.stderr);
@@ -172,7 +175,7 @@ describe('outbox verify on PostgreSQL', () => {
     assert.equal(await db.scalar("SELECT COUNT(*)::int FROM outbox WHERE status = 'PENDING'"), 0);
     const repaired = await pgCli(['verify', '--repair', '--settle', '0s']);
     assert.match(repaired.stdout, /^repair: republished 1 lost event\(s\) to outbox\.events/m);
-    await ok('consume');
+    await o.consume();
     assert.match((await ok('verify')).stdout, /^VERIFY OK$/m);
     // Redis that lost its state: --repair rebuilds it from PostgreSQL.
     await h.client.flushall();
@@ -183,7 +186,7 @@ describe('outbox verify on PostgreSQL', () => {
     assert.doesNotMatch(lostState.stdout + (await ok('status')).stdout, /SQLite/);
     const rebuilt = await pgCli(['verify', '--repair', '--settle', '0s']);
     assert.match(rebuilt.stdout, /^repair: Redis lost its state: rebuilding it from PostgreSQL, 3 published event\(s\) set back to PENDING to be applied again$/m);
-    await ok('consume');
+    await o.consume();
     assert.match((await ok('status')).stdout, /^store +[0-9a-f]{16}: Redis serves it; rebuilt from PostgreSQL 1 time\(s\), last /m);
     assert.match((await ok('verify')).stdout, /^VERIFY OK$/m);
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-1': '4' });
@@ -196,10 +199,10 @@ describe('outbox verify on PostgreSQL', () => {
    * change commits. Resolves the dump's path.
    */
   async function dumpCutUnderOpenTransaction(meanwhile: () => Promise<void> = async () => {}): Promise<string> {
-    await ok('init');
+    await o.init();
     await ok('place-order', '--sku', 'SKU-A', '--qty', '2');
-    await ok('relay');
-    await ok('consume');
+    await o.relay();
+    await o.consume();
     const pool = db.pool(2);
     const outbox = await createPgOutbox(pool, { events: orderEvents });
     const dump = join(h.env.dir, 'store.dump');
@@ -209,8 +212,8 @@ describe('outbox verify on PostgreSQL', () => {
       await late.query('UPDATE orders SET qty = 5 WHERE id = 1');
       await outbox.append(late, { aggregateType: 'order', aggregateId: 1, type: 'OrderQtyChanged', payload: { orderId: 1, sku: 'SKU-A', qty: 5, previousQty: 2 } });
       await ok('place-order', '--sku', 'SKU-B', '--qty', '1');
-      await ok('relay');
-      await ok('consume');
+      await o.relay();
+      await o.consume();
       await meanwhile();
       execFileSync('pg_dump', ['--format=custom', `--file=${dump}`, `--dbname=${db.url}`]);
       await late.query('COMMIT');
@@ -225,11 +228,11 @@ describe('outbox verify on PostgreSQL', () => {
   it('a dump cut while a lower row\'s transaction was open, that row pushed after higher ones, restored: the relay refuses on the latest push\'s row (exit 5) and pushes nothing', async () => {
     // The dump holds rows 1 and 3; row 2 is pushed and applied after it.
     const dump = await dumpCutUnderOpenTransaction();
-    await ok('relay');
+    await o.relay();
     assert.match((await ok('consume')).stdout, /applied 1,/);
     restore(dump);
     // order:1 seq 2 again, another event: pushed, it would be skipped as the lost one's duplicate.
-    await ok('change-qty', '--id', '1', '--qty', '7');
+    await o.pg.changeQty(1, 7);
     const queued = await h.client.lrange('outbox.events', 0, -1);
     refused(await pgCli(['relay']), 5, /^outbox: PostgreSQL database \S+ is behind Redis at \S+: Redis was pushed outbox row 2 as event \S+, and PostgreSQL database \S+ no longer holds it .*outbox verify --repair/);
     assert.deepEqual(await h.client.lrange('outbox.events', 0, -1), queued, 'nothing pushed');
@@ -256,8 +259,8 @@ describe('outbox verify on PostgreSQL', () => {
     refused(await pgCli(['prune', '--older-than', '0s', '--dry-run']), 5, /^outbox: PostgreSQL database \S+ is behind Redis at \S+: Redis applied order:1 through seq 2, and PostgreSQL database \S+ holds it through seq 1 .*nothing is pushed or pruned/);
 
     // order:1 seq 2 again, another event: the rows the meta hash records (4, the highest and the latest push's) are there.
-    await ok('change-qty', '--id', '1', '--qty', '7');
-    await ok('relay');
+    await o.pg.changeQty(1, 7);
+    await o.relay();
     assert.match((await ok('consume')).stdout, /applied 0, duplicates skipped 2,/);
     // The consumer recorded the event it found at a taken seq: status and the relay see the store behind now.
     assert.match((await ok('status')).stdout, /^store +\S+: WARN the store is behind Redis: Redis applied another event at order:1 seq 2, and the PostgreSQL store holds \S+ there /m);
@@ -279,10 +282,10 @@ describe('outbox verify on PostgreSQL', () => {
   });
 
   it('--checks runs a check set on PostgreSQL: its snapshot.postgres reads in verify\'s REPEATABLE READ snapshot, its checks get store "postgres" and the pool; a FAIL row is exit 1; a set that reads only app.db is refused (exit 2)', async () => {
-    await ok('init');
-    await ok('place-order', '--count', '3');
-    await ok('relay');
-    await ok('consume');
+    await o.init();
+    await o.pg.place(3);
+    await o.relay();
+    await o.consume();
     const checks = join(h.env.dir, 'pg-checks.mjs');
     writeFileSync(
       checks,
@@ -352,12 +355,12 @@ describe('outbox on PostgreSQL: bad settings and unusable stores', () => {
     const { orderEvents } = await import('../shared/lab/orders/order-events.js');
     await createPgOutbox(db.pool(1), { events: orderEvents });
     refused(await pgCli(['place-order']), 5, new RegExp(`^outbox: PostgreSQL database ${db.name} has no orders table \\(the lab's\\): run "outbox init"`));
-    await ok('relay');
+    await o.relay();
   });
 
   it('a Redis that serves another store is refused (exit 5) by relay and report, and the rows stay PENDING', async () => {
-    await ok('init');
-    await ok('place-order');
+    await o.init();
+    await o.pg.place(1);
     await h.client.hset('outbox:meta', 'store', 'ffffffffffffffff');
     refused(await pgCli(['relay']), 5, /serves.*ffffffffffffffff|ffffffffffffffff/);
     refused(await pgCli(['report']), 5, /ffffffffffffffff/);

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { beforeEach, describe, it } from 'node:test';
 import { useHarness } from './helpers/harness.js';
 import { pgCommands, usePostgres } from './helpers/postgres.js';
+import { orders } from './helpers/orders.js';
 import { createLogger } from '../shared/outbox/logger.js';
 import { attachPgApp } from '../shared/runtime/pg-attached-apps.js';
 import { pgLabStore } from '../shared/lab/lab-store.js';
@@ -19,6 +20,8 @@ beforeEach(async () => {
 });
 
 const { pgCli, ok, refused } = pgCommands(db, h);
+/** The steps before a test's subject, in this process (helpers/orders.ts). */
+const o = orders(() => ({ ...h.env, env: { OUTBOX_DATABASE_URL: db.url } }));
 const artifact = (name: string) => readFileSync(join(h.env.dir, name), 'utf8');
 const count = async (table: string) => Number(await db.scalar(`SELECT COUNT(*) FROM ${table}`));
 
@@ -26,8 +29,8 @@ const count = async (table: string) => Number(await db.scalar(`SELECT COUNT(*) F
 describe('outbox lab on PostgreSQL', () => {
   it('runs steps 1-8 on the PostgreSQL store and leaves every artifact in the seed\'s format; its relay-crash child dies after the push; verify holds; a second run starts over', async () => {
     // What an earlier run left: the lab starts over as `init --force` does.
-    await ok('init');
-    await ok('place-order', '--count', '2');
+    await o.init();
+    await o.pg.place(2);
     await h.client.rpush('outbox.events', 'left over from an earlier run');
 
     const result = await ok('lab');
@@ -69,8 +72,8 @@ describe('outbox lab on PostgreSQL', () => {
   });
 
   it('after relay-crash it waits until no session holds a PENDING row (a killed relay\'s batch stays locked until PostgreSQL ends its session), then relays again', async () => {
-    await ok('init');
-    await ok('place-order');
+    await o.init();
+    await o.pg.place(1);
     // A relay's claim that PostgreSQL has not rolled back yet: the lab's relay would skip its rows (SKIP LOCKED).
     const holder = await db.pool(1).connect();
     await holder.query('BEGIN');
@@ -88,8 +91,8 @@ describe('outbox lab on PostgreSQL', () => {
   });
 
   it('refuses (exit 4, one line) while an app has the PostgreSQL store open, tables untouched; runs with --ignore-attached', async () => {
-    await ok('init');
-    await ok('place-order');
+    await o.init();
+    await o.pg.place(1);
     const detach = await attachPgApp(db.url, 'outbox-relay', createLogger('test', () => {}));
     try {
       refused(await pgCli(['lab']), 4, new RegExp(`^outbox: outbox-relay .* has PostgreSQL database ${db.name} open: stop them first: .*, or pass --ignore-attached$`));
@@ -102,8 +105,8 @@ describe('outbox lab on PostgreSQL', () => {
   });
 
   it('with Redis unreachable it is one line, exit 5, and the PostgreSQL tables are left as they were; an unreachable server is one line, exit 5', async () => {
-    await ok('init');
-    await ok('place-order');
+    await o.init();
+    await o.pg.place(1);
     refused(await pgCli(['lab'], { REDIS_URL: 'redis://127.0.0.1:1' }), 5, /^outbox: .*127\.0\.0\.1:1/);
     assert.equal(await count('orders'), 1);
     assert.equal(await count('outbox'), 1);
@@ -113,7 +116,7 @@ describe('outbox lab on PostgreSQL', () => {
 
 describe('outbox dualwrite on PostgreSQL', () => {
   it('saves into its own table dualwrite_orders, then the publish fails: INCONSISTENT from the real stores; the orders and outbox tables and outbox.events untouched', async () => {
-    await ok('init');
+    await o.init();
     const result = await ok('dualwrite', '--count', '4');
     assert.match(artifact('dualwrite.out'), /^INCONSISTENT orders=4 published=3\norder 4 was saved, then publishing its event failed: /);
     assert.match(result.stdout, /^INCONSISTENT orders=4 published=3$/m);

@@ -10,6 +10,7 @@ import { pgReplay } from '../shared/operations/recovery/pg-repair.js';
 import { parseReplayRange } from '../shared/operations/recovery/repair.js';
 import { startApp, stopApp } from './helpers/apps.js';
 import { runCli, type CliResult } from './helpers/cli.js';
+import { orders } from './helpers/orders.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { useHarness } from './helpers/harness.js';
 import { usePostgres } from './helpers/postgres.js';
@@ -29,6 +30,8 @@ let redis: Redis | undefined;
 after(() => redis?.disconnect());
 
 const pgCli = (args: string[]) => runCli(args, { ...h.env, env: { OUTBOX_DATABASE_URL: db.url } });
+/** The steps before each test's subject, in this process (helpers/orders.ts). */
+const o = orders(() => ({ ...h.env, env: { OUTBOX_DATABASE_URL: db.url } }));
 async function ok(...args: string[]): Promise<CliResult> {
   const result = await pgCli(args);
   assert.equal(result.code, 0, `outbox ${args.join(' ')}: ${result.stdout}${result.stderr}`);
@@ -40,12 +43,12 @@ const prunedRows = async () => (await db.pool(1).query('SELECT aggregate_id, thr
 
 describe('outbox prune on PostgreSQL', () => {
   it('deletes old PUBLISHED rows the consumer applied, in batches, recording them in outbox_pruned; verify still reconciles and the aggregate goes on', async () => {
-    await ok('init');
-    await ok('place-order', '--count', '25');
-    await ok('change-qty', '--id', '1', '--qty', '5');
-    await ok('cancel-order', '--id', '2');
-    await ok('relay');
-    await ok('consume');
+    await o.init();
+    await o.pg.place(25);
+    await o.pg.changeQty(1, 5);
+    await o.pg.cancel(2);
+    await o.relay();
+    await o.consume();
     const dry = await ok('prune', '--older-than', '0s', '--dry-run');
     assert.match(dry.stdout, /^prune would delete 27 PUBLISHED row\(s\) \(ids 1-27\) the consumer applied; kept \(not applied yet\): 0$/m);
     assert.equal((await ids()).length, 27, 'dry run: nothing deleted');
@@ -57,22 +60,22 @@ describe('outbox prune on PostgreSQL', () => {
     assert.equal(await db.scalar("SELECT through_seq::int FROM outbox_pruned WHERE aggregate_id = 'order:1'"), 2);
     assert.match((await ok('verify', '--settle', '0s')).stdout, /^processed_unique = outbox rows \+ pruned +27 +27 +ok$[\s\S]*^VERIFY OK$/m);
 
-    await ok('change-qty', '--id', '1', '--qty', '7');
+    await o.pg.changeQty(1, 7);
     assert.equal(await db.scalar("SELECT seq::int FROM outbox WHERE aggregate_id = 'order:1'"), 3);
-    await ok('relay');
-    await ok('consume');
+    await o.relay();
+    await o.consume();
     assert.match((await ok('verify', '--settle', '0s')).stdout, /^VERIFY OK$/m);
   });
 
   it('Redis restored from an older copy after a prune (its meta hash kept): verify names the pruned event it lost, --repair gives its order its pruned seq and the parked event applies', async () => {
-    await ok('init');
-    await ok('place-order', '--count', '3');
-    await ok('relay');
-    await ok('consume');
+    await o.init();
+    await o.pg.place(3);
+    await o.relay();
+    await o.consume();
     const copy = await Promise.all((await h.client.keys('*')).map(async (key) => ({ key, value: await h.client.dumpBuffer(key), ttl: await h.client.pttl(key) })));
-    await ok('change-qty', '--id', '3', '--qty', '9');
-    await ok('relay');
-    await ok('consume');
+    await o.pg.changeQty(3, 9);
+    await o.relay();
+    await o.consume();
     await ok('prune', '--older-than', '0s', '--yes');
     await h.client.flushall();
     for (const { key, value, ttl } of copy) await h.client.restore(key, ttl > 0 ? ttl : 0, value);
@@ -80,8 +83,8 @@ describe('outbox prune on PostgreSQL', () => {
     const before = await pgCli(['verify', '--settle', '0s']);
     assert.equal(before.code, 1);
     assert.match(before.stdout, /pruned events Redis lost \(effects cannot be rebuilt\) +0 +1 +FAIL\n +e\.g\. order:3 seq 2-2: applied seq behind the prune/);
-    await ok('change-qty', '--id', '3', '--qty', '11');
-    await ok('relay');
+    await o.pg.changeQty(3, 11);
+    await o.relay();
     assert.match((await ok('consume')).stdout, /applied 0, duplicates skipped 0, parked 1/);
     assert.match((await ok('verify', '--repair', '--yes', '--settle', '0s')).stdout, /^repair: 1 aggregate\(s\) given their pruned seq \(1 pruned event\(s\) whose effects Redis lost, counted as unrecoverable\); 1 parked event\(s\) queued again$/m);
     assert.match((await ok('consume')).stdout, /applied 1, duplicates skipped 0, parked 0/);
@@ -92,12 +95,12 @@ describe('outbox prune on PostgreSQL', () => {
 
   it('with the consumer behind deletes only the applied prefix in id order: an aggregate keeps its unapplied seq and all after it; nothing unapplied can be lost', async () => {
     // rows 1-3: orders 1-3 seq 1; row 4: order 1 seq 2; row 5: order 2 seq 2; row 6: order 1 seq 3
-    await ok('init');
-    await ok('place-order', '--count', '3');
-    await ok('change-qty', '--id', '1', '--qty', '4');
-    await ok('cancel-order', '--id', '2');
-    await ok('change-qty', '--id', '1', '--qty', '6');
-    await ok('relay');
+    await o.init();
+    await o.pg.place(3);
+    await o.pg.changeQty(1, 4);
+    await o.pg.cancel(2);
+    await o.pg.changeQty(1, 6);
+    await o.relay();
     const held = (await h.client.lindex('outbox.events', 3))!;
     assert.deepEqual([JSON.parse(held).aggregate_id, JSON.parse(held).seq], ['order:1', 2]);
     await h.client.lrem('outbox.events', 1, held);
@@ -117,22 +120,22 @@ describe('outbox prune on PostgreSQL', () => {
     assert.equal(lost.code, 1, lost.stdout + lost.stderr);
     assert.match(lost.stdout, /^events lost \(never applied, not in Redis\) +0 +1 +FAIL$/m);
     assert.match((await ok('verify', '--repair', '--settle', '0s')).stdout, /^repair: republished 1 lost event\(s\)/m);
-    await ok('consume');
+    await o.consume();
     const rest = await ok('prune', '--older-than', '0s');
     assert.match(rest.stdout, /^pruned 3 PUBLISHED row/);
     assert.equal(await db.scalar("SELECT through_seq::int FROM outbox_pruned WHERE aggregate_id = 'order:1'"), 3);
     assert.match((await ok('verify', '--settle', '0s')).stdout, /^VERIFY OK$/m);
 
     // Never a PENDING row nor anything after it, nor a recent row.
-    await ok('place-order', '--count', '3');
-    await ok('relay');
-    await ok('consume');
+    await o.pg.place(3);
+    await o.relay();
+    await o.consume();
     await ok('replay', '--from', '8', '--to', '8');
     const pendingFirst = await ok('prune', '--older-than', '0s');
     assert.match(pendingFirst.stdout, /^pruned 1 PUBLISHED row/);
     assert.deepEqual(await ids(), [8, 9]);
-    await ok('relay');
-    await ok('consume');
+    await o.relay();
+    await o.consume();
     assert.match((await ok('prune', '--older-than', '1h')).stdout, /^pruned 0 PUBLISHED row/);
   });
 
@@ -218,12 +221,12 @@ describe('outbox prune on PostgreSQL', () => {
 
   it('a replay that sets a row back to PENDING between prune\'s read and its delete: that row and every row after it stay (in that batch and the next), so no aggregate is recorded pruned past an event the store holds; after a Redis loss the rebuild applies it again', async () => {
     // Rows 1-4: order:1 seq 1, order:2 seq 1, order:1 seq 2, order:2 seq 2.
-    await ok('init');
-    await ok('place-order', '--count', '2');
-    await ok('change-qty', '--id', '1', '--qty', '2');
-    await ok('change-qty', '--id', '2', '--qty', '3');
-    await ok('relay');
-    await ok('consume');
+    await o.init();
+    await o.pg.place(2);
+    await o.pg.changeQty(1, 2);
+    await o.pg.changeQty(2, 3);
+    await o.relay();
+    await o.consume();
     const pool = db.pool(2);
     redis ??= await connectRedis(h.redis.url);
     const rows = pgPruneRows(pool);
@@ -244,15 +247,15 @@ describe('outbox prune on PostgreSQL', () => {
     assert.deepEqual(await ids(), [1, 2, 3, 4]);
     assert.deepEqual(await prunedRows(), []);
     // Row 1 relayed and applied again; then the same race in one batch of all four rows.
-    await ok('relay');
-    await ok('consume');
+    await o.relay();
+    await o.consume();
     assert.equal((await prune(racing(), redis, 0)).deleted, 0);
     assert.deepEqual(await ids(), [1, 2, 3, 4]);
     assert.deepEqual(await prunedRows(), []);
 
     await h.client.flushall();
     assert.match((await ok('relay')).stdout, /Redis lost its state/);
-    await ok('consume');
+    await o.consume();
     assert.equal(await h.client.hexists('outbox:meta', 'takenEvent'), 0);
     assert.match((await ok('verify', '--settle', '0s')).stdout, /^VERIFY OK$/m);
   });
@@ -296,14 +299,14 @@ describe('outbox prune on PostgreSQL', () => {
   }
 
   it('the relay app on PostgreSQL prunes on its schedule (OUTBOX_PRUNE_OLDER_THAN) what the consumer applied, and keeps what it has not', async () => {
-    await ok('init');
-    await ok('place-order', '--count', '20');
+    await o.init();
+    await o.pg.place(20);
     const relay = startApp(h.env, 'dist/apps/relay/main.js', [], { OUTBOX_DATABASE_URL: db.url, OUTBOX_RELAY_POLL: '20ms', OUTBOX_PRUNE_OLDER_THAN: '0s', OUTBOX_PRUNE_EVERY: '500ms' });
     try {
       // Relayed, then a scheduled prune found the 20 rows and kept them: nothing is applied yet.
       await waitFor(() => /"msg":"outbox pruned","deleted":0,"keptNotApplied":20/.test(relay.output()), { timeoutMs: 15_000, message: relay.output() });
       assert.equal(await db.scalar("SELECT COUNT(*)::int FROM outbox WHERE status = 'PUBLISHED'"), 20);
-      await ok('consume');
+      await o.consume();
       await waitFor(async () => (await db.scalar<number>('SELECT COUNT(*)::int FROM outbox')) === 0, { timeoutMs: 15_000, message: relay.output() });
     } finally {
       assert.equal((await stopApp(relay)).code, 0, relay.output());

@@ -15,8 +15,11 @@ import { runCli } from './helpers/cli.js';
 import { prune } from '../shared/operations/prune/prune.js';
 import { inboxChecks } from '../shared/operations/verify/inbox-checks.js';
 import { sqliteVerifyReads } from '../shared/operations/verify/observe.js';
+import { orders } from './helpers/orders.js';
 
 const h = useHarness();
+/** The relay and consume steps before a test's subject, in this process (helpers/orders.ts). */
+const o = orders(() => h.env);
 const consumerDb = () => join(h.env.dir, 'consumer.db');
 
 /** The lab's events: orders placed, some changed, some cancelled; relayed to outbox.events. Resolves their number. */
@@ -126,7 +129,7 @@ describe('verify in database mode (--consumer-db)', () => {
     service.changeQty(2, 9);
     const lostOrder = service.placeOrder({ sku: 'SKU-9', qty: 5 }).order.id;
     db.close();
-    await h.cli('relay');
+    await o.relay();
     assert.equal(await drainInDatabaseMode(), 2);
     restoreFile(join(h.env.dir, 'app.backup'), join(h.env.dir, 'app.db'));
 
@@ -162,7 +165,7 @@ describe('verify in database mode (--consumer-db)', () => {
     const db = openDatabase(h.env.dir);
     createOrderService(db).changeQty(2, 9);
     db.close();
-    await h.cli('relay');
+    await o.relay();
     assert.equal(await drainInDatabaseMode(), 1);
     restoreFile(join(h.env.dir, 'app.backup'), join(h.env.dir, 'app.db'));
     const plan = await runCli(['verify', '--repair', '--dry-run', '--settle', '0s', '--consumer-db', consumerDb()], h.env);
@@ -186,7 +189,7 @@ describe('verify in database mode (--consumer-db)', () => {
     const db = openDatabase(h.env.dir);
     createOrderService(db).placeOrder({ sku: 'SKU-0', qty: 1 });
     db.close();
-    await h.cli('relay');
+    await o.relay();
     assert.equal(await drainInDatabaseMode(), 1);
 
     const verify = await runCli(['verify', '--settle', '0s', '--consumer-db', consumerDb()], h.env);
@@ -300,7 +303,7 @@ describe('verify in database mode (--consumer-db)', () => {
 
   it('Redis mode is unchanged: the inventory is checked, and a wrong one fails', async () => {
     await seedLabEvents(6);
-    await h.cli('consume');
+    await o.consume();
     const verify = await runCli(['verify', '--settle', '0s'], h.env);
     assert.equal(verify.code, 0, verify.stdout + verify.stderr);
     assert.match(verify.stdout, /SKUs whose reserved qty != live orders +0 +0 +ok/);

@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { runCli, type CliEnv } from './cli.js';
+import { orders } from './orders.js';
 import { readDb, tempDir } from './stores.js';
 import { closePartitions, connectTarget, connectTargetPartitions, type RedisTarget } from '../../shared/outbox/redis/connect-partitions.js';
 import { partitionOf, type Partitions } from '../../shared/outbox/redis/partitions.js';
@@ -60,6 +61,8 @@ export function partitionSuite(name: string, start: () => Promise<Setup>, pgDb: 
     let partitions: Partitions;
     let env: CliEnv;
     const cli = (...args: string[]) => runCli(args, env);
+    /** Setup steps whose output is not the subject, in this process (helpers/orders.ts). */
+    const o = orders(() => env);
     const ok = async (...args: string[]) => {
       const result = await cli(...args);
       assert.equal(result.code, 0, `outbox ${args.join(' ')}: ${result.stdout}${result.stderr}`);
@@ -89,14 +92,14 @@ export function partitionSuite(name: string, start: () => Promise<Setup>, pgDb: 
         redisUrl: setup.target.redisUrl,
         env: { OUTBOX_PARTITIONS: String(P), OUTBOX_REDIS_CLUSTER: setup.target.redisCluster ?? '' },
       };
-      // A clean state in every partition, as the command under test makes it.
-      await ok('init', '--force', '--yes');
+      // A clean state in every partition, as `init --force` makes it.
+      await o.init();
     });
 
     it('orders with several events each go to their aggregates\' partitions; consume, verify (inventory summed over partitions), report and status add them up', async () => {
-      await ok('place-order', '--sku', 'SKU-A', '--qty', '2', '--count', '12');
-      for (const id of [1, 2, 3, 4, 5, 6]) await ok('change-qty', '--id', String(id), '--qty', String(id + 2));
-      for (const id of [2, 7]) await ok('cancel-order', '--id', String(id));
+      o.place(12, { sku: 'SKU-A', qty: 2 });
+      for (const id of [1, 2, 3, 4, 5, 6]) o.changeQty(id, id + 2);
+      for (const id of [2, 7]) o.cancel(id);
       const all = rows(env.dir);
       assert.equal(all.length, 20);
       const expected = [0, 1, 2].map((p) => all.filter((r) => partitionOf(r.aggregate_id, P) === p).length);
@@ -134,12 +137,12 @@ export function partitionSuite(name: string, start: () => Promise<Setup>, pgDb: 
     it('verify names an event lost in a partition other than 0 (and that partition); --repair republishes it there', async () => {
       const id = orderOutsidePartition0();
       const partition = partitionOf(`order:${id}`, P);
-      await ok('place-order', '--count', String(id + 1));
-      await ok('change-qty', '--id', String(id), '--qty', '9');
-      await ok('relay');
+      o.place(id + 1);
+      o.changeQty(id, 9);
+      await o.relay();
       const lost = rows(env.dir).find((r) => r.aggregate_id === `order:${id}` && r.seq === 2)!;
       await dropFromQueue(lost);
-      await ok('consume');
+      await o.consume();
 
       const broken = await cli('verify', '--settle', '0s');
       assert.equal(broken.code, 1, broken.stdout + broken.stderr);
@@ -151,15 +154,15 @@ export function partitionSuite(name: string, start: () => Promise<Setup>, pgDb: 
       assert.match(repair.stdout, /repair: republished 1 lost event\(s\)/);
       const queued = await lengths(keys.events);
       assert.deepEqual(queued, [0, 1, 2].map((p) => (p === partition ? 1 : 0)));
-      await ok('consume');
+      await o.consume();
       assert.match((await ok('verify', '--settle', '0s')).stdout, /VERIFY OK/);
     });
 
     it('a partition that lost its state: verify and status name it, --repair rebuilds that partition only', async () => {
-      await ok('place-order', '--sku', 'SKU-A', '--qty', '2', '--count', '9');
-      await ok('change-qty', '--id', '1', '--qty', '4');
-      await ok('relay');
-      await ok('consume');
+      o.place(9, { sku: 'SKU-A', qty: 2 });
+      o.changeQty(1, 4);
+      await o.relay();
+      await o.consume();
       const lostPartition = 1;
       const inLost = rows(env.dir).filter((r) => partitionOf(r.aggregate_id, P) === lostPartition);
       assert.ok(inLost.length > 0);
@@ -181,7 +184,7 @@ export function partitionSuite(name: string, start: () => Promise<Setup>, pgDb: 
       const repair = await ok('verify', '--settle', '0s', '--repair', '--yes');
       assert.match(repair.stdout, new RegExp(`repair: Redis lost its state \\(partition 1\\): rebuilding it from SQLite, ${inLost.length} published event\\(s\\) set back to PENDING`));
       assert.deepEqual(await lengths(keys.events), [0, 1, 2].map((p) => (p === lostPartition ? inLost.length : 0)));
-      await ok('consume');
+      await o.consume();
       assert.match((await ok('verify', '--settle', '0s')).stdout, /VERIFY OK/);
     });
 
@@ -194,14 +197,15 @@ export function partitionSuite(name: string, start: () => Promise<Setup>, pgDb: 
         assert.equal(result.code, 0, `outbox ${args.join(' ')}: ${result.stdout}${result.stderr}`);
         return result;
       };
-      await pgOk('init', '--force', '--yes');
-      await pgOk('place-order', '--sku', 'SKU-A', '--qty', '2', '--count', '9');
-      await pgOk('change-qty', '--id', '1', '--qty', '4');
-      await pgOk('cancel-order', '--id', '2');
+      const po = orders(() => ({ ...env, env: { ...env.env, OUTBOX_DATABASE_URL: pgDb.url } }));
+      await po.init();
+      await po.pg.place(9, { sku: 'SKU-A', qty: 2 });
+      await po.pg.changeQty(1, 4);
+      await po.pg.cancel(2);
       const events = (await pgDb.pool(1).query<{ aggregate_id: string }>('SELECT aggregate_id FROM outbox')).rows;
       const expected = [0, 1, 2].map((p) => events.filter((e) => partitionOf(e.aggregate_id, P) === p).length);
       assert.match((await pgOk('relay')).stdout, new RegExp(`LLEN outbox.events = 11 \\(${expected.join(', ')} by partition\\)`));
-      await pgOk('consume');
+      await po.consume();
       const verify = await pgOk('verify', '--settle', '0s');
       assert.match(verify.stdout, /SKUs whose reserved qty != live orders +0 +0 +ok/);
       assert.match(verify.stdout, /VERIFY OK/);
@@ -213,7 +217,7 @@ export function partitionSuite(name: string, start: () => Promise<Setup>, pgDb: 
       const repair = await pgOk('verify', '--settle', '0s', '--repair', '--yes');
       assert.match(repair.stdout, new RegExp(`repair: Redis lost its state \\(partition 1\\): rebuilding it from PostgreSQL, ${expected[1]} published event\\(s\\) set back to PENDING`));
       assert.deepEqual(await lengths(keys.events), [0, expected[1], 0]);
-      await pgOk('consume');
+      await po.consume();
       assert.match((await pgOk('verify', '--settle', '0s')).stdout, /VERIFY OK/);
       assert.match((await pgOk('status')).stdout, /^ +1 +queued 0, in flight 0, applied \d+, parked 0, dead-lettered 0; no consumer holds its lease$/m);
     });
@@ -221,22 +225,22 @@ export function partitionSuite(name: string, start: () => Promise<Setup>, pgDb: 
     it('replay: a replayed event goes back to its aggregate\'s partition, and the consumer skips it there', async () => {
       const id = orderOutsidePartition0();
       const partition = partitionOf(`order:${id}`, P);
-      await ok('place-order', '--count', String(id + 2));
-      await ok('relay');
-      await ok('consume');
+      o.place(id + 2);
+      await o.relay();
+      await o.consume();
       const row = rows(env.dir).find((r) => r.aggregate_id === `order:${id}`)!;
       const replay = await ok('replay', '--from', String(row.id), '--to', String(row.id), '--yes');
       assert.match(replay.stdout, /^1 row\(s\) set back to PENDING/m);
-      await ok('relay');
+      await o.relay();
       assert.deepEqual(await lengths(keys.events), [0, 1, 2].map((p) => (p === partition ? 1 : 0)));
       assert.match((await ok('consume')).stdout, /applied 0, duplicates skipped 1/);
       assert.match((await ok('verify', '--settle', '0s')).stdout, /VERIFY OK/);
     });
 
     it('relay-crash, then relay: dup-check finds the events pushed twice in their partitions, order-check finds them in order, consume skips them', async () => {
-      await ok('place-order', '--count', '6');
-      await ok('change-qty', '--id', '1', '--qty', '3');
-      await ok('change-qty', '--id', '4', '--qty', '3');
+      o.place(6);
+      o.changeQty(1, 3);
+      o.changeQty(4, 3);
       const crash = await cli('relay-crash');
       assert.equal(crash.signal, 'SIGKILL', crash.stderr);
       assert.match((await ok('relay')).stdout, /relayed 8 events/);
@@ -256,7 +260,7 @@ export function partitionSuite(name: string, start: () => Promise<Setup>, pgDb: 
     it('dead-letter list, retry and drop in a partition other than 0', async () => {
       const partition = 2;
       await partitions.clients[partition].rpush(keys.events, 'not an event');
-      await ok('consume');
+      await o.consume();
       const list = await ok('dead-letter', 'list');
       assert.match(list.stdout, new RegExp(`^${partition}:0  partition ${partition}  \\S+  .*not an event$`, 'm'));
       const json = JSON.parse((await ok('dead-letter', 'list', '--json')).stdout) as { id: string; partition: number }[];
@@ -266,7 +270,7 @@ export function partitionSuite(name: string, start: () => Promise<Setup>, pgDb: 
       assert.match(retried.stdout, /1 dead-letter entr\(ies\) put back on outbox.events/);
       assert.deepEqual(await lengths(keys.events), [0, 0, 1]);
       assert.deepEqual(await lengths(keys.deadLetter), [0, 0, 0]);
-      await ok('consume');
+      await o.consume();
       assert.deepEqual(await lengths(keys.deadLetter), [0, 0, 1]);
 
       const unknown = await cli('dead-letter', 'drop', '--id', '0:0', '--yes');
@@ -280,10 +284,10 @@ export function partitionSuite(name: string, start: () => Promise<Setup>, pgDb: 
     it('parked list and retry in a partition other than 0; the repaired gap releases it there', async () => {
       const id = orderOutsidePartition0();
       const partition = partitionOf(`order:${id}`, P);
-      await ok('place-order', '--count', String(id));
-      await ok('change-qty', '--id', String(id), '--qty', '4');
-      await ok('change-qty', '--id', String(id), '--qty', '5');
-      await ok('relay');
+      o.place(id);
+      o.changeQty(id, 4);
+      o.changeQty(id, 5);
+      await o.relay();
       await dropFromQueue(rows(env.dir).find((r) => r.aggregate_id === `order:${id}` && r.seq === 2)!);
       assert.match((await ok('consume')).stdout, /parked 1/);
 
@@ -300,7 +304,7 @@ export function partitionSuite(name: string, start: () => Promise<Setup>, pgDb: 
       const repair = await ok('verify', '--settle', '0s', '--repair', '--yes');
       assert.match(repair.stdout, /events lost \(never applied, not in Redis\) +0 +1 +FAIL/);
       assert.match(repair.stdout, /repair: republished 1 lost event\(s\)/);
-      await ok('consume');
+      await o.consume();
       assert.equal(await partitions.clients[partition].hlen(keys.parked), 0);
       assert.match((await ok('verify', '--settle', '0s')).stdout, /VERIFY OK/);
     });
@@ -350,15 +354,15 @@ export function partitionSuite(name: string, start: () => Promise<Setup>, pgDb: 
         // The producer first: what it wrote last is relayed and applied below.
         await stopApps([...running].reverse());
       }
-      await ok('relay');
-      await ok('consume');
+      await o.relay();
+      await o.consume();
       assert.match((await ok('verify', '--settle', '0s')).stdout, /VERIFY OK/);
     });
 
     it('init --force deletes the keys of every partition (the consumers\' members in partition 0 included)', async () => {
-      await ok('place-order', '--count', '9');
-      await ok('relay');
-      await ok('consume');
+      o.place(9);
+      await o.relay();
+      await o.consume();
       await partitions.clients[0].zadd(keys.consumerMembers, Date.now() + 60_000, 'someone#1');
       const before = await setup.allKeys();
       for (const p of [0, 1, 2]) assert.ok(before.some((key) => key.startsWith(`{p${p}}:`)), `partition ${p} has keys`);
