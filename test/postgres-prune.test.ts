@@ -11,6 +11,7 @@ import { parseReplayRange } from '../shared/operations/recovery/repair.js';
 import { startApp, stopApp } from './helpers/apps.js';
 import { runCli, type CliResult } from './helpers/cli.js';
 import { orders } from './helpers/orders.js';
+import { afterFirstRead, beforeFirstDelete } from './helpers/prune-races.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { useHarness } from './helpers/harness.js';
 import { usePostgres } from './helpers/postgres.js';
@@ -148,19 +149,6 @@ describe('outbox prune on PostgreSQL', () => {
     await consumer.close();
   }
 
-  /** `rows` whose first read runs `meanwhile` before it resolves: what happens between prune's read of a batch and its delete. */
-  function afterFirstRead(rows: PruneRows, meanwhile: () => Promise<void>): PruneRows {
-    let reads = 0;
-    return {
-      ...rows,
-      async readBatch(after, limit) {
-        const batch = await rows.readBatch(after, limit);
-        if ((reads += 1) === 1) await meanwhile();
-        return batch;
-      },
-    };
-  }
-
   /**
    * Account a's 3 deposits (ids 1-3), the late deposit (id 4) in a transaction held open, account
    * b's 3 (ids 5-7); the 6 committed ones relayed and applied; then `meanwhile`, with the held
@@ -231,17 +219,7 @@ describe('outbox prune on PostgreSQL', () => {
     redis ??= await connectRedis(h.redis.url);
     const rows = pgPruneRows(pool);
     /** prune's rows, row 1 replayed (another process's `outbox replay`) just before the first delete. */
-    const racing = (): PruneRows => {
-      let raced = false;
-      return {
-        ...rows,
-        async deleteRange(after, through, ids) {
-          if (!raced) assert.equal(await pgReplay(pool, parseReplayRange('1', '1')), 1);
-          raced = true;
-          return rows.deleteRange(after, through, ids);
-        },
-      };
-    };
+    const racing = () => beforeFirstDelete(rows, async () => assert.equal(await pgReplay(pool, parseReplayRange('1', '1')), 1));
     // Two rows a batch: the first batch (rows 1, 2) deletes nothing, and prune stops before row 3, order:1's next event.
     assert.equal((await prune(racing(), redis, 0, { batchSize: 2 })).deleted, 0);
     assert.deepEqual(await ids(), [1, 2, 3, 4]);

@@ -7,11 +7,12 @@ import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { runCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
 import { orders } from './helpers/orders.js';
+import { beforeFirstDelete } from './helpers/prune-races.js';
 import { count, readDb } from './helpers/stores.js';
 import { openDatabase } from '../shared/outbox/store/open-database.js';
 import { createOrderService } from '../shared/lab/orders/order-service.js';
 import { connectRedis } from '../shared/outbox/redis/connect.js';
-import { prune, sqlitePruneRows, type PruneRows } from '../shared/operations/prune/prune.js';
+import { prune, sqlitePruneRows } from '../shared/operations/prune/prune.js';
 import { parseReplayRange, replay } from '../shared/operations/recovery/repair.js';
 
 const h = useHarness();
@@ -150,10 +151,7 @@ describe('outbox prune', () => {
     try {
       const rows = sqlitePruneRows(db);
       /** prune's rows, row 1 replayed (another process's `outbox replay`) just before the first delete. */
-      const racing = (): PruneRows => {
-        let raced = false;
-        return { ...rows, deleteRange: async (after, through, ids) => (raced || ((raced = true), replay(db, parseReplayRange('1', '1'))), rows.deleteRange(after, through, ids)) };
-      };
+      const racing = () => beforeFirstDelete(rows, () => assert.equal(replay(db, parseReplayRange('1', '1')), 1));
       const pruned = () => db.prepare('SELECT aggregate_id, through_seq FROM outbox_pruned ORDER BY aggregate_id').all();
       const ids = () => db.prepare('SELECT id FROM outbox ORDER BY id').pluck().all();
 
