@@ -4,7 +4,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeEach, describe, it } from 'node:test';
 import { useHarness } from './helpers/harness.js';
-import { pgCommands, usePostgres } from './helpers/postgres.js';
+import { pgCliEnv, pgCommands, usePostgres } from './helpers/postgres.js';
 import { orders } from './helpers/orders.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { createPgOutbox } from '../shared/outbox/index.js';
@@ -21,7 +21,7 @@ beforeEach(async () => {
 
 const { pgCli, ok, refused } = pgCommands(db, h);
 /** The steps before a test's subject, in this process (helpers/orders.ts). */
-const o = orders(() => ({ ...h.env, env: { OUTBOX_DATABASE_URL: db.url } }));
+const o = orders(() => pgCliEnv(db, h));
 
 
 const rows = async (sql: string) => (await db.pool(1).query(sql)).rows;

@@ -3,7 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeEach, describe, it } from 'node:test';
 import { useHarness } from './helpers/harness.js';
-import { pgCommands, usePostgres } from './helpers/postgres.js';
+import { pgCliEnv, pgCommands, usePostgres } from './helpers/postgres.js';
 import { orders } from './helpers/orders.js';
 import { createLogger } from '../shared/outbox/logger.js';
 import { attachPgApp } from '../shared/runtime/pg-attached-apps.js';
@@ -21,7 +21,7 @@ beforeEach(async () => {
 
 const { pgCli, ok, refused } = pgCommands(db, h);
 /** The steps before a test's subject, in this process (helpers/orders.ts). */
-const o = orders(() => ({ ...h.env, env: { OUTBOX_DATABASE_URL: db.url } }));
+const o = orders(() => pgCliEnv(db, h));
 const artifact = (name: string) => readFileSync(join(h.env.dir, name), 'utf8');
 const count = async (table: string) => Number(await db.scalar(`SELECT COUNT(*) FROM ${table}`));
 

@@ -9,12 +9,11 @@ import { pgPruneRows } from '../shared/operations/prune/pg-prune.js';
 import { pgReplay } from '../shared/operations/recovery/pg-repair.js';
 import { parseReplayRange } from '../shared/operations/recovery/repair.js';
 import { startApp, stopApp } from './helpers/apps.js';
-import { runCli, type CliResult } from './helpers/cli.js';
 import { orders } from './helpers/orders.js';
 import { afterFirstRead, beforeFirstDelete } from './helpers/prune-races.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { useHarness } from './helpers/harness.js';
-import { usePostgres } from './helpers/postgres.js';
+import { pgCliEnv, pgCommands, usePostgres } from './helpers/postgres.js';
 import { handlers as accountHandlers } from './fixtures/account-handlers.js';
 import { depositEvents } from './fixtures/pg-accounts.js';
 
@@ -30,14 +29,9 @@ beforeEach(async () => {
 let redis: Redis | undefined;
 after(() => redis?.disconnect());
 
-const pgCli = (args: string[]) => runCli(args, { ...h.env, env: { OUTBOX_DATABASE_URL: db.url } });
+const { pgCli, ok } = pgCommands(db, h);
 /** The steps before each test's subject, in this process (helpers/orders.ts). */
-const o = orders(() => ({ ...h.env, env: { OUTBOX_DATABASE_URL: db.url } }));
-async function ok(...args: string[]): Promise<CliResult> {
-  const result = await pgCli(args);
-  assert.equal(result.code, 0, `outbox ${args.join(' ')}: ${result.stdout}${result.stderr}`);
-  return result;
-}
+const o = orders(() => pgCliEnv(db, h));
 const kept = (stdout: string) => Number(/^kept \(not applied yet\): (\d+)$/m.exec(stdout)?.[1]);
 const ids = async () => (await db.pool(1).query<{ id: number }>('SELECT id::int FROM outbox ORDER BY id')).rows.map((r) => r.id);
 const prunedRows = async () => (await db.pool(1).query('SELECT aggregate_id, through_seq::int, events::int FROM outbox_pruned ORDER BY aggregate_id')).rows;

@@ -191,13 +191,14 @@ export function partitionSuite(name: string, start: () => Promise<Setup>, pgDb: 
     it('on the PostgreSQL store: relay, consume and verify across partitions; a partition that lost its state is planned and rebuilt alone', async () => {
       await pgDb.reset();
       await pgDb.scalar('DROP TABLE IF EXISTS orders');
-      const pg = (...args: string[]) => runCli(args, { ...env, env: { ...env.env, OUTBOX_DATABASE_URL: pgDb.url } });
+      const pgEnv = (): CliEnv => ({ ...env, env: { ...env.env, OUTBOX_DATABASE_URL: pgDb.url } });
+      const pg = (...args: string[]) => runCli(args, pgEnv());
       const pgOk = async (...args: string[]) => {
         const result = await pg(...args);
         assert.equal(result.code, 0, `outbox ${args.join(' ')}: ${result.stdout}${result.stderr}`);
         return result;
       };
-      const po = orders(() => ({ ...env, env: { ...env.env, OUTBOX_DATABASE_URL: pgDb.url } }));
+      const po = orders(pgEnv);
       await po.init();
       await po.pg.place(9, { sku: 'SKU-A', qty: 2 });
       await po.pg.changeQty(1, 4);

@@ -82,11 +82,20 @@ export function usePostgres(): TestDatabase {
 }
 
 /**
+ * The CLI's environment on the PostgreSQL store `db` (OUTBOX_DATABASE_URL, plus `env`) with the
+ * harness's data dir and Redis: what `pgCommands` runs the commands with, and what a test's steps in
+ * its own process (helpers/orders.ts) take.
+ */
+export function pgCliEnv(db: TestDatabase, harness: { env: CliEnv }, env: Record<string, string> = {}): CliEnv {
+  return { ...harness.env, env: { OUTBOX_DATABASE_URL: db.url, ...env } };
+}
+
+/**
  * `outbox <args>` on `db` with the harness's data dir and Redis (`pgCli`), the same asserting exit 0
  * (`ok`), and `refused`: exit `code` with one line on stderr matching `pattern`.
  */
 export function pgCommands(db: TestDatabase, harness: { env: CliEnv }) {
-  const pgCli = (args: string[], env: Record<string, string> = {}) => runCli(args, { ...harness.env, env: { OUTBOX_DATABASE_URL: db.url, ...env } });
+  const pgCli = (args: string[], env: Record<string, string> = {}) => runCli(args, pgCliEnv(db, harness, env));
   return {
     pgCli,
     async ok(...args: string[]): Promise<CliResult> {
