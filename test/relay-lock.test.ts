@@ -20,8 +20,8 @@ const RELAY = 'dist/apps/relay/main.js';
 const BATCH = 1000;
 const LOCK_MS = 2000;
 const RELAY_ARGS = ['--every', '300ms', '--slice', '300ms', '--lock-duration', `${LOCK_MS}ms`, '--batch-size', String(BATCH)];
-/** RELAY_ARGS with `flag`'s value replaced by `value`. */
-const relayArgs = (flag: string, value: string) => RELAY_ARGS.map((arg, i) => (RELAY_ARGS[i - 1] === flag ? value : arg));
+/** RELAY_ARGS with the values of the flags `values` names replaced. */
+const relayArgs = (values: Record<string, string>) => RELAY_ARGS.map((arg, i) => values[RELAY_ARGS[i - 1]] ?? arg);
 // At debug: the tests read the `batch relayed` lines, and a stack (written only at debug) would show.
 const DEBUG = { OUTBOX_LOG_LEVEL: 'debug' };
 
@@ -81,7 +81,11 @@ describe('one relay pass at a time, with app.db locked or full', () => {
   it('a relay frozen past its lock is taken over, and once it wakes it stops before its next write: at most its in-flight batches pushed twice', async (t) => {
     const rows = 20_000;
     const batch = 100;
-    const args = relayArgs('--batch-size', String(batch));
+    // A slice far longer than a few batches: the relay frozen just after a batch is then in the
+    // middle of its pass, with writes to come. With the 300 ms slice, on a loaded machine the first
+    // batches took longer than the slice, and the relay was frozen after the pass's last lock check,
+    // with no write left in it to stop: it never had to say that it lost its lock.
+    const args = relayArgs({ '--batch-size': String(batch), '--slice': '20s' });
     await h.cli('place-order', '--count', String(rows));
     // `batch relayed` (a debug line) tells when each relay last marked a batch.
     const relays = [startApp(h.env, RELAY, args, DEBUG), startApp(h.env, RELAY, args, DEBUG)];
@@ -121,7 +125,7 @@ describe('one relay pass at a time, with app.db locked or full', () => {
 
   it('a relay frozen in a pass with nothing to relay until its slice and its lock ran out: once it wakes it ends that pass as lost and writes nothing for it, not even its last-run record', async () => {
     const sliceMs = 1000;
-    const args = relayArgs('--slice', `${sliceMs}ms`);
+    const args = relayArgs({ '--slice': `${sliceMs}ms` });
     const relay = startApp(h.env, RELAY, args, DEBUG);
     const active = `bull:${RELAY_QUEUE}:active`;
     try {
@@ -183,7 +187,7 @@ describe('one relay pass at a time, with app.db locked or full', () => {
       await h.client.hset(keys.meta, 'store', storeIdIn(dir));
       // A lock that outlasts the Redis write pause below (a lock renewal is a write it holds back):
       // placing the orders and filling the disk take a few seconds on a loaded machine.
-      const args = relayArgs('--lock-duration', '8000ms');
+      const args = relayArgs({ '--lock-duration': '8000ms' });
       relays = [startApp(env, RELAY, args, DEBUG), startApp(env, RELAY, args, DEBUG)];
       await waitFor(() => linesMatching(logsOf(relays), /"msg":"relay started"/) === 2, { timeoutMs: 10_000 });
       const rows = 81;
