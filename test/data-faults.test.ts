@@ -68,7 +68,7 @@ describe('store identity', () => {
     o.place(3);
     await o.relay();
     assert.match((await h.cli('consume')).stdout, /applied 3, duplicates skipped 0/);
-    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+    await o.verify();
   });
 
   it('an app.db restored from an older backup of itself: the relay pushes nothing that would reuse applied seqs, verify names it, --repair rebuilds Redis from it', async () => {
@@ -135,7 +135,7 @@ describe('store identity', () => {
     assert.match(repaired.stdout, /^repair: Redis lost its state: rebuilding it from SQLite, 3 published event\(s\) set back to PENDING to be applied again$/m);
     assert.match(repaired.stdout, /^repair: relayed 5 event\(s\)/m);
     assert.match((await h.cli('consume')).stdout, /applied 5, duplicates skipped 0, parked 0/);
-    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+    await o.verify();
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
     assert.match((await h.cli('status')).stdout, /^store +\S+: Redis serves it;/m);
   });
@@ -197,7 +197,7 @@ describe('Redis that lost its state', () => {
     await placeLifecycle();
     await o.relay();
     await o.consume();
-    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+    await o.verify();
 
     await h.client.flushall();
     const broken = await runCli(['verify'], h.env);
@@ -230,13 +230,13 @@ describe('Redis that lost its state', () => {
     await h.client.del('outbox:meta', 'outbox:applied-seq', ...markers);
     await o.relay();
     await o.consume();
-    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+    await o.verify();
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
     // ... or the dedupe markers survive while the effects go.
     await h.client.del('outbox:meta', 'processed', 'inventory:reserved', 'outbox:applied-seq');
     await o.relay();
     assert.match((await h.cli('consume')).stdout, /applied 7, duplicates skipped 0, parked 0/);
-    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+    await o.verify();
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
   });
 
@@ -274,7 +274,7 @@ describe('Redis that lost its state', () => {
     await h.client.flushall();
     await o.relay();
     await o.consume();
-    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+    await o.verify();
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
   });
 
@@ -350,7 +350,7 @@ describe('Redis that lost its state', () => {
     assert.equal(count(h.env.dir, "SELECT COUNT(*) FROM outbox WHERE status = 'PENDING'"), 3, 'the paused relay marked replayed rows');
     assert.match((await h.cli('relay')).stdout, /relayed 3 events/);
     await o.consume();
-    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+    await o.verify();
   });
 });
 
@@ -432,7 +432,7 @@ describe('namespaces', () => {
       assert.match(result.stderr, /^outbox: OUTBOX_NAMESPACE ".+" would share keys with the deployment without a namespace \(.+\): choose another name\n$/);
     }
     assert.deepEqual((await h.client.keys('*')).sort(), unprefixed);
-    assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+    await o.verify();
   });
 });
 

@@ -77,7 +77,7 @@ describe('the relay app on PostgreSQL', () => {
       total = await rowCount();
       await waitFor(async () => (await h.client.hlen('processed')) === total, { timeoutMs: 30_000, message: 'not every event applied' });
       for (const relay of relays) assert.match(relay.output(), /"msg":"batch relayed"/, 'each relay relayed batches');
-      assert.match((await cli('verify', '--settle', '0s')).stdout, /^VERIFY OK$/m);
+      await o.verify('0s');
     } finally {
       await stopApps([...relays, consumer]);
     }
@@ -175,7 +175,7 @@ describe('the producer app on PostgreSQL', () => {
     ]);
     await o.relay();
     await o.consume();
-    assert.match((await cli('verify')).stdout, /^VERIFY OK$/m);
+    await o.verify();
   });
 
   it('is attached to the store while it runs: init --force refuses (exit 4); a session PostgreSQL ends is registered again; a killed producer leaves nothing behind', async () => {
@@ -233,6 +233,6 @@ describe('the producer app on PostgreSQL', () => {
       assert.equal((await stopApp(producer)).code, 0, producer.output());
     }
     await o.consume();
-    assert.match((await cli('verify')).stdout, /^orders with missing events +0 +0 +ok$[\s\S]*^SKUs whose reserved qty != live orders +0 +0 +ok$[\s\S]*^VERIFY OK$/m);
+    assert.match(await o.verify(), /^orders with missing events +0 +0 +ok$[\s\S]*^SKUs whose reserved qty != live orders +0 +0 +ok$[\s\S]*^VERIFY OK$/m);
   });
 });

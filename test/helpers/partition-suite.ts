@@ -155,7 +155,7 @@ export function partitionSuite(name: string, start: () => Promise<Setup>, pgDb: 
       const queued = await lengths(keys.events);
       assert.deepEqual(queued, [0, 1, 2].map((p) => (p === partition ? 1 : 0)));
       await o.consume();
-      assert.match((await ok('verify', '--settle', '0s')).stdout, /VERIFY OK/);
+      await o.verify('0s');
     });
 
     it('a partition that lost its state: verify and status name it, --repair rebuilds that partition only', async () => {
@@ -185,7 +185,7 @@ export function partitionSuite(name: string, start: () => Promise<Setup>, pgDb: 
       assert.match(repair.stdout, new RegExp(`repair: Redis lost its state \\(partition 1\\): rebuilding it from SQLite, ${inLost.length} published event\\(s\\) set back to PENDING`));
       assert.deepEqual(await lengths(keys.events), [0, 1, 2].map((p) => (p === lostPartition ? inLost.length : 0)));
       await o.consume();
-      assert.match((await ok('verify', '--settle', '0s')).stdout, /VERIFY OK/);
+      await o.verify('0s');
     });
 
     it('on the PostgreSQL store: relay, consume and verify across partitions; a partition that lost its state is planned and rebuilt alone', async () => {
@@ -219,7 +219,7 @@ export function partitionSuite(name: string, start: () => Promise<Setup>, pgDb: 
       assert.match(repair.stdout, new RegExp(`repair: Redis lost its state \\(partition 1\\): rebuilding it from PostgreSQL, ${expected[1]} published event\\(s\\) set back to PENDING`));
       assert.deepEqual(await lengths(keys.events), [0, expected[1], 0]);
       await po.consume();
-      assert.match((await pgOk('verify', '--settle', '0s')).stdout, /VERIFY OK/);
+      await po.verify('0s');
       assert.match((await pgOk('status')).stdout, /^ +1 +queued 0, in flight 0, applied \d+, parked 0, dead-lettered 0; no consumer holds its lease$/m);
     });
 
@@ -235,7 +235,7 @@ export function partitionSuite(name: string, start: () => Promise<Setup>, pgDb: 
       await o.relay();
       assert.deepEqual(await lengths(keys.events), [0, 1, 2].map((p) => (p === partition ? 1 : 0)));
       assert.match((await ok('consume')).stdout, /applied 0, duplicates skipped 1/);
-      assert.match((await ok('verify', '--settle', '0s')).stdout, /VERIFY OK/);
+      await o.verify('0s');
     });
 
     it('relay-crash, then relay: dup-check finds the events pushed twice in their partitions, order-check finds them in order, consume skips them', async () => {
@@ -255,7 +255,7 @@ export function partitionSuite(name: string, start: () => Promise<Setup>, pgDb: 
       assert.match(order.stdout, /^ORDER OK$/m);
       assert.match(order.stdout, /\(16 events of 6 aggregates checked;/);
       assert.match((await ok('consume')).stdout, /applied 8, duplicates skipped 8/);
-      assert.match((await ok('verify', '--settle', '0s')).stdout, /VERIFY OK/);
+      await o.verify('0s');
     });
 
     it('dead-letter list, retry and drop in a partition other than 0', async () => {
@@ -307,7 +307,7 @@ export function partitionSuite(name: string, start: () => Promise<Setup>, pgDb: 
       assert.match(repair.stdout, /repair: republished 1 lost event\(s\)/);
       await o.consume();
       assert.equal(await partitions.clients[partition].hlen(keys.parked), 0);
-      assert.match((await ok('verify', '--settle', '0s')).stdout, /VERIFY OK/);
+      await o.verify('0s');
     });
 
     it('status names the consumer holding each partition\'s lease', async () => {
@@ -357,7 +357,7 @@ export function partitionSuite(name: string, start: () => Promise<Setup>, pgDb: 
       }
       await o.relay();
       await o.consume();
-      assert.match((await ok('verify', '--settle', '0s')).stdout, /VERIFY OK/);
+      await o.verify('0s');
     });
 
     it('init --force deletes the keys of every partition (the consumers\' members in partition 0 included)', async () => {

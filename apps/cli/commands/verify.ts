@@ -61,35 +61,52 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
     const problem = checkSetStoreProblem(userChecks, onPostgres(config) ? 'postgres' : 'sqlite');
     if (problem !== undefined) throw new InvalidInputError(`--checks ${argv.checks}: ${problem}: add one to verify this store`);
   }
-  if (onPostgres(config)) return verifyOnPostgres(config, argv, settleMs, userChecks);
-  // The library's tables are what verify needs: a service's database (no lab `orders`) verifies too.
-  await withPartitionStores(config, async (db, redis) => {
+  await withVerifyStores(config, userChecks, async ({ store, redis, checkSet, recovery }) => {
     const consumerDb = argv.consumerDb === undefined ? undefined : await openConsumerDb(argv.consumerDb);
     try {
-      const checkSet = userChecks ?? (await labChecksFor(db));
-      await judge(db, redis, argv, settleMs, checkSet, consumerDb, sqliteRecovery(db));
+      await judge(store, redis, argv, settleMs, checkSet, consumerDb, recovery);
     } finally {
       consumerDb?.close();
     }
-  }, {}, { outboxOnly: true });
+  });
+}
+
+/** What verify judges: the store's reads, the partitions, the check set, and the store's recovery for --repair. */
+interface VerifyStores {
+  store: Parameters<typeof verifyStores>[0];
+  redis: Partitions;
+  checkSet: VerifyCheckSet<any> | undefined;
+  recovery: RecoveryStore;
 }
 
 /**
- * verify on the PostgreSQL store: the same checks, S1 read in one REPEATABLE READ transaction
- * (pg-verify-reads.ts), then `--checks`' set, or the lab's when the database has its orders table.
+ * Opens the stores verify judges, app.db or PostgreSQL (then S1 is read in one REPEATABLE READ
+ * transaction, pg-verify-reads.ts), across the partitions, with the check set: `userChecks`, else the
+ * lab's when the database has the lab's orders table. The library's tables are what verify needs: a
+ * service's database (no lab `orders`) verifies too.
  */
-async function verifyOnPostgres(config: OutboxConfig, argv: ArgumentsCamelCase<Args>, settleMs: number, userChecks: VerifyCheckSet<unknown> | undefined): Promise<void> {
-  const { pgVerifyReads } = await import('../../../shared/operations/verify/pg-verify-reads.js');
-  const { pgRecovery } = await import('../../../shared/operations/recovery/pg-repair.js');
-  const { isLabPgDatabase, labVerifyChecks } = await import('../../../shared/lab/checks/verify-checks.js');
-  await withPgPartitionStores(config, async (pool, redis) => {
-    const consumerDb = argv.consumerDb === undefined ? undefined : await openConsumerDb(argv.consumerDb);
-    try {
+async function withVerifyStores<T>(config: OutboxConfig, userChecks: VerifyCheckSet<unknown> | undefined, fn: (stores: VerifyStores) => Promise<T>): Promise<T> {
+  if (onPostgres(config)) {
+    const { pgVerifyReads } = await import('../../../shared/operations/verify/pg-verify-reads.js');
+    const { pgRecovery } = await import('../../../shared/operations/recovery/pg-repair.js');
+    const { isLabPgDatabase, labVerifyChecks } = await import('../../../shared/lab/checks/verify-checks.js');
+    return withPgPartitionStores(config, async (pool, redis) => {
       const checkSet = userChecks ?? ((await isLabPgDatabase(pool)) ? (labVerifyChecks as VerifyCheckSet<any>) : undefined);
-      await judge(pgVerifyReads(pool), redis, argv, settleMs, checkSet, consumerDb, pgRecovery(pool));
-    } finally {
-      consumerDb?.close();
-    }
+      return fn({ store: pgVerifyReads(pool), redis, checkSet, recovery: pgRecovery(pool) });
+    });
+  }
+  return withPartitionStores(config, async (db, redis) => fn({ store: db, redis, checkSet: userChecks ?? (await labChecksFor(db)), recovery: sqliteRecovery(db) }), {}, { outboxOnly: true });
+}
+
+/**
+ * `outbox verify --settle <settleMs>`'s table, judged in this process with the same stores and
+ * check set, and how many rows failed: for a caller that only wants the verdict on the stores (a
+ * test's last look after its subject), without a CLI process.
+ */
+export function verifyTable(config: OutboxConfig, settleMs: number): Promise<{ table: string; failed: number }> {
+  return withVerifyStores(config, undefined, async ({ store, redis, checkSet }) => {
+    const { checks } = await verifyStores(store, redis, { settleMs, checks: checkSet });
+    return { table: formatChecks(checks).join('\n'), failed: checks.filter((c) => c.status === 'FAIL').length };
   });
 }
 
