@@ -240,6 +240,35 @@ describe('Redis that lost its state', () => {
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
   });
 
+  it("the applied seqs lost alone (the meta hash and processed kept): the aggregates' next events park; verify names each, --repair raises it to what processed shows applied and they apply, none twice", async () => {
+    await placeLifecycle();
+    await o.relay();
+    await o.consume();
+    await h.client.del('outbox:applied-seq');
+    // Orders keep coming: order 1's seq 4 and order 3's seq 2 wait for seqs Redis applied already; a new order applies.
+    o.changeQty(1, 6);
+    o.changeQty(3, 4);
+    o.place(1, { sku: 'SKU-B', qty: 1 });
+    await o.relay();
+    assert.match((await h.cli('consume')).stdout, /applied 1, duplicates skipped 0, parked 2,/);
+    const broken = await runCli(['verify', '--settle', '0s'], h.env);
+    assert.equal(broken.code, 1);
+    assert.match(broken.stdout, /^aggregates whose applied seq != last seq +0 +4 +FAIL\n +e\.g\. order:1: applied seq 0 in Redis, its events applied through seq 3 \(their processed entries\): its next events wait, parked, for seqs applied already; outbox verify --repair raises it, order:2: applied seq 0 in Redis, its events applied through seq 2/m);
+    assert.match(broken.stdout, /^parked events \(waiting for a gap\) +0 +2 +FAIL$/m);
+    // Nothing is lost: republishing would not help, the parked events wait for seqs already applied.
+    assert.match(broken.stdout, /^events lost \(never applied, not in Redis\) +0 +0 +ok$/m);
+    const plan = await runCli(['verify', '--repair', '--dry-run', '--settle', '0s'], h.env);
+    assert.match(plan.stdout, /^verify --repair would raise the applied seq of 4 aggregate\(s\) that Redis lost/m);
+    assert.match(plan.stdout, /^ +order:1 applied seq 0 -> 3$/m);
+    assert.deepEqual(await h.client.hgetall('outbox:applied-seq'), { 'order:5': '1' }, 'the dry run changed nothing');
+    const repaired = await h.cli('verify', '--repair', '--yes', '--settle', '0s');
+    assert.match(repaired.stdout, /^repair: 4 aggregate\(s\) given back the applied seq their processed entries show; 2 parked event\(s\) queued again$/m);
+    assert.match((await h.cli('consume')).stdout, /applied 2, duplicates skipped 0, parked 0,/);
+    assert.deepEqual(await h.client.hgetall('outbox:applied-seq'), { 'order:1': '4', 'order:2': '2', 'order:3': '2', 'order:4': '1', 'order:5': '1' });
+    await o.verify('0s');
+    assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
+  });
+
   it("a pruned event's stale copy met after a partial loss is no evidence against the store: its taken seq is recorded, and the relay and status pass it over, as the store does not hold that event", async () => {
     o.place(1, { sku: 'SKU-A', qty: 1 });
     await runCli(['relay-crash'], h.env);

@@ -137,7 +137,7 @@ async function judge(
   if (argv.repair && figures.ahead.length > 0) {
     const partitionsAheadOf = await aheadPartitions(redis, figures.ahead);
     if (await guard(argv, await resetPlan(recovery, partitionsAheadOf, consumerDb !== undefined))) return reset(recovery, redis, partitionsAheadOf);
-  } else if (argv.repair && (figures.redisStateLost || lost.length > 0 || figures.prunedBehind.length > 0)) {
+  } else if (argv.repair && (figures.redisStateLost || lost.length > 0 || figures.prunedBehind.length > 0 || figures.seqBehind.length > 0)) {
     if (await guard(argv, await repairPlan(recovery, ledger, await lostPartitions(redis)))) return repair(recovery, redis, ledger);
   } else if (argv.repair) {
     console.log('repair: no event is lost, nothing to republish');
@@ -183,17 +183,29 @@ async function repairPlan(recovery: RecoveryStore, { lost, figures }: Ledger, lo
   }
   const rows = await recovery.rowsOfEvents(lost, SHOWN);
   const behind = figures.prunedBehind;
+  const seqBehind = figures.seqBehind;
   const changes = [
     ...(lost.length > 0 ? [`republish ${lost.length} lost event(s): set their rows back to PENDING and relay every PENDING row`] : []),
     ...(behind.length > 0
       ? [`give ${behind.length} aggregate(s) whose pruned events Redis lost their pruned seq (their effects cannot be rebuilt: counted as unrecoverable) and queue the event parked after them again`]
       : []),
+    ...(seqBehind.length > 0
+      ? [`raise the applied seq of ${seqBehind.length} aggregate(s) that Redis lost to the last seq their processed entries show applied (nothing is applied again) and queue the event parked after it again`]
+      : []),
   ];
+  const size = lost.length + behind.length + seqBehind.length;
   return {
     command: 'verify --repair',
     change: changes.join('; '),
-    size: lost.length + behind.length,
-    shown: withMore([...rows.map(rowLine), ...behind.slice(0, SHOWN).map((p) => `${p.aggregate} seq ${p.fromSeq}-${p.throughSeq} (pruned)`)], lost.length + behind.length),
+    size,
+    shown: withMore(
+      [
+        ...rows.map(rowLine),
+        ...behind.slice(0, SHOWN).map((p) => `${p.aggregate} seq ${p.fromSeq}-${p.throughSeq} (pruned)`),
+        ...seqBehind.slice(0, SHOWN).map((a) => `${a.aggregate} applied seq ${a.appliedSeq} -> ${a.throughSeq}`),
+      ],
+      size,
+    ),
   };
 }
 
@@ -204,6 +216,11 @@ async function repair(recovery: RecoveryStore, redis: Partitions, { lost, figure
     const { restorePrunedSeqs } = await import('../../../shared/operations/recovery/pruned-seqs.js');
     const done = await restorePrunedSeqs(redis, figures.prunedBehind);
     console.log(`repair: ${done.aggregates} aggregate(s) given their pruned seq (${done.events} pruned event(s) whose effects Redis lost, counted as unrecoverable); ${done.requeued} parked event(s) queued again`);
+  }
+  if (figures.seqBehind.length > 0) {
+    const { raiseAppliedSeqs } = await import('../../../shared/operations/recovery/applied-seqs.js');
+    const done = await raiseAppliedSeqs(redis, figures.seqBehind);
+    console.log(`repair: ${done.aggregates} aggregate(s) given back the applied seq their processed entries show; ${done.requeued} parked event(s) queued again`);
   }
   if (lost.length === 0) return;
   const { reset } = await recovery.republish(redis, lost);
