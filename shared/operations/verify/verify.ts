@@ -179,14 +179,15 @@ function takenSeqs(o: Observation): Observation['events'] {
 /**
  * Aggregates whose applied seq is below the seqs their processed entries show applied (see
  * `Ledger.figures.seqBehind`): from the applied seq, or the pruned seq above it (`prunedBehind`
- * raises it that far), each next seq of the snapshot's events that has its processed entry. The
+ * raises it that far), each next seq of the snapshot's events applied by the MULTI's instant. The
  * consumer applies an aggregate's events in seq order, so those entries are a prefix.
  */
 function appliedSeqsBehind(o: Observation): AppliedSeqBehind[] {
   const prunedThrough = new Map(o.prunedThrough.map((p) => [p.key, p.throughSeq]));
   const applied = new Map<string, Set<number>>();
   o.events.forEach((e, i) => {
-    if (o.processed[i] === null) return;
+    // Applied by the MULTI's instant, when the applied seqs were read: an entry written since is not evidence against them.
+    if (!appliedBy(o.processed[i], counterOf(o, e.aggregate_id))) return;
     const seqs = applied.get(e.aggregate_id) ?? new Set<number>();
     applied.set(e.aggregate_id, seqs.add(e.seq));
   });
