@@ -6,6 +6,7 @@ import { PRUNE_QUEUE, PRUNE_SCHEDULER_ID } from '../shared/operations/prune/prun
 import { RELAY_QUEUE, RELAY_SCHEDULER_ID } from '../shared/outbox/relay/relay-worker.js';
 import { startApp as startAppOn, stopApp as stop, type App } from './helpers/apps.js';
 import { useHarness } from './helpers/harness.js';
+import { defineScripts, moveToProcessing } from '../shared/outbox/redis/scripts.js';
 import { count } from './helpers/stores.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 
@@ -134,10 +135,18 @@ describe('consumer app', () => {
     assert.equal(await h.client.llen('outbox.events:processing:consumer-0'), 0);
   });
 
-  it('reclaims the processing list of a consumer that is gone, and leaves a live one alone', async () => {
-    await h.client.rpush('outbox.events:processing:ghost', event(1), event(2));
-    await h.client.rpush('outbox.events:processing:alive', event(3));
+  it('reclaims the processing list of a consumer that is gone, and leaves a live one alone, without scanning the keyspace', async () => {
+    // Two consumers took (ghost then died, alive still runs), the way every consumer takes.
+    defineScripts(h.client);
+    await h.client.rpush('outbox.events', event(1), event(2), event(3));
+    assert.equal((await moveToProcessing(h.client, 'outbox.events:processing:ghost', 2)).length, 2);
+    assert.equal((await moveToProcessing(h.client, 'outbox.events:processing:alive', 1)).length, 1);
     await h.client.set('outbox:consumer-alive:alive', '1', 'PX', 60_000);
+    // A week of dedupe markers fills the keyspace: the reclaim, every 10 s, must not walk it.
+    const pipeline = h.client.pipeline();
+    for (let i = 0; i < 50_000; i += 1) pipeline.set(`outbox:seen:old-${i}`, '1', 'EX', 600);
+    await pipeline.exec();
+    await h.client.config('RESETSTAT');
     const consumer = startApp('dist/apps/consumer/main.js');
     try {
       await waitFor(async () => (await h.client.hlen('processed')) === 2, { message: 'the orphaned messages were not applied' });
@@ -146,6 +155,8 @@ describe('consumer app', () => {
       assert.deepEqual(await h.client.lrange('outbox.events:processing:alive', 0, -1), [event(3)]);
       assert.match(consumer.output(), /"msg":"reclaimed the processing list of a consumer that is gone","processingList":"outbox\.events:processing:ghost","count":2/);
       assert.equal(await h.client.exists('outbox:consumer-alive:consumer-0'), 1, 'the app keeps its own heartbeat');
+      assert.deepEqual((await h.client.smembers('outbox:processing-lists')).sort(), ['outbox.events:processing:alive', 'outbox.events:processing:consumer-0', 'outbox.events:processing:ghost']);
+      assert.doesNotMatch(await h.client.info('commandstats'), /cmdstat_scan:/, 'the consumer app scanned the keyspace');
     } finally {
       await stop(consumer);
     }

@@ -5,7 +5,7 @@ import { createOrderService } from '../shared/lab/orders/order-service.js';
 import { closePartitions, connectTarget, connectTargetPartitions } from '../shared/outbox/redis/connect-partitions.js';
 import { keys } from '../shared/outbox/redis/keys.js';
 import { type Partitions } from '../shared/outbox/redis/partitions.js';
-import { claimStore, consumerMembers, partitionLease, pushEvents } from '../shared/outbox/redis/scripts.js';
+import { claimStore, consumerMembers, moveToProcessing, partitionLease, pushEvents } from '../shared/outbox/redis/scripts.js';
 import { createConsumer, defineEvents, defineRedisHandlers, effect } from '../shared/outbox/index.js';
 import { partitionLayout, partitionOf } from '../shared/outbox/redis/partitions.js';
 import { scanKeys, unlinkAll } from '../shared/outbox/redis/scan-keys.js';
@@ -242,7 +242,7 @@ describe('partition leases under faults', () => {
       assert.equal(await partitionLease(p1, 'acquire', 'ghost#dead', 3000), true);
       await consumerMembers(partitions().clients[0], 'join', 'ghost#dead', 3000);
       await p1.set(keys.consumerAlive('ghost'), String(Date.now()), 'PX', 60_000);
-      for (let i = 0; i < 5; i += 1) await p1.lmove(keys.events, keys.processing('ghost'), 'LEFT', 'RIGHT');
+      assert.equal((await moveToProcessing(p1, keys.processing('ghost'), 5)).length, 5);
       const one = consumerApp('one');
       try {
         await started(one);

@@ -199,12 +199,14 @@ describe('a partition connection', () => {
         written.map((k) => k.key).sort(),
         [
           'outbox.events:processing:c1', // emptied by the apply: gone
-          keys.appliedSeq, keys.applyCount, keys.effectKeys, keys.enqueued, keys.meta, keys.stats, keys.processed,
+          keys.appliedSeq, keys.applyCount, keys.effectKeys, keys.enqueued, keys.meta, keys.stats, keys.processed, keys.processingLists,
           keys.seen('e1'), keys.seen('e2'), 'tasks:open', 'tasks:all', 'task:task-2',
         ].filter((k) => k !== 'outbox.events:processing:c1').map((k) => partition + k).sort(),
       );
       assert.ok(written.every((k) => k.master === master && slotOf(k.key) === slot));
       assert.deepEqual(await redis.smembers(keys.effectKeys).then((s) => s.sort()), ['task:task-2', 'tasks:all', 'tasks:open'].map((k) => partition + k));
+      // The take recorded its list under the name the connection uses (its prefix added again by each command).
+      assert.deepEqual(await redis.smembers(keys.processingLists), [list]);
     });
   }
 

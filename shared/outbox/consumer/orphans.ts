@@ -1,18 +1,20 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from '../logger.js';
 import { keys } from '../redis/keys.js';
-import { processingLists } from '../redis/processing-lists.js';
+import { recordedProcessingLists } from '../redis/processing-lists.js';
 
 /**
  * Moves every message of a processing list whose consumer shows no heartbeat back to the head of
  * the queue, in order (a consumer SIGKILLed and never started again under its id). A consumer that
  * was only slow finds its messages gone when it applies them ('stale'): duplicates, never loss.
  * `all`: every other consumer's list, heartbeat or not (a consumer that just took a partition's
- * lease: whoever consumed it before lost the lease).
+ * lease: whoever consumed it before lost the lease). The lists are those the takes recorded, not a
+ * scan of the keyspace: this runs every 10 s in every consumer, and a SCAN over a week of dedupe
+ * markers (2 million keys at 3 events/s) cost Redis 1.3 s of CPU a pass.
  */
 export async function reclaimOrphans(redis: Redis, ownId: string, log?: Logger, { all = false } = {}): Promise<number> {
   let reclaimed = 0;
-  for await (const list of processingLists(redis)) {
+  for (const list of await recordedProcessingLists(redis)) {
     const owner = list.slice(keys.processing('').length);
     if (owner === ownId || (!all && (await redis.exists(keys.consumerAlive(owner))) === 1)) continue;
     let moved = 0;

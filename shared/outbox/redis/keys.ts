@@ -21,6 +21,13 @@ export const keys = {
   consumers: 'outbox:consumers',
   /** Pattern matching every consumer's processing list. */
   processingPattern: 'outbox.events:processing:*',
+  /**
+   * Set: the name of every processing list a consumer took into, recorded by each take
+   * (move-to-processing-3.lua). The consumers' reclaim of a dead consumer's list reads it instead of
+   * scanning the keyspace, which the dedupe markers fill (a week of events). verify and status still
+   * scan: they must see a list even if this set was lost.
+   */
+  processingLists: 'outbox:processing-lists',
   /** String, SET NX: the dedupe marker of one event. */
   seen: (eventId: string) => `outbox:seen:${eventId}`,
   /**

@@ -12,7 +12,7 @@ const SCRIPT_FILES = {
   handlerFailed: 'handler-failed-4.lua',
   requeueDeadLetter: 'requeue-dead-letter-2.lua',
   requeueParked: 'requeue-parked-2.lua',
-  moveToProcessing: 'move-to-processing-2.lua',
+  moveToProcessing: 'move-to-processing-3.lua',
   claimEvents: 'claim-event-9.lua',
   completeEvents: 'complete-event-10.lua',
   partitionLease: 'partition-lease-1.lua',
@@ -250,9 +250,9 @@ export async function requeueParked(redis: Redis, field: string): Promise<Requeu
   return REQUEUE_RESULT[(await client(redis).requeueParked(keys.parked, keys.events, field)) as number];
 }
 
-/** See lua/move-to-processing-2.lua: moves up to `count` messages to `processingList`, as bytes. */
+/** See lua/move-to-processing-3.lua: moves up to `count` messages to `processingList`, as bytes, and records the list in `keys.processingLists`. */
 export async function moveToProcessing(redis: Redis, processingList: string, count: number): Promise<Buffer[]> {
-  return (await client(redis).moveToProcessingBuffer(keys.events, processingList, count)) as Buffer[];
+  return (await client(redis).moveToProcessingBuffer(keys.events, processingList, keys.processingLists, count, processingList)) as Buffer[];
 }
 
 /** An event of database mode, as the claim and complete scripts take it. */
