@@ -269,6 +269,48 @@ describe('Redis that lost its state', () => {
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
   });
 
+  it("an applied seq lost after a prune, with an event after the pruned ones applied and kept: the pruned events count as applied, not as lost effects, and --repair raises the seq past them", async () => {
+    await placeLifecycle();
+    await o.relay();
+    await o.consume();
+    assert.match((await h.cli('prune', '--older-than', '0s')).stdout, /^pruned 7 PUBLISHED row/m);
+    o.changeQty(1, 6);
+    await o.relay();
+    await o.consume();
+    // Order 1's seqs 1-3 are pruned, its seq 4 applied and kept; then its applied seq goes, and seq 5 parks.
+    await h.client.hdel('outbox:applied-seq', 'order:1');
+    o.changeQty(1, 7);
+    await o.relay();
+    assert.match((await h.cli('consume')).stdout, /applied 0, duplicates skipped 0, parked 1,/);
+    const broken = await runCli(['verify', '--settle', '0s'], h.env);
+    assert.equal(broken.code, 1);
+    assert.match(broken.stdout, /^pruned events Redis lost \(effects cannot be rebuilt\) +0 +0 +ok$/m);
+    assert.match(broken.stdout, /^aggregates whose applied seq != last seq +0 +1 +FAIL\n +e\.g\. order:1: applied seq 0 in Redis, its events applied through seq 4 /m);
+    assert.match((await h.cli('verify', '--repair', '--yes', '--settle', '0s')).stdout, /^repair: 1 aggregate\(s\) given back the applied seq their processed entries show; 1 parked event\(s\) queued again$/m);
+    assert.match((await h.cli('consume')).stdout, /applied 1, duplicates skipped 0, parked 0,/);
+    assert.equal(await h.client.hget('outbox:applied-seq', 'order:1'), '5');
+    assert.equal(await h.client.hget('outbox:meta', 'unrecoverable'), null, 'no effect counted as lost');
+    await o.verify('0s');
+    assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
+  });
+
+  it('the applied seqs lost alone, then the applied events replayed: each duplicate whose processed entry shows it applied puts the seq guard back and releases the event parked behind it', async () => {
+    await placeLifecycle();
+    await o.relay();
+    await o.consume();
+    await h.client.del('outbox:applied-seq');
+    o.changeQty(1, 6);
+    await o.relay();
+    assert.match((await h.cli('consume')).stdout, /applied 0, duplicates skipped 0, parked 1,/);
+    assert.match((await h.cli('replay', '--from', '1', '--to', '7')).stdout, /^7 row\(s\) set back to PENDING/m);
+    await o.relay();
+    assert.match((await h.cli('consume')).stdout, /applied 1, duplicates skipped 7, parked 0,/);
+    assert.equal(await h.client.hget('outbox:applied-seq', 'order:1'), '4');
+    assert.equal(await h.client.hlen('outbox.events:parked'), 0);
+    await o.verify('0s');
+    assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
+  });
+
   it("a pruned event's stale copy met after a partial loss is no evidence against the store: its taken seq is recorded, and the relay and status pass it over, as the store does not hold that event", async () => {
     o.place(1, { sku: 'SKU-A', qty: 1 });
     await runCli(['relay-crash'], h.env);

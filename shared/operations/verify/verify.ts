@@ -176,26 +176,33 @@ function takenSeqs(o: Observation): Observation['events'] {
   );
 }
 
-/**
- * Aggregates whose applied seq is below the seqs their processed entries show applied (see
- * `Ledger.figures.seqBehind`): from the applied seq, or the pruned seq above it (`prunedBehind`
- * raises it that far), each next seq of the snapshot's events applied by the MULTI's instant. The
- * consumer applies an aggregate's events in seq order, so those entries are a prefix.
- */
-function appliedSeqsBehind(o: Observation): AppliedSeqBehind[] {
-  const prunedThrough = new Map(o.prunedThrough.map((p) => [p.key, p.throughSeq]));
+/** Each aggregate's seqs among the snapshot's events applied by the MULTI's instant, when the applied seqs were read (an entry written since is no evidence against them). */
+function appliedSeqsByAggregate(o: Observation): Map<string, Set<number>> {
   const applied = new Map<string, Set<number>>();
   o.events.forEach((e, i) => {
-    // Applied by the MULTI's instant, when the applied seqs were read: an entry written since is not evidence against them.
     if (!appliedBy(o.processed[i], counterOf(o, e.aggregate_id))) return;
     const seqs = applied.get(e.aggregate_id) ?? new Set<number>();
     applied.set(e.aggregate_id, seqs.add(e.seq));
   });
+  return applied;
+}
+
+/**
+ * Aggregates whose applied seq is below the seqs their processed entries show applied (see
+ * `Ledger.figures.seqBehind`): from the applied seq, each next seq of the snapshot's events applied
+ * by the MULTI's instant. The consumer applies an aggregate's events in seq order, so those entries
+ * are a prefix, and a pruned prefix (`outbox_pruned`, through seq P) was applied when seq P + 1 was:
+ * the chain then goes on from P. When seq P + 1 was not, nothing here shows the pruned events
+ * applied (the store no longer holds their ids): `prunedBehind` gives the aggregate P.
+ */
+function appliedSeqsBehind(o: Observation, applied: Map<string, Set<number>>): AppliedSeqBehind[] {
+  const prunedThrough = new Map(o.prunedThrough.map((p) => [p.key, p.throughSeq]));
   return [...applied].flatMap(([aggregate, seqs]) => {
     const appliedSeq = Number(o.appliedSeqs[aggregate] ?? 0);
     if (!Number.isSafeInteger(appliedSeq) || !servedPartition(o, aggregate)) return [];
-    const from = Math.max(appliedSeq, prunedThrough.get(aggregate) ?? 0);
-    let throughSeq = from;
+    const pruned = prunedThrough.get(aggregate) ?? 0;
+    const from = seqs.has(pruned + 1) ? appliedSeq : Math.max(appliedSeq, pruned);
+    let throughSeq = Math.max(appliedSeq, pruned);
     while (seqs.has(throughSeq + 1)) throughSeq += 1;
     return throughSeq > from ? [{ aggregate, appliedSeq, throughSeq }] : [];
   });
@@ -365,13 +372,16 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
   ].sort((a, b) => a - b);
   // Pruned seqs an aggregate's applied seq no longer reaches while its partition kept its meta hash
   // (Redis restored from an older copy after a prune): their effects are gone, and nothing rebuilds them.
+  // Not where the event after the pruned ones was applied: then they were too, and only the applied seq was lost (seqBehind).
+  const appliedSeqs = appliedSeqsByAggregate(o);
   const prunedBehind = o.prunedThrough.flatMap(({ key, throughSeq, events }) => {
     const applied = Number(o.appliedSeqs[key] ?? 0);
     if (!(Number.isSafeInteger(applied) && applied < throughSeq && servedPartition(o, key))) return [];
+    if (appliedSeqs.get(key)?.has(throughSeq + 1)) return [];
     return [{ aggregate: key, fromSeq: Math.max(applied, throughSeq - events) + 1, throughSeq }];
   });
   const prunedLost = prunedBehind.reduce((n, p) => n + p.throughSeq - p.fromSeq + 1, 0);
-  const seqBehind = appliedSeqsBehind(o);
+  const seqBehind = appliedSeqsBehind(o, appliedSeqs);
   // In database mode the effects are in the consumer's database, each with its inbox row, pruned
   // events' too: Redis losing their record (a rebuild, an older copy) lost no effect of those. Redis's
   // processed entries then lack the pruned events it lost, the rebuild's count and the older copy's.

@@ -12,6 +12,7 @@ const SCRIPT_FILES = {
   handlerFailed: 'handler-failed-4.lua',
   requeueDeadLetter: 'requeue-dead-letter-2.lua',
   requeueParked: 'requeue-parked-2.lua',
+  raiseAppliedSeq: 'raise-applied-seq-3.lua',
   moveToProcessing: 'move-to-processing-3.lua',
   claimEvents: 'claim-event-9.lua',
   completeEvents: 'complete-event-10.lua',
@@ -248,6 +249,12 @@ export async function requeueDeadLetter(redis: Redis, entry: Buffer): Promise<Re
 /** See lua/requeue-parked-2.lua. */
 export async function requeueParked(redis: Redis, field: string): Promise<RequeueResult> {
   return REQUEUE_RESULT[(await client(redis).requeueParked(keys.parked, keys.events, field)) as number];
+}
+
+/** See lua/raise-applied-seq-3.lua: whether the applied seq of `aggregate` was raised to `seq`, and what became of the event parked after it. */
+export async function raiseAppliedSeq(redis: Redis, aggregate: string, seq: number): Promise<{ raised: boolean; requeued: RequeueResult }> {
+  const [raised, requeued] = (await client(redis).raiseAppliedSeq(keys.appliedSeq, keys.parked, keys.events, aggregate, String(seq))) as [number, number];
+  return { raised: raised === 1, requeued: REQUEUE_RESULT[requeued] };
 }
 
 /** See lua/move-to-processing-3.lua: moves up to `count` messages to `processingList`, as bytes, and records the list in `keys.processingLists`. */

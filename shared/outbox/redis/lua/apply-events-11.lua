@@ -54,6 +54,9 @@
       'foreign'   the message comes from another store than the one this Redis serves (or Redis serves
                   none: it lost its state): acked and dead-lettered with the reason, no effect
       'duplicate' seen before (dedupe marker, processed entry, or seq <= last applied): acked, no effect.
+                  One past the seq guard whose processed entry shows it applied (the applied seq was
+                  lost) puts the seq guard back at its seq and re-queues its parked successors, as
+                  an applied one does.
                   One behind the seq guard with no processed entry, no marker and no apply count
                   was never applied: another event took its seq (the store that sent it went back
                   in time, e.g. restored from an older backup). It is acked as a duplicate all the
@@ -548,6 +551,8 @@ for i = 1, count do
     if restoreSeqOf[i] then
       seqPairs[#seqPairs + 1] = flat[s + 1]
       seqPairs[#seqPairs + 1] = flat[s + 2]
+      -- Its successors parked while the seq guard was lost wait for this seq: released as an applied event's are.
+      if anyParked then unparkSuccessors(flat[s + 1], seqOf[i]) end
     end
     counts.duplicates = counts.duplicates + 1
     outcome = 'd'

@@ -1,0 +1,57 @@
+--[[
+  verify --repair's answer to an applied seq Redis lost while it kept the processed entries that
+  show the aggregate's events applied: raises the aggregate's applied seq to ARGV[2] when it is
+  lower (never lowers it: a consumer may have gone further meanwhile), then moves the event parked
+  right after the applied seq, as it is then, back to the head of the event queue (its own parked
+  successors follow it as it is applied). Atomic, so a consumer applying meanwhile is never undone;
+  idempotent, so a re-sent call does nothing more. Everything is read and checked before the first
+  write.
+
+  Input:
+    KEYS[1] applied-seq hash (aggregate -> last applied seq)
+    KEYS[2] parked hash ("<aggregate>:<seq>" -> JSON {reason, message, parkedAt})
+    KEYS[3] event queue
+
+    ARGV[1] the aggregate key
+    ARGV[2] the seq its processed entries show applied (a positive integer)
+
+  Output:
+    { raised, requeued }: raised 1 when the applied seq was lower and is now ARGV[2], else 0;
+    requeued 1 when a parked event was moved to the queue, 0 when none was parked there, -1 when its
+    entry is not a parked envelope (left where it is, for `outbox parked` and an operator)
+]]
+local aggregate, target = ARGV[1], tonumber(ARGV[2])
+if type(aggregate) ~= 'string' or aggregate == '' then return redis.error_reply('raise-applied-seq: ARGV[1] must be an aggregate key') end
+if not target or target < 1 or target ~= math.floor(target) then return redis.error_reply('raise-applied-seq: ARGV[2] must be a positive integer') end
+local stored = redis.call('HGET', KEYS[1], aggregate)
+local current = stored and tonumber(stored)
+if stored and not current then
+  return redis.error_reply('raise-applied-seq: ' .. KEYS[1] .. ' field ' .. aggregate .. ' holds a non-number: fix it by hand')
+end
+current = current or 0
+redis.call('LLEN', KEYS[3])
+local raised = 0
+local seq = current
+if current < target then
+  seq = target
+  raised = 1
+end
+local field = aggregate .. ':' .. string.format('%d', seq + 1)
+local parked = redis.call('HGET', KEYS[2], field)
+local requeued = 0
+local message
+if parked then
+  local ok, envelope = pcall(cjson.decode, parked)
+  if ok and type(envelope) == 'table' and type(envelope.message) == 'string' then
+    message = envelope.message
+  else
+    requeued = -1
+  end
+end
+if raised == 1 then redis.call('HSET', KEYS[1], aggregate, ARGV[2]) end
+if message then
+  redis.call('HDEL', KEYS[2], field)
+  redis.call('LPUSH', KEYS[3], message)
+  requeued = 1
+end
+return { raised, requeued }
