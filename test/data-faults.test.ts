@@ -311,6 +311,26 @@ describe('Redis that lost its state', () => {
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
   });
 
+  it('a parked event whose aggregate\'s applied seq was put back without releasing it (as database mode\'s claim of a duplicate does) is named, and --repair queues it again', async () => {
+    await placeLifecycle();
+    await o.relay();
+    await o.consume();
+    await h.client.hdel('outbox:applied-seq', 'order:1');
+    o.changeQty(1, 6);
+    await o.relay();
+    assert.match((await h.cli('consume')).stdout, /applied 0, duplicates skipped 0, parked 1,/);
+    // The seq guard back at 3, order 1's seq 4 still parked.
+    await h.client.hset('outbox:applied-seq', 'order:1', '3');
+    const broken = await runCli(['verify', '--settle', '0s'], h.env);
+    assert.equal(broken.code, 1);
+    assert.match(broken.stdout, /^parked events \(waiting for a gap\) +0 +1 +FAIL\n +e\.g\. order:1:4: its aggregate's applied seq has reached the seq before it, it waits for nothing; outbox verify --repair queues it again$/m);
+    assert.match((await runCli(['verify', '--repair', '--dry-run', '--settle', '0s'], h.env)).stdout, /^ +order:1:4 \(parked\)$/m);
+    assert.match((await h.cli('verify', '--repair', '--yes', '--settle', '0s')).stdout, /^repair: 1 parked event\(s\) whose aggregate's applied seq had reached the seq before them queued again$/m);
+    assert.match((await h.cli('consume')).stdout, /applied 1, duplicates skipped 0, parked 0,/);
+    await o.verify('0s');
+    assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
+  });
+
   it("a pruned event's stale copy met after a partial loss is no evidence against the store: its taken seq is recorded, and the relay and status pass it over, as the store does not hold that event", async () => {
     o.place(1, { sku: 'SKU-A', qty: 1 });
     await runCli(['relay-crash'], h.env);

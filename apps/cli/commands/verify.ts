@@ -137,7 +137,7 @@ async function judge(
   if (argv.repair && figures.ahead.length > 0) {
     const partitionsAheadOf = await aheadPartitions(redis, figures.ahead);
     if (await guard(argv, await resetPlan(recovery, partitionsAheadOf, consumerDb !== undefined))) return reset(recovery, redis, partitionsAheadOf);
-  } else if (argv.repair && (figures.redisStateLost || lost.length > 0 || figures.prunedBehind.length > 0 || figures.seqBehind.length > 0)) {
+  } else if (argv.repair && (figures.redisStateLost || lost.length > 0 || figures.prunedBehind.length > 0 || figures.seqBehind.length > 0 || figures.releasable.length > 0)) {
     if (await guard(argv, await repairPlan(recovery, ledger, await lostPartitions(redis)))) return repair(recovery, redis, ledger);
   } else if (argv.repair) {
     console.log('repair: no event is lost, nothing to republish');
@@ -192,8 +192,9 @@ async function repairPlan(recovery: RecoveryStore, { lost, figures }: Ledger, lo
     ...(seqBehind.length > 0
       ? [`raise the applied seq of ${seqBehind.length} aggregate(s) that Redis lost to the last seq their processed entries show applied (nothing is applied again) and queue the event parked after it again`]
       : []),
+    ...(figures.releasable.length > 0 ? [`queue again ${figures.releasable.length} parked event(s) whose aggregate's applied seq has reached the seq before them`] : []),
   ];
-  const size = lost.length + behind.length + seqBehind.length;
+  const size = lost.length + behind.length + seqBehind.length + figures.releasable.length;
   return {
     command: 'verify --repair',
     change: changes.join('; '),
@@ -203,6 +204,7 @@ async function repairPlan(recovery: RecoveryStore, { lost, figures }: Ledger, lo
         ...rows.map(rowLine),
         ...behind.slice(0, SHOWN).map((p) => `${p.aggregate} seq ${p.fromSeq}-${p.throughSeq} (pruned)`),
         ...seqBehind.slice(0, SHOWN).map((a) => `${a.aggregate} applied seq ${a.appliedSeq} -> ${a.throughSeq}`),
+        ...figures.releasable.slice(0, SHOWN).map((field) => `${field} (parked)`),
       ],
       size,
     ),
@@ -221,6 +223,11 @@ async function repair(recovery: RecoveryStore, redis: Partitions, { lost, figure
     const { raiseAppliedSeqs } = await import('../../../shared/operations/recovery/applied-seqs.js');
     const done = await raiseAppliedSeqs(redis, figures.seqBehind);
     console.log(`repair: ${done.aggregates} aggregate(s) given back the applied seq their processed entries show; ${done.requeued} parked event(s) queued again`);
+  }
+  if (figures.releasable.length > 0) {
+    const { requeueReleasable } = await import('../../../shared/operations/recovery/applied-seqs.js');
+    const requeued = await requeueReleasable(redis, figures.releasable);
+    console.log(`repair: ${requeued} parked event(s) whose aggregate's applied seq had reached the seq before them queued again`);
   }
   if (lost.length === 0) return;
   const { reset } = await recovery.republish(redis, lost);

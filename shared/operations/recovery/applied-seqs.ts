@@ -1,5 +1,5 @@
 import { partitionOf, type Partitions } from '../../outbox/redis/partitions.js';
-import { raiseAppliedSeq } from '../../outbox/redis/scripts.js';
+import { raiseAppliedSeq, requeueParked } from '../../outbox/redis/scripts.js';
 import type { AppliedSeqBehind } from '../verify/verify.js';
 
 /**
@@ -17,4 +17,18 @@ export async function raiseAppliedSeqs(partitions: Partitions, behind: AppliedSe
     if (requeued === 'moved') done.requeued += 1;
   }
   return done;
+}
+
+/**
+ * Queues again the parked events that wait for nothing (`Ledger.figures.releasable`: "<aggregate>:<seq>"
+ * fields whose aggregate's applied seq has reached seq - 1), each to the head of its partition's
+ * queue (lua/requeue-parked-2.lua: a field already gone, released meanwhile, is left alone).
+ */
+export async function requeueReleasable(partitions: Partitions, fields: string[]): Promise<number> {
+  let requeued = 0;
+  for (const field of fields) {
+    const aggregate = field.slice(0, field.lastIndexOf(':'));
+    if ((await requeueParked(partitions.clients[partitionOf(aggregate, partitions.count)], field)) === 'moved') requeued += 1;
+  }
+  return requeued;
 }
