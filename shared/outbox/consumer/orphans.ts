@@ -1,20 +1,32 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from '../logger.js';
 import { keys } from '../redis/keys.js';
-import { recordedProcessingLists } from '../redis/processing-lists.js';
+import { processingLists, recordedProcessingLists } from '../redis/processing-lists.js';
 
 /**
  * Moves every message of a processing list whose consumer shows no heartbeat back to the head of
  * the queue, in order (a consumer SIGKILLed and never started again under its id). A consumer that
  * was only slow finds its messages gone when it applies them ('stale'): duplicates, never loss.
  * `all`: every other consumer's list, heartbeat or not (a consumer that just took a partition's
- * lease: whoever consumed it before lost the lease). The lists are those the takes recorded, not a
- * scan of the keyspace: this runs every 10 s in every consumer, and a SCAN over a week of dedupe
- * markers (2 million keys at 3 events/s) cost Redis 1.3 s of CPU a pass.
+ * lease: whoever consumed it before lost the lease).
+ *
+ * The lists are those the takes recorded (`keys.processingLists`), read in one SMEMBERS: this runs
+ * every 10 s in every consumer, and a SCAN over a week of dedupe markers (2 million keys at 3
+ * events/s) cost Redis 1.3 s of CPU a pass. `scan`: the keyspace is scanned instead, and each list
+ * found is recorded: what a consumer does when it starts, takes a partition, and once an hour,
+ * for a list the set does not name (written before the set existed, or after it was lost, by a
+ * consumer that died before its next take recorded it again).
  */
-export async function reclaimOrphans(redis: Redis, ownId: string, log?: Logger, { all = false } = {}): Promise<number> {
+export async function reclaimOrphans(redis: Redis, ownId: string, log?: Logger, { all = false, scan = false } = {}): Promise<number> {
   let reclaimed = 0;
-  for (const list of await recordedProcessingLists(redis)) {
+  const lists: string[] = [];
+  if (scan) {
+    for await (const list of processingLists(redis)) lists.push(list);
+    if (lists.length > 0) await redis.sadd(keys.processingLists, ...lists);
+  } else {
+    lists.push(...(await recordedProcessingLists(redis)));
+  }
+  for (const list of lists) {
     const owner = list.slice(keys.processing('').length);
     if (owner === ownId || (!all && (await redis.exists(keys.consumerAlive(owner))) === 1)) continue;
     let moved = 0;

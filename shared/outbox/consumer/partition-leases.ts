@@ -91,7 +91,7 @@ export function startPartitionLeases(partitions: Partitions, options: PartitionL
       await partitionLease(redis, 'release', owner, leaseMs).catch(() => {});
       return;
     }
-    const reclaimed = await reclaimOrphans(redis, options.consumerId, log, { all: true });
+    const reclaimed = await reclaimOrphans(redis, options.consumerId, log, { all: true, scan: true });
     renewedAt.set(index, sentAt);
     held.set(index, await options.start(index, () => heldUntil(index)));
     log.info('partition taken', { partition: index, reclaimed });

@@ -14,6 +14,9 @@ import { startHeartbeat } from './heartbeats.js';
 import { reclaimOrphans } from './orphans.js';
 import type { OutboxMetrics } from '../metrics/outbox-metrics.js';
 
+/** How often a consumer scans the keyspace for processing lists the takes did not record (see reclaimOrphans). */
+const SCAN_EVERY_MS = 60 * 60_000;
+
 export type { RoundEngine } from './drive-rounds.js';
 
 /** consumer.ts's engine with these options (its `handler`), or any round engine `engine` makes. */
@@ -101,9 +104,13 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
     details: async () => ({ applied: stats.applied, lagMs: consumerStats.lagMs(), queued: await redis.llen(keys.events), health: options.healthUrl?.() ?? null }),
     onBeat: (at) => consumerStats.heartbeat(at),
   });
-  const reclaim = () => reclaimOrphans(redis, options.consumerId, log).catch((error: Error) => log.warn('cannot reclaim orphaned processing lists', { error: error.message }));
-  void reclaim();
-  const reclaimTimer = setInterval(() => void reclaim(), options.reclaimEveryMs ?? 10_000);
+  // From the recorded lists every 10 s; from a scan of the keyspace at start and once an hour (see reclaimOrphans).
+  const reclaim = (scan: boolean) =>
+    reclaimOrphans(redis, options.consumerId, log, { scan }).catch((error: Error) => log.warn('cannot reclaim orphaned processing lists', { error: error.message }));
+  void reclaim(true);
+  const reclaimEveryMs = options.reclaimEveryMs ?? 10_000;
+  let reclaims = 0;
+  const reclaimTimer = setInterval(() => void reclaim(++reclaims % Math.max(1, Math.round(SCAN_EVERY_MS / reclaimEveryMs)) === 0), reclaimEveryMs);
   reclaimTimer.unref();
   // Without partitions nothing else looks again: relays for several partitions that claimed Redis
   // after this consumer started would feed queues it never reads. Said once, until it matches again.

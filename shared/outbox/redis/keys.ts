@@ -23,9 +23,10 @@ export const keys = {
   processingPattern: 'outbox.events:processing:*',
   /**
    * Set: the name of every processing list a consumer took into, recorded by each take
-   * (move-to-processing-3.lua). The consumers' reclaim of a dead consumer's list reads it instead of
-   * scanning the keyspace, which the dedupe markers fill (a week of events). verify and status still
-   * scan: they must see a list even if this set was lost.
+   * (move-to-processing-3.lua). The consumers' reclaim of a dead consumer's list reads it every 10 s
+   * instead of scanning the keyspace, which the dedupe markers fill (a week of events); it scans at
+   * start, on a partition's take and once an hour (consumer/orphans.ts). verify and status scan:
+   * they must see a list even if this set was lost.
    */
   processingLists: 'outbox:processing-lists',
   /** String, SET NX: the dedupe marker of one event. */
