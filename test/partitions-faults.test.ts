@@ -170,7 +170,7 @@ describe('partition leases under faults', () => {
       await waitFor(async () => new Set(await holders()).size === 2 && !(await holders()).includes(undefined), { timeoutMs: 10_000, message: 'the partitions were not shared' });
       frozen.child.kill('SIGSTOP');
       await waitFor(async () => (await holders()).every((o) => o?.startsWith('b#')), { timeoutMs: 10_000, message: 'the other did not take every partition' });
-      // Its takes: the take script (2 keys: the queue, then its processing list) and BLMOVE into that list.
+      // Its takes: the take script (3 keys: the queue, its processing list, the set of processing lists) and BLMOVE into that list.
       const takes: number[] = [];
       const into = /:outbox\.events:processing:a$/;
       const from = frozen.output().length;
@@ -178,7 +178,7 @@ describe('partition leases under faults', () => {
       await monitorWhile(
         h.env.redisUrl,
         (args, atMs) => {
-          if ((args[0] === 'blmove' && into.test(args[2] ?? '')) || (/^evalsha$/i.test(args[0] ?? '') && args[2] === '2' && into.test(args[4] ?? ''))) takes.push(atMs);
+          if ((args[0] === 'blmove' && into.test(args[2] ?? '')) || (/^evalsha$/i.test(args[0] ?? '') && args[2] === '3' && into.test(args[4] ?? ''))) takes.push(atMs);
         },
         async () => {
           wokeAt = Date.now();

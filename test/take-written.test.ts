@@ -38,7 +38,7 @@ describe('the consumer loop writes a take when it decides it', () => {
         h.env.redisUrl,
         (args, atMs) => {
           // (EVAL on a connection's first use of the script, EVALSHA after.)
-          if (/^eval(sha)?$/i.test(args[0] ?? '') && args[2] === '2' && args[4] === into) ranAt.push(atMs);
+          if (/^eval(sha)?$/i.test(args[0] ?? '') && args[2] === '3' && args[4] === into) ranAt.push(atMs);
         },
         // An empty queue: the drain takes once and ends.
         () => driveRounds(redis, stalling, { until: 'empty', connect: () => takingConnection(redis), stats: emptyStats() }).done,
