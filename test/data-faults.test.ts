@@ -17,12 +17,14 @@ import { count, snapshotStores, storeIdIn } from './helpers/stores.js';
 const h = useHarness();
 const o = orders(() => h.env);
 
-/** Orders with several events each, so that a rebuild has to apply them in seq order again. */
-async function placeLifecycle(): Promise<void> {
+/** Orders with several events each, so that a rebuild has to apply them in seq order again: 7 events, relayed and applied. */
+async function applyLifecycle(): Promise<void> {
   o.place(4, { sku: 'SKU-A', qty: 2 });
   o.changeQty(1, 5);
   o.changeQty(1, 3);
   o.cancel(2);
+  await o.relay();
+  await o.consume();
 }
 
 /** SUM(qty) of the live orders per SKU, as the reserved inventory must be. */
@@ -38,9 +40,7 @@ function liveReserved(): Record<string, string> {
 
 describe('store identity', () => {
   it('a recreated app.db with the old Redis is refused with both store ids, never silently skipped', async () => {
-    await placeLifecycle();
-    await o.relay();
-    await o.consume();
+    await applyLifecycle();
     const oldStore = h.storeId;
 
     for (const suffix of ['', '-wal', '-shm']) rmSync(join(h.env.dir, `app.db${suffix}`), { force: true });
@@ -194,9 +194,7 @@ describe('store identity', () => {
 
 describe('Redis that lost its state', () => {
   it('the relay notices (no outbox:meta), rebuilds every effect from SQLite, and verify is OK again', async () => {
-    await placeLifecycle();
-    await o.relay();
-    await o.consume();
+    await applyLifecycle();
     await o.verify();
 
     await h.client.flushall();
@@ -220,9 +218,7 @@ describe('Redis that lost its state', () => {
   });
 
   it('a partial loss (the meta hash gone, some consumer state left) is rebuilt from scratch: no effect doubled, none skipped', async () => {
-    await placeLifecycle();
-    await o.relay();
-    await o.consume();
+    await applyLifecycle();
     // The consumer recorded the key its effects wrote: the rebuild deletes what that set names.
     assert.deepEqual(await h.client.smembers('outbox:effect-keys'), ['inventory:reserved']);
     // The inventory and processed survive while the applied seqs and dedupe markers go ...
@@ -241,9 +237,7 @@ describe('Redis that lost its state', () => {
   });
 
   it("the applied seqs lost alone (the meta hash and processed kept): the aggregates' next events park; verify names each, --repair raises it to what processed shows applied and they apply, none twice", async () => {
-    await placeLifecycle();
-    await o.relay();
-    await o.consume();
+    await applyLifecycle();
     await h.client.del('outbox:applied-seq');
     // Orders keep coming: order 1's seq 4 and order 3's seq 2 wait for seqs Redis applied already; a new order applies.
     o.changeQty(1, 6);
@@ -270,9 +264,7 @@ describe('Redis that lost its state', () => {
   });
 
   it("an applied seq lost after a prune, with an event after the pruned ones applied and kept: the pruned events count as applied, not as lost effects, and --repair raises the seq past them", async () => {
-    await placeLifecycle();
-    await o.relay();
-    await o.consume();
+    await applyLifecycle();
     assert.match((await h.cli('prune', '--older-than', '0s')).stdout, /^pruned 7 PUBLISHED row/m);
     o.changeQty(1, 6);
     await o.relay();
@@ -295,9 +287,7 @@ describe('Redis that lost its state', () => {
   });
 
   it('the applied seqs lost alone, then the applied events replayed: each duplicate whose processed entry shows it applied puts the seq guard back and releases the event parked behind it', async () => {
-    await placeLifecycle();
-    await o.relay();
-    await o.consume();
+    await applyLifecycle();
     await h.client.del('outbox:applied-seq');
     o.changeQty(1, 6);
     await o.relay();
@@ -312,9 +302,7 @@ describe('Redis that lost its state', () => {
   });
 
   it('a parked event whose aggregate\'s applied seq was put back without releasing it (as database mode\'s claim of a duplicate does) is named, and --repair queues it again', async () => {
-    await placeLifecycle();
-    await o.relay();
-    await o.consume();
+    await applyLifecycle();
     await h.client.hdel('outbox:applied-seq', 'order:1');
     o.changeQty(1, 6);
     await o.relay();
@@ -354,9 +342,7 @@ describe('Redis that lost its state', () => {
   });
 
   it('verify --repair rebuilds it by hand, and a repeated loss during the rebuild only repeats it', async () => {
-    await placeLifecycle();
-    await o.relay();
-    await o.consume();
+    await applyLifecycle();
     await h.client.flushall();
     const repaired = await runCli(['verify', '--repair'], h.env);
     assert.equal(repaired.code, 0, repaired.stderr);
@@ -370,9 +356,7 @@ describe('Redis that lost its state', () => {
   });
 
   it('after prune and a loss, verify names the events that cannot be rebuilt, and later events still apply', async () => {
-    await placeLifecycle();
-    await o.relay();
-    await o.consume();
+    await applyLifecycle();
     assert.match((await h.cli('prune', '--older-than', '0s')).stdout, /^pruned 7 PUBLISHED row/m);
     await h.client.flushall();
     o.changeQty(1, 6);
