@@ -104,13 +104,15 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
     details: async () => ({ applied: stats.applied, lagMs: consumerStats.lagMs(), queued: await redis.llen(keys.events), health: options.healthUrl?.() ?? null }),
     onBeat: (at) => consumerStats.heartbeat(at),
   });
-  // From the recorded lists every 10 s; from a scan of the keyspace at start and once an hour (see reclaimOrphans).
+  // From the recorded lists every 10 s, from a scan of the keyspace once an hour and at start (see
+  // reclaimOrphans); on a partition, the lease's take has just scanned it (partition-leases.ts).
   const reclaim = (scan: boolean) =>
     reclaimOrphans(redis, options.consumerId, log, { scan }).catch((error: Error) => log.warn('cannot reclaim orphaned processing lists', { error: error.message }));
-  void reclaim(true);
+  void reclaim(options.partition === undefined);
   const reclaimEveryMs = options.reclaimEveryMs ?? 10_000;
+  const scanEvery = Math.max(1, Math.round(SCAN_EVERY_MS / reclaimEveryMs));
   let reclaims = 0;
-  const reclaimTimer = setInterval(() => void reclaim(++reclaims % Math.max(1, Math.round(SCAN_EVERY_MS / reclaimEveryMs)) === 0), reclaimEveryMs);
+  const reclaimTimer = setInterval(() => void reclaim(++reclaims % scanEvery === 0), reclaimEveryMs);
   reclaimTimer.unref();
   // Without partitions nothing else looks again: relays for several partitions that claimed Redis
   // after this consumer started would feed queues it never reads. Said once, until it matches again.
