@@ -184,7 +184,7 @@ function takenSeqs(o: Observation): Observation['events'] {
 }
 
 /** Each aggregate's seqs among the snapshot's events applied by the MULTI's instant, when the applied seqs were read (an entry written since is no evidence against them). */
-function appliedSeqsByAggregate(o: Observation): Map<string, Set<number>> {
+function seqsAppliedByAggregate(o: Observation): Map<string, Set<number>> {
   const applied = new Map<string, Set<number>>();
   o.events.forEach((e, i) => {
     if (!appliedBy(o.processed[i], counterOf(o, e.aggregate_id))) return;
@@ -202,9 +202,9 @@ function appliedSeqsByAggregate(o: Observation): Map<string, Set<number>> {
  * the chain then goes on from P. When seq P + 1 was not, nothing here shows the pruned events
  * applied (the store no longer holds their ids): `prunedBehind` gives the aggregate P.
  */
-function appliedSeqsBehind(o: Observation, applied: Map<string, Set<number>>): AppliedSeqBehind[] {
+function appliedSeqsBehind(o: Observation, seqsApplied: Map<string, Set<number>>): AppliedSeqBehind[] {
   const prunedThrough = new Map(o.prunedThrough.map((p) => [p.key, p.throughSeq]));
-  return [...applied].flatMap(([aggregate, seqs]) => {
+  return [...seqsApplied].flatMap(([aggregate, seqs]) => {
     const appliedSeq = Number(o.appliedSeqs[aggregate] ?? 0);
     if (!Number.isSafeInteger(appliedSeq) || !servedPartition(o, aggregate)) return [];
     const pruned = prunedThrough.get(aggregate) ?? 0;
@@ -391,16 +391,17 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
   ].sort((a, b) => a - b);
   // Pruned seqs an aggregate's applied seq no longer reaches while its partition kept its meta hash
   // (Redis restored from an older copy after a prune): their effects are gone, and nothing rebuilds them.
-  // Not where the event after the pruned ones was applied: then they were too, and only the applied seq was lost (seqBehind).
-  const appliedSeqs = appliedSeqsByAggregate(o);
+  // Where the event right after the pruned ones was applied, they were too: only the applied seq was lost (seqBehind below).
+  const seqsApplied = seqsAppliedByAggregate(o);
   const prunedBehind = o.prunedThrough.flatMap(({ key, throughSeq, events }) => {
     const applied = Number(o.appliedSeqs[key] ?? 0);
     if (!(Number.isSafeInteger(applied) && applied < throughSeq && servedPartition(o, key))) return [];
-    if (appliedSeqs.get(key)?.has(throughSeq + 1)) return [];
+    if (seqsApplied.get(key)?.has(throughSeq + 1)) return [];
     return [{ aggregate: key, fromSeq: Math.max(applied, throughSeq - events) + 1, throughSeq }];
   });
   const prunedLost = prunedBehind.reduce((n, p) => n + p.throughSeq - p.fromSeq + 1, 0);
-  const seqBehind = appliedSeqsBehind(o, appliedSeqs);
+  const seqBehind = appliedSeqsBehind(o, seqsApplied);
+  const behindKeys = new Set(seqBehind.map((a) => a.aggregate));
   const releasable = releasableParked(o);
   // In database mode the effects are in the consumer's database, each with its inbox row, pruned
   // events' too: Redis losing their record (a rebuild, an older copy) lost no effect of those. Redis's
@@ -479,7 +480,7 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
         (a) =>
           `${a.aggregate}${inPartition(o, a.aggregate)}: applied seq ${a.appliedSeq} in Redis, its events applied through seq ${a.throughSeq} (their processed entries): its next events wait, parked, for seqs applied already; outbox verify --repair raises it`,
       ),
-      ...seqMismatch.filter((a) => !seqBehind.some((b) => b.aggregate === a)).map((a) => a + inPartition(o, a)),
+      ...seqMismatch.filter((a) => !behindKeys.has(a)).map((a) => a + inPartition(o, a)),
     ]),
     check(
       'parked events (waiting for a gap)',
