@@ -1,6 +1,6 @@
 /**
  * Adversarial tests of the batched apply script (apply-events-11.lua), the one-script take
- * (move-to-processing-2.lua) and database mode's claim and complete (claim-event-9.lua,
+ * (move-to-processing-2.lua) and database mode's claim and complete (claim-event-10.lua,
  * complete-event-10.lua): calls whose events are NOT independent (the same event twice,
  * successive seqs, effects on one key), bad state it must refuse before its first write, and
  * data faults. Real redis-server, real scripts through their wrappers.

@@ -301,7 +301,7 @@ describe('Redis that lost its state', () => {
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
   });
 
-  it('a parked event whose aggregate\'s applied seq was put back without releasing it (as database mode\'s claim of a duplicate does) is named, and --repair queues it again', async () => {
+  it('a parked event whose aggregate\'s applied seq was put back without releasing it (by hand, as database mode\'s claim did before it released them too) is named, and --repair queues it again', async () => {
     await applyLifecycle();
     await h.client.hdel('outbox:applied-seq', 'order:1');
     o.changeQty(1, 6);

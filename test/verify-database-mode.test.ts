@@ -301,6 +301,35 @@ describe('verify in database mode (--consumer-db)', () => {
     assert.match((await h.cli('relay')).stdout, /^relayed 0 events/m);
   });
 
+  it('the applied seqs lost alone, then the completed events delivered again: the claim of each duplicate whose processed entry shows it completed puts the seq guard back and releases the event parked behind it', async () => {
+    // Order 3 (the lab's third) is placed and changed: seqs 1 and 2.
+    await seedLabEvents(3);
+    const queued = await h.client.lrange('outbox.events', 0, -1);
+    const order3 = queued.filter((m) => (JSON.parse(m) as { aggregate_id: string }).aggregate_id === 'order:3');
+    assert.equal(order3.length, 2, 'order 3 has two events, seqs 1 and 2');
+    await drainInDatabaseMode();
+    await h.client.del('outbox:applied-seq');
+    // Its seq 3 parks: with the guard lost, the claim expects seq 1.
+    o.changeQty(3, 5);
+    await o.relay();
+    assert.equal(await drainInDatabaseMode(), 0);
+    assert.deepEqual(await h.client.hkeys('outbox.events:parked'), ['order:3:3']);
+    // Every completed event delivered again: duplicates, each aggregate's guard put back (order 3's
+    // at 2), and order 3's seq 3 released and completed.
+    await h.client.rpush('outbox.events', ...queued);
+    assert.equal(await drainInDatabaseMode(), 1);
+    assert.equal(await h.client.hget('outbox:applied-seq', 'order:3'), '3');
+    assert.equal(await h.client.hlen('outbox.events:parked'), 0);
+    assert.equal(await h.client.hget('outbox:stats', 'unparked'), '1');
+    const db = new Database(consumerDb(), { readonly: true });
+    try {
+      assert.equal(db.prepare<[], { n: number }>("SELECT COUNT(*) AS n FROM outbox_inbox WHERE aggregate_id = 'order:3'").get()!.n, 3);
+    } finally {
+      db.close();
+    }
+    assert.match((await h.cli('verify', '--settle', '0s', '--consumer-db', consumerDb())).stdout, /^VERIFY OK$/m);
+  });
+
   it('Redis mode is unchanged: the inventory is checked, and a wrong one fails', async () => {
     await seedLabEvents(6);
     await o.consume();

@@ -131,8 +131,8 @@ export interface Ledger {
     /**
      * Parked events ("<aggregate>:<seq>") whose aggregate's applied seq has reached seq - 1: they
      * wait for nothing. The consumer releases an event's successors in the step that applies it,
-     * so only a path that put a lost seq guard back without them leaves one (database mode's claim
-     * of a duplicate does). `--repair` queues them again.
+     * or that puts its lost seq guard back, so only a guard put back some other way leaves one (by
+     * hand, or by a consumer older than this release). `--repair` queues them again.
      */
     releasable: string[];
   };

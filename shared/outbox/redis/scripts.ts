@@ -14,7 +14,7 @@ const SCRIPT_FILES = {
   requeueParked: 'requeue-parked-2.lua',
   raiseAppliedSeq: 'raise-applied-seq-3.lua',
   moveToProcessing: 'move-to-processing-3.lua',
-  claimEvents: 'claim-event-9.lua',
+  claimEvents: 'claim-event-10.lua',
   completeEvents: 'complete-event-10.lua',
   partitionLease: 'partition-lease-1.lua',
   consumerMembers: 'consumer-members-1.lua',
@@ -282,7 +282,7 @@ export interface ClaimResult {
   problems: string[];
 }
 
-/** See lua/claim-event-9.lua: claims `events` (at most one per aggregate) for `leaseMs` on behalf of `owner`. */
+/** See lua/claim-event-10.lua: claims `events` (at most one per aggregate) for `leaseMs` on behalf of `owner`. */
 export async function claimEvents(redis: Redis, processingList: string, events: EventToClaim[], leaseMs: number, owner: string): Promise<ClaimResult> {
   const args: (string | number)[] = [markerPrefix(redis), leaseMs, owner];
   for (const e of events) args.push(e.raw, e.eventId, e.aggregate, e.seq, e.storeId);
@@ -292,10 +292,11 @@ export async function claimEvents(redis: Redis, processingList: string, events: 
     keys.appliedSeq,
     keys.parked,
     keys.stats,
+    keys.events,
     keys.meta,
     keys.deadLetter,
-    keys.attempts,
     keys.applyCount,
+    keys.attempts,
     ...args,
   )) as [ClaimOutcome[], number[], string[]];
   return { outcomes, waits, problems };

@@ -1,5 +1,5 @@
 --[[
-  Database mode, step 2 of 2 (claim-event-9.lua is step 1): records events whose effect the
+  Database mode, step 2 of 2 (claim-event-10.lua is step 1): records events whose effect the
   consumer's own database has committed (with its inbox row), and acks each in the same step:
   processed, applied seq, apply count, stats, the ack, a parked successor re-queued, and the dedupe
   marker turned from a claim into the completed marker. Idempotent: an event already processed is

@@ -1,14 +1,15 @@
 --[[
   Included (`--- @include "includes/unpark-successors.lua"`, expanded by scripts.ts when it loads
-  a script) by apply-events-11.lua and complete-event-10.lua, after their own definitions of what
-  it uses: rcall, int, counts (its `unparked`), deadLetter(reason, message), problem(line), and
-  KEYS[4] the parked hash, KEYS[6] the event queue, KEYS[8] the dead-letter list (named in the
-  problem line).
+  a script) by apply-events-11.lua, claim-event-10.lua and complete-event-10.lua, after their own
+  definitions of what it uses: rcall, int, counts (its `unparked`), deadLetter(reason, message),
+  problem(line), and KEYS[4] the parked hash, KEYS[6] the event queue, KEYS[8] the dead-letter list
+  (named in the problem line).
 
-  unparkSuccessors(aggregate, seq): the parked successors of an event just applied (completed), back
-  to the head of the queue at once and in seq order: seq + 1, seq + 2, ... as long as the parked
-  hash holds the next, up to UNPARK_MAX (the last one, once applied, brings the next ones). One at a
-  time, a chain of k parked events took k rounds. A corrupt entry goes to the dead letters (kept for
+  unparkSuccessors(aggregate, seq): the parked successors of an event just applied (completed), or
+  of a duplicate that put its aggregate's lost seq guard back at its seq, back to the head of the
+  queue at once and in seq order: seq + 1, seq + 2, ... as long as the parked hash holds the next,
+  up to UNPARK_MAX (the last one, once applied, brings the next ones). One at a time, a chain of k
+  parked events took k rounds. A corrupt entry goes to the dead letters (kept for
   an operator: `outbox dead-letter list` shows it); the seqs after it stay parked, waiting for it as
   any event waits for its predecessor. Every key it writes was type-checked before the script's
   first write.

@@ -9,18 +9,20 @@
   The caller sends at most one event per aggregate per call (seq n+1 cannot be claimed before seq n
   is completed: it would be parked).
 
-  Input:
-    KEYS[1] processing list the messages were moved to (an ack removes them from it)
-    KEYS[2] processed hash (event_id -> JSON result)
-    KEYS[3] applied-seq hash (aggregate_id -> last applied seq)
-    KEYS[4] parked hash ("<aggregate_id>:<seq>" -> JSON {reason, message, parkedAt})
-    KEYS[5] stats hash (duplicates, parked, dead)
-    KEYS[6] meta hash; its field 'store' names the store this Redis serves
-    KEYS[7] dead-letter list (a message of another store goes there)
-    KEYS[8] attempts hash (event_id -> failed handler attempts): an acked event's entry goes
-    KEYS[9] apply-count hash (event_id -> times its effect was recorded; complete-event-10.lua
-            writes it): read only, to tell a duplicate that was applied from one whose seq another
-            event took
+  Input: the same ten keys as complete-event-10.lua, in its order
+    KEYS[1]  processing list the messages were moved to (an ack removes them from it)
+    KEYS[2]  processed hash (event_id -> JSON result)
+    KEYS[3]  applied-seq hash (aggregate_id -> last applied seq)
+    KEYS[4]  parked hash ("<aggregate_id>:<seq>" -> JSON {reason, message, parkedAt})
+    KEYS[5]  stats hash (duplicates, parked, unparked, dead)
+    KEYS[6]  event queue (the parked successors of a duplicate that puts the seq guard back are
+             pushed back to its head, in seq order)
+    KEYS[7]  meta hash; its field 'store' names the store this Redis serves
+    KEYS[8]  dead-letter list (a message of another store goes there)
+    KEYS[9]  apply-count hash (event_id -> times its effect was recorded; complete-event-10.lua
+             writes it): read only, to tell a duplicate that was applied from one whose seq another
+             event took
+    KEYS[10] attempts hash (event_id -> failed handler attempts): an acked event's entry goes
 
     ARGV[1] dedupe marker key prefix; the marker of an event is <prefix><event_id>
     ARGV[2] lease in ms (an integer >= 1): the claim marker's TTL
@@ -34,10 +36,14 @@
       'busy'      another owner's claim holds it (its lease has waits[i] ms left): nothing done, the
                   message stays in the processing list
       'duplicate' seen before (completed marker, processed entry, or seq <= last applied): acked.
+                  One past the seq guard with a processed entry was completed before its
+                  aggregate's applied seq was lost: it puts the guard back at its seq and releases
+                  its parked successors (up to 256, to the queue's head in seq order), as its
+                  completion did.
                   One behind the seq guard that was never claimed nor completed (no processed
                   entry, no apply count, no marker) had its seq taken by another event, as after a
                   store restored from an older copy: it is still acked, and the first such event
-                  of the call is recorded in the meta hash (KEYS[6]: 'takenEvent', 'takenAggregate',
+                  of the call is recorded in the meta hash (KEYS[7]: 'takenEvent', 'takenAggregate',
                   'takenSeq', 'takenAt'), as apply-events-11.lua does, where the relay, status and
                   prune look for it (store-pairing.ts)
       'parked'    seq > last applied + 1: acked and parked until the gap is filled
@@ -63,12 +69,12 @@ local CLAIM = 'claim:' .. owner
 -- The keys phase 2 may write without having read them first: a key of another type would fail
 -- there, after other writes (an ack). The others are read in phase 1; apply-count only with pcall.
 --- @include "includes/key-types.lua"
-local wrongType = wrongKeyType('claim-event', { { KEYS[4], 'hash' }, { KEYS[7], 'list' }, { KEYS[8], 'hash' } }, 'nothing claimed')
+local wrongType = wrongKeyType('claim-event', { { KEYS[4], 'hash' }, { KEYS[6], 'list' }, { KEYS[8], 'list' }, { KEYS[10], 'hash' } }, 'nothing claimed')
 if wrongType then return wrongType end
 
 -- Phase 1: read and check.
-local served = rcall('HGET', KEYS[6], 'store')
-local STATS = { 'duplicates', 'parked', 'dead' }
+local served = rcall('HGET', KEYS[7], 'store')
+local STATS = { 'duplicates', 'parked', 'unparked', 'dead' }
 local statValues, statOk = readStats(STATS)
 
 local plan = {}
@@ -100,19 +106,23 @@ if countsUnread then
 end
 
 -- Phase 2: write. Every value used below was checked above.
-local counts = { duplicates = 0, parked = 0, dead = 0 }
+local counts = { duplicates = 0, parked = 0, unparked = 0, dead = 0 }
 local anyParked = rcall('EXISTS', KEYS[4]) == 1
-local anyAttempts = rcall('EXISTS', KEYS[8]) == 1
+local anyAttempts = rcall('EXISTS', KEYS[10]) == 1
 local outcomes, waits = {}, {}
+
+local function deadLetter(reason, message)
+  rcall('RPUSH', KEYS[8], cjson.encode({ reason = reason, message = message, deadAt = tonumber(now) }))
+  counts.dead = counts.dead + 1
+end
+
+--- @include "includes/unpark-successors.lua"
 for _, e in ipairs(plan) do
   local outcome, wait = e.kind, 0
   local acked = false
   if e.kind == 'foreign' then
-    rcall('RPUSH', KEYS[7], cjson.encode({
-      reason = served and ('from store ' .. e.store .. ', but this Redis serves store ' .. served)
-        or ('from store ' .. e.store .. ', but this Redis serves no store (it lost its state; the relay rebuilds it from SQLite)'),
-      message = e.raw, deadAt = tonumber(now) }))
-    counts.dead = counts.dead + 1
+    deadLetter(served and ('from store ' .. e.store .. ', but this Redis serves store ' .. served)
+      or ('from store ' .. e.store .. ', but this Redis serves no store (it lost its state; the relay rebuilds it from SQLite)'), e.raw)
     acked = true
   elseif e.kind == 'candidate' then
     local seenKey = prefix .. e.eventId
@@ -123,9 +133,11 @@ for _, e in ipairs(plan) do
       -- Seen before ('1' is the marker a completed or applied event keeps).
       if anyParked then rcall('HDEL', KEYS[4], parkedField) end
       if e.processed and e.seq > last then
-        -- Completed before, but its applied seq was lost: put the seq guard back.
+        -- Completed before, but its applied seq was lost: put the seq guard back, and release
+        -- the successors parked meanwhile, which wait for this seq (as its completion did).
         lastOf[e.aggregate] = e.seq
         rcall('HSET', KEYS[3], e.aggregate, e.seqText)
+        if anyParked then unparkSuccessors(e.aggregate, e.seq) end
       end
       counts.duplicates = counts.duplicates + 1
       outcome, acked = 'duplicate', true
@@ -146,7 +158,7 @@ for _, e in ipairs(plan) do
   end
   if acked then
     rcall('LREM', KEYS[1], 1, e.raw)
-    if anyAttempts then rcall('HDEL', KEYS[8], e.eventId) end
+    if anyAttempts then rcall('HDEL', KEYS[10], e.eventId) end
   end
   outcomes[#outcomes + 1] = outcome
   waits[#waits + 1] = wait
@@ -156,6 +168,6 @@ for name, n in pairs(counts) do
   if n > 0 and statOk[name] then rcall('HINCRBY', KEYS[5], name, n) end
 end
 if taken then
-  rcall('HSET', KEYS[6], 'takenEvent', taken.eventId, 'takenAggregate', taken.aggregate, 'takenSeq', taken.seqText, 'takenAt', now)
+  rcall('HSET', KEYS[7], 'takenEvent', taken.eventId, 'takenAggregate', taken.aggregate, 'takenSeq', taken.seqText, 'takenAt', now)
 end
 return { outcomes, waits, problems }
