@@ -286,6 +286,26 @@ describe('Redis that lost its state', () => {
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
   });
 
+  it('the applied seqs lost after a prune of every event of the aggregates: the last pruned event\'s processed entry shows them applied, so they count as applied, not as lost effects, and --repair raises each seq to the pruned one', async () => {
+    await applyLifecycle();
+    assert.match((await h.cli('prune', '--older-than', '0s')).stdout, /^pruned 7 PUBLISHED row/m);
+    await h.client.del('outbox:applied-seq');
+    // Order 1's seqs 1-3 are all pruned; its seq 4 parks, waiting for seq 1.
+    o.changeQty(1, 6);
+    await o.relay();
+    assert.match((await h.cli('consume')).stdout, /applied 0, duplicates skipped 0, parked 1,/);
+    const broken = await runCli(['verify', '--settle', '0s'], h.env);
+    assert.equal(broken.code, 1);
+    assert.match(broken.stdout, /^pruned events Redis lost \(effects cannot be rebuilt\) +0 +0 +ok$/m);
+    assert.match(broken.stdout, /^aggregates whose applied seq != last seq +0 +4 +FAIL\n +e\.g\. order:1: applied seq 0 in Redis, its events applied through seq 3 /m);
+    assert.match((await h.cli('verify', '--repair', '--yes', '--settle', '0s')).stdout, /^repair: 4 aggregate\(s\) given back the applied seq their processed entries show; 1 parked event\(s\) queued again$/m);
+    assert.match((await h.cli('consume')).stdout, /applied 1, duplicates skipped 0, parked 0,/);
+    assert.deepEqual(await h.client.hgetall('outbox:applied-seq'), { 'order:1': '4', 'order:2': '2', 'order:3': '1', 'order:4': '1' });
+    assert.equal(await h.client.hget('outbox:meta', 'unrecoverable'), null, 'no effect counted as lost');
+    await o.verify('0s');
+    assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
+  });
+
   it('the applied seqs lost alone, then the applied events replayed: each duplicate whose processed entry shows it applied puts the seq guard back and releases the event parked behind it', async () => {
     await applyLifecycle();
     await h.client.del('outbox:applied-seq');

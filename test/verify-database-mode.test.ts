@@ -330,6 +330,26 @@ describe('verify in database mode (--consumer-db)', () => {
     assert.match((await h.cli('verify', '--settle', '0s', '--consumer-db', consumerDb())).stdout, /^VERIFY OK$/m);
   });
 
+  it('the applied seqs lost after a prune of every event: the last pruned event\'s processed entry (aggregateId, as database mode writes it) shows them completed, and --repair raises the seq, releasing the parked event', async () => {
+    await seedLabEvents(3);
+    await drainInDatabaseMode();
+    assert.match((await h.cli('prune', '--older-than', '0s')).stdout, /^pruned 6 PUBLISHED row/m);
+    await h.client.del('outbox:applied-seq');
+    o.changeQty(3, 5);
+    await o.relay();
+    assert.equal(await drainInDatabaseMode(), 0);
+    const broken = await runCli(['verify', '--settle', '0s', '--consumer-db', consumerDb()], h.env);
+    assert.equal(broken.code, 1, broken.stdout + broken.stderr);
+    assert.match(broken.stdout, /^aggregates whose applied seq != last seq +0 +3 +FAIL\n +e\.g\. order:1: applied seq 0 in Redis, its events applied through seq 3 /m);
+    assert.match(
+      (await h.cli('verify', '--repair', '--yes', '--settle', '0s', '--consumer-db', consumerDb())).stdout,
+      /^repair: 3 aggregate\(s\) given back the applied seq their processed entries show; 1 parked event\(s\) queued again$/m,
+    );
+    assert.equal(await drainInDatabaseMode(), 1);
+    assert.deepEqual(await h.client.hgetall('outbox:applied-seq'), { 'order:1': '3', 'order:2': '1', 'order:3': '3' });
+    assert.match((await h.cli('verify', '--settle', '0s', '--consumer-db', consumerDb())).stdout, /^VERIFY OK$/m);
+  });
+
   it('Redis mode is unchanged: the inventory is checked, and a wrong one fails', async () => {
     await seedLabEvents(6);
     await o.consume();

@@ -116,8 +116,9 @@ export interface Ledger {
     /** The partitions the store is behind (restored from an older backup under them): `--repair` clears and rebuilds them. */
     ahead: number[];
     /**
-     * Aggregates whose applied seq is behind their pruned seq in a partition that kept its state
-     * (Redis restored from an older copy after a prune): those events' effects are gone, and the
+     * Aggregates whose applied seq is behind their pruned seq in a partition that kept its state,
+     * no processed entry showing the pruned events applied (Redis restored from an older copy after
+     * a prune; see `prunedPrefixesApplied`): those events' effects are gone, and the
      * aggregate's next events wait, parked, for seqs that can never come. `--repair` raises it.
      */
     prunedBehind: PrunedBehind[];
@@ -198,21 +199,68 @@ function seqsAppliedByAggregate(o: Observation): Map<string, Set<number>> {
  * Aggregates whose applied seq is below the seqs their processed entries show applied (see
  * `Ledger.figures.seqBehind`): from the applied seq, each next seq of the snapshot's events applied
  * by the MULTI's instant. The consumer applies an aggregate's events in seq order, so those entries
- * are a prefix, and a pruned prefix (`outbox_pruned`, through seq P) was applied when seq P + 1 was:
- * the chain then goes on from P. When seq P + 1 was not, nothing here shows the pruned events
- * applied (the store no longer holds their ids): `prunedBehind` gives the aggregate P.
+ * are a prefix, and a pruned prefix (`outbox_pruned`, through seq P) was applied when seq P + 1 was,
+ * or when the processed entry of its seq P is still in Redis (`prunedApplied`, found by
+ * `prunedPrefixesApplied`): the chain then goes on from P. Otherwise nothing shows the pruned events
+ * applied: `prunedBehind` gives the aggregate P.
  */
-function appliedSeqsBehind(o: Observation, seqsApplied: Map<string, Set<number>>): AppliedSeqBehind[] {
+function appliedSeqsBehind(o: Observation, seqsApplied: Map<string, Set<number>>, prunedApplied: Set<string>): AppliedSeqBehind[] {
   const prunedThrough = new Map(o.prunedThrough.map((p) => [p.key, p.throughSeq]));
-  return [...seqsApplied].flatMap(([aggregate, seqs]) => {
+  return [...new Set([...seqsApplied.keys(), ...prunedApplied])].flatMap((aggregate) => {
+    const seqs = seqsApplied.get(aggregate) ?? new Set<number>();
     const appliedSeq = Number(o.appliedSeqs[aggregate] ?? 0);
     if (!Number.isSafeInteger(appliedSeq) || !servedPartition(o, aggregate)) return [];
     const pruned = prunedThrough.get(aggregate) ?? 0;
-    const from = seqs.has(pruned + 1) ? appliedSeq : Math.max(appliedSeq, pruned);
+    const from = seqs.has(pruned + 1) || prunedApplied.has(aggregate) ? appliedSeq : Math.max(appliedSeq, pruned);
     let throughSeq = Math.max(appliedSeq, pruned);
     while (seqs.has(throughSeq + 1)) throughSeq += 1;
     return throughSeq > from ? [{ aggregate, appliedSeq, throughSeq }] : [];
   });
+}
+
+/**
+ * Of `candidates` (aggregates whose applied seq is below their pruned seq P, seq P + 1 not shown
+ * applied), those whose event at seq P has its processed entry in Redis, applied by the MULTI's
+ * instant: their pruned prefix was applied (prune deletes applied events only, and the consumer
+ * applies an aggregate's events in seq order), and only the applied seq was lost, as when every
+ * event of an aggregate was pruned and then `outbox:applied-seq` went. The store no longer holds
+ * those events' ids, so their partition's processed hash is read whole (HSCAN): only when there are
+ * candidates, which only a fault makes. Each entry names its aggregate and seq (`aggregate` in Redis
+ * mode, `aggregateId` in database mode).
+ */
+async function prunedPrefixesApplied(redis: Redis | Partitions, o: Observation, candidates: { key: string; throughSeq: number }[]): Promise<Set<string>> {
+  const proven = new Set<string>();
+  if (candidates.length === 0) return proven;
+  const partitions = partitionsOf(redis);
+  const wanted = new Map<number, Map<string, number>>();
+  for (const { key, throughSeq } of candidates) {
+    const index = partitionOf(key, o.partitionCount);
+    wanted.set(index, (wanted.get(index) ?? new Map<string, number>()).set(key, throughSeq));
+  }
+  for (const [index, through] of wanted) {
+    const counter = o.appliedCounters[index];
+    let cursor = '0';
+    do {
+      const [next, entries] = await partitions.clients[index].hscan(keys.processed, cursor, 'COUNT', 1000);
+      for (let i = 1; i < entries.length; i += 2) {
+        const entry = processedEntry(entries[i]);
+        const aggregate = entry?.aggregate ?? entry?.aggregateId;
+        if (typeof aggregate === 'string' && through.get(aggregate) === entry?.seq && appliedBy(entries[i], counter)) proven.add(aggregate);
+      }
+      cursor = next;
+    } while (cursor !== '0');
+  }
+  // In the candidates' order (outbox_pruned's), not the hash's.
+  return new Set(candidates.flatMap(({ key }) => (proven.has(key) ? [key] : [])));
+}
+
+function processedEntry(value: string): { aggregate?: unknown; aggregateId?: unknown; seq?: unknown } | undefined {
+  try {
+    const entry: unknown = JSON.parse(value);
+    return typeof entry === 'object' && entry !== null ? entry : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** See `Ledger.figures.releasable`: each partition's parked fields against its own applied seqs, read in one MULTI. */
@@ -391,16 +439,19 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
   ].sort((a, b) => a - b);
   // Pruned seqs an aggregate's applied seq no longer reaches while its partition kept its meta hash
   // (Redis restored from an older copy after a prune): their effects are gone, and nothing rebuilds them.
-  // Where the event right after the pruned ones was applied, they were too: only the applied seq was lost (seqBehind below).
+  // Where the event right after the pruned ones was applied, or the last pruned one's processed
+  // entry is still there, they were applied: only the applied seq was lost (seqBehind below).
   const seqsApplied = seqsAppliedByAggregate(o);
-  const prunedBehind = o.prunedThrough.flatMap(({ key, throughSeq, events }) => {
+  const prunedAhead = o.prunedThrough.filter(({ key, throughSeq }) => {
     const applied = Number(o.appliedSeqs[key] ?? 0);
-    if (!(Number.isSafeInteger(applied) && applied < throughSeq && servedPartition(o, key))) return [];
-    if (seqsApplied.get(key)?.has(throughSeq + 1)) return [];
-    return [{ aggregate: key, fromSeq: Math.max(applied, throughSeq - events) + 1, throughSeq }];
+    return Number.isSafeInteger(applied) && applied < throughSeq && servedPartition(o, key) && !seqsApplied.get(key)?.has(throughSeq + 1);
   });
+  const prunedApplied = await prunedPrefixesApplied(redis, o, prunedAhead);
+  const prunedBehind = prunedAhead
+    .filter(({ key }) => !prunedApplied.has(key))
+    .map(({ key, throughSeq, events }) => ({ aggregate: key, fromSeq: Math.max(Number(o.appliedSeqs[key] ?? 0), throughSeq - events) + 1, throughSeq }));
   const prunedLost = prunedBehind.reduce((n, p) => n + p.throughSeq - p.fromSeq + 1, 0);
-  const seqBehind = appliedSeqsBehind(o, seqsApplied);
+  const seqBehind = appliedSeqsBehind(o, seqsApplied, prunedApplied);
   const behindKeys = new Set(seqBehind.map((a) => a.aggregate));
   const releasable = releasableParked(o);
   // In database mode the effects are in the consumer's database, each with its inbox row, pruned
