@@ -476,10 +476,7 @@ local allAcked = true
 local processedPairs, seqPairs, countPairs, attemptsDone = {}, {}, {}, {}
 local markerTtl = ttl > 0
 
-local function deadLetter(reason, message)
-  rcall('RPUSH', KEYS[8], cjson.encode({ reason = reason, message = message, deadAt = tonumber(now) }))
-  counts.dead = counts.dead + 1
-end
+--- @include "includes/dead-letter.lua"
 
 --- @include "includes/unpark-successors.lua"
 
@@ -560,8 +557,7 @@ for i = 1, count do
     outcome = kind == 'stale' and 's' or 'i'
     allAcked = false
   elseif kind == 'foreign' then
-    deadLetter(served and ('from store ' .. flat[s + 3] .. ', but this Redis serves store ' .. served)
-      or ('from store ' .. flat[s + 3] .. ', but this Redis serves no store (it lost its state; the relay rebuilds it from SQLite)'), ARGV[4 + i])
+    deadLetterForeign(flat[s + 3], served, ARGV[4 + i])
     outcome = 'f'
   else
     -- parked: not applied, so no dedupe marker: its redelivery has to be applied later.

@@ -111,18 +111,15 @@ local anyParked = rcall('EXISTS', KEYS[4]) == 1
 local anyAttempts = rcall('EXISTS', KEYS[10]) == 1
 local outcomes, waits = {}, {}
 
-local function deadLetter(reason, message)
-  rcall('RPUSH', KEYS[8], cjson.encode({ reason = reason, message = message, deadAt = tonumber(now) }))
-  counts.dead = counts.dead + 1
-end
+--- @include "includes/dead-letter.lua"
 
 --- @include "includes/unpark-successors.lua"
+
 for _, e in ipairs(plan) do
   local outcome, wait = e.kind, 0
   local acked = false
   if e.kind == 'foreign' then
-    deadLetter(served and ('from store ' .. e.store .. ', but this Redis serves store ' .. served)
-      or ('from store ' .. e.store .. ', but this Redis serves no store (it lost its state; the relay rebuilds it from SQLite)'), e.raw)
+    deadLetterForeign(e.store, served, e.raw)
     acked = true
   elseif e.kind == 'candidate' then
     local seenKey = prefix .. e.eventId

@@ -1,9 +1,9 @@
 --[[
   Included (`--- @include "includes/unpark-successors.lua"`, expanded by scripts.ts when it loads
-  a script) by apply-events-11.lua, claim-event-10.lua and complete-event-10.lua, after their own
-  definitions of what it uses: rcall, int, counts (its `unparked`), deadLetter(reason, message),
-  problem(line), and KEYS[4] the parked hash, KEYS[6] the event queue, KEYS[8] the dead-letter list
-  (named in the problem line).
+  a script) by apply-events-11.lua, claim-event-10.lua and complete-event-10.lua, after the
+  definitions of what it uses: rcall, int, counts (its `unparked`), deadLetter(reason, message)
+  (includes/dead-letter.lua), problem(line), and KEYS[4] the parked hash, KEYS[6] the event queue,
+  KEYS[8] the dead-letter list (named in the problem line).
 
   unparkSuccessors(aggregate, seq): the parked successors of an event just applied (completed), or
   of a duplicate that put its aggregate's lost seq guard back at its seq, back to the head of the
