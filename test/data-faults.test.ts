@@ -425,6 +425,31 @@ describe('Redis that lost its state', () => {
     assert.equal(await h.client.hget('outbox:applied-seq', 'order:3'), '3');
   });
 
+  it('Redis restored after a prune from a copy taken while an applied seq was lost: only the pruned events after the last one the copy shows applied count as lost', async () => {
+    o.place(1, { sku: 'SKU-A', qty: 1 });
+    o.changeQty(1, 2);
+    await o.relay();
+    await o.consume();
+    // The copy: order 1's seqs 1-2 applied (their processed entries and effects), its applied seq gone.
+    await h.client.hdel('outbox:applied-seq', 'order:1');
+    const copy = await Promise.all((await h.client.keys('*')).map(async (key) => ({ key, value: await h.client.dumpBuffer(key), ttl: await h.client.pttl(key) })));
+    // Then its seq 3 applies (after --repair raised the seq), and all three are pruned.
+    o.changeQty(1, 3);
+    await o.relay();
+    await h.cli('verify', '--repair', '--yes', '--settle', '0s');
+    assert.match((await h.cli('consume')).stdout, /applied 1,/);
+    assert.match((await h.cli('prune', '--older-than', '0s')).stdout, /^pruned 3 PUBLISHED row/m);
+    await h.client.flushall();
+    for (const { key, value, ttl } of copy) await h.client.restore(key, ttl > 0 ? ttl : 0, value);
+
+    const broken = await runCli(['verify', '--settle', '0s'], h.env);
+    assert.equal(broken.code, 1);
+    assert.match(broken.stdout, /^pruned events Redis lost \(effects cannot be rebuilt\) +0 +1 +FAIL\n +e\.g\. order:1 seq 3-3: applied seq behind the prune/m);
+    assert.match((await h.cli('verify', '--repair', '--yes', '--settle', '0s')).stdout, /^repair: 1 aggregate\(s\) given their pruned seq \(1 pruned event\(s\) whose effects Redis lost, counted as unrecoverable\)/m);
+    assert.equal(await h.client.hget('outbox:applied-seq', 'order:1'), '3');
+    assert.equal(await h.client.hget('outbox:meta', 'unrecoverable'), '1');
+  });
+
   it('a relay paused between push and mark does not mark rows a replay set back to PENDING meanwhile', async () => {
     o.place(3);
     const db = new Database(join(h.env.dir, 'app.db'));

@@ -118,7 +118,7 @@ export interface Ledger {
     /**
      * Aggregates whose applied seq is behind their pruned seq in a partition that kept its state,
      * no processed entry showing the pruned events applied (Redis restored from an older copy after
-     * a prune; see `prunedPrefixesApplied`): those events' effects are gone, and the
+     * a prune; see `prunedSeqsApplied`): those events' effects are gone, and the
      * aggregate's next events wait, parked, for seqs that can never come. `--repair` raises it.
      */
     prunedBehind: PrunedBehind[];
@@ -201,7 +201,7 @@ function seqsAppliedByAggregate(o: Observation): Map<string, Set<number>> {
  * by the MULTI's instant. The consumer applies an aggregate's events in seq order, so those entries
  * are a prefix, and a pruned prefix (`outbox_pruned`, through seq P) was applied when seq P + 1 was,
  * or when the processed entry of its seq P is still in Redis (`prunedApplied`, found by
- * `prunedPrefixesApplied`): the chain then goes on from P. Otherwise nothing shows the pruned events
+ * `prunedSeqsApplied`): the chain then goes on from P. Otherwise nothing shows the pruned events
  * applied: `prunedBehind` gives the aggregate P.
  */
 function appliedSeqsBehind(o: Observation, seqsApplied: Map<string, Set<number>>, prunedApplied: Set<string>): AppliedSeqBehind[] {
@@ -220,17 +220,18 @@ function appliedSeqsBehind(o: Observation, seqsApplied: Map<string, Set<number>>
 
 /**
  * Of `candidates` (aggregates whose applied seq is below their pruned seq P, seq P + 1 not shown
- * applied), those whose event at seq P has its processed entry in Redis, applied by the MULTI's
- * instant: their pruned prefix was applied (prune deletes applied events only, and the consumer
- * applies an aggregate's events in seq order), and only the applied seq was lost, as when every
- * event of an aggregate was pruned and then `outbox:applied-seq` went. The store no longer holds
- * those events' ids, so their partition's processed hash is read whole (HSCAN): only when there are
- * candidates, which only a fault makes. Each entry names its aggregate and seq (`aggregate` in Redis
- * mode, `aggregateId` in database mode).
+ * applied), the highest pruned seq Q (<= P) whose event's processed entry is in Redis, applied by
+ * the MULTI's instant: the events through Q were applied (prune deletes applied events only, and
+ * the consumer applies an aggregate's events in seq order). Q = P: the whole pruned prefix was, and
+ * only the applied seq was lost, as when every event of an aggregate was pruned and then
+ * `outbox:applied-seq` went. Q < P: only the pruned events after Q lost their effects (an older
+ * copy of Redis). The store no longer holds those events' ids, so their partition's processed hash
+ * is read whole (HSCAN): only when there are candidates, which only a fault makes. Each entry names
+ * its aggregate and seq (`aggregate` in Redis mode, `aggregateId` in database mode).
  */
-async function prunedPrefixesApplied(redis: Redis | Partitions, o: Observation, candidates: { key: string; throughSeq: number }[]): Promise<Set<string>> {
-  const proven = new Set<string>();
-  if (candidates.length === 0) return proven;
+async function prunedSeqsApplied(redis: Redis | Partitions, o: Observation, candidates: { key: string; throughSeq: number }[]): Promise<Map<string, number>> {
+  const highest = new Map<string, number>();
+  if (candidates.length === 0) return highest;
   const partitions = partitionsOf(redis);
   const wanted = new Map<number, Map<string, number>>();
   for (const { key, throughSeq } of candidates) {
@@ -245,13 +246,16 @@ async function prunedPrefixesApplied(redis: Redis | Partitions, o: Observation, 
       for (let i = 1; i < entries.length; i += 2) {
         const entry = processedEntry(entries[i]);
         const aggregate = entry?.aggregate ?? entry?.aggregateId;
-        if (typeof aggregate === 'string' && through.get(aggregate) === entry?.seq && appliedBy(entries[i], counter)) proven.add(aggregate);
+        const seq = entry?.seq;
+        if (typeof aggregate !== 'string' || typeof seq !== 'number') continue;
+        const pruned = through.get(aggregate);
+        if (pruned === undefined || seq > pruned || seq <= (highest.get(aggregate) ?? 0) || !appliedBy(entries[i], counter)) continue;
+        highest.set(aggregate, seq);
       }
       cursor = next;
     } while (cursor !== '0');
   }
-  // In the candidates' order (outbox_pruned's), not the hash's.
-  return new Set(candidates.flatMap(({ key }) => (proven.has(key) ? [key] : [])));
+  return highest;
 }
 
 function processedEntry(value: string): { aggregate?: unknown; aggregateId?: unknown; seq?: unknown } | undefined {
@@ -446,10 +450,16 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
     const applied = Number(o.appliedSeqs[key] ?? 0);
     return Number.isSafeInteger(applied) && applied < throughSeq && servedPartition(o, key) && !seqsApplied.get(key)?.has(throughSeq + 1);
   });
-  const prunedApplied = await prunedPrefixesApplied(redis, o, prunedAhead);
+  const prunedThroughApplied = await prunedSeqsApplied(redis, o, prunedAhead);
+  // In the candidates' order (outbox_pruned's), not the processed hash's.
+  const prunedApplied = new Set(prunedAhead.flatMap(({ key, throughSeq }) => (prunedThroughApplied.get(key) === throughSeq ? [key] : [])));
   const prunedBehind = prunedAhead
     .filter(({ key }) => !prunedApplied.has(key))
-    .map(({ key, throughSeq, events }) => ({ aggregate: key, fromSeq: Math.max(Number(o.appliedSeqs[key] ?? 0), throughSeq - events) + 1, throughSeq }));
+    .map(({ key, throughSeq, events }) => ({
+      aggregate: key,
+      fromSeq: Math.max(Number(o.appliedSeqs[key] ?? 0), throughSeq - events, prunedThroughApplied.get(key) ?? 0) + 1,
+      throughSeq,
+    }));
   const prunedLost = prunedBehind.reduce((n, p) => n + p.throughSeq - p.fromSeq + 1, 0);
   const seqBehind = appliedSeqsBehind(o, seqsApplied, prunedApplied);
   const behindKeys = new Set(seqBehind.map((a) => a.aggregate));
