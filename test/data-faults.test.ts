@@ -8,6 +8,7 @@ import { Redis } from 'ioredis';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { freePort } from '../shared/tooling/local/redis-server.js';
 import { RELAY_QUEUE } from '../shared/outbox/relay/relay-worker.js';
+import { defineScripts, moveToProcessing } from '../shared/outbox/redis/scripts.js';
 import { startApp, stopApp } from './helpers/apps.js';
 import { runCli, startCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
@@ -473,6 +474,45 @@ describe('Redis that lost its state', () => {
     assert.match((await h.cli('relay')).stdout, /relayed 3 events/);
     await o.consume();
     await o.verify();
+  });
+});
+
+describe('a processing list no take recorded', () => {
+  /** SCAN calls Redis answered since the last CONFIG RESETSTAT. */
+  async function scans(): Promise<number> {
+    return Number(/^cmdstat_scan:calls=(\d+)/m.exec(await h.client.info('commandstats'))?.[1] ?? 0);
+  }
+
+  /** `n` orders relayed and taken into the list of consumer `gone`, which then died; the set that records the lists lost. */
+  async function strandInUnrecordedList(n: number): Promise<void> {
+    o.place(n);
+    await o.relay();
+    defineScripts(h.client);
+    assert.equal((await moveToProcessing(h.client, 'outbox.events:processing:gone', n)).length, n);
+    await h.client.del('outbox:processing-lists');
+  }
+
+  it('verify and status read the lists the takes recorded and scan the keyspace only when an event is unaccounted for: the events of a list no take recorded are found, not lost', async () => {
+    await strandInUnrecordedList(3);
+    await h.client.config('RESETSTAT');
+    const stranded = await runCli(['verify', '--settle', '0s'], h.env);
+    assert.match(stranded.stdout, /^events lost \(never applied, not in Redis\) +0 +0 +ok$/m);
+    assert.ok((await scans()) > 0, 'the events the recorded lists did not hold were looked for in every list');
+
+    // Recorded again (as the next consumer's scan does): nothing is unaccounted for, and nothing scans.
+    await h.client.sadd('outbox:processing-lists', 'outbox.events:processing:gone');
+    await h.client.config('RESETSTAT');
+    const recorded = await runCli(['verify', '--settle', '0s'], h.env);
+    assert.match(recorded.stdout, /^events lost \(never applied, not in Redis\) +0 +0 +ok$/m);
+    assert.match(recorded.stdout, /^still queued \/ in processing lists +- +0 \/ 3 +info$/m);
+    assert.match((await h.cli('status')).stdout, /^processing +outbox\.events:processing:gone 3$/m);
+    assert.equal(await scans(), 0);
+  });
+
+  it('more events unaccounted for than verify looks up one by one: those in a list no take recorded are still found, not lost', async () => {
+    await strandInUnrecordedList(600);
+    const verify = await runCli(['verify', '--settle', '0s'], h.env);
+    assert.match(verify.stdout, /^events lost \(never applied, not in Redis\) +0 +0 +ok$/m);
   });
 });
 

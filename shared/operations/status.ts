@@ -12,7 +12,7 @@ import { parseMessage } from '../outbox/store/parse-message.js';
 import { readEnvelope } from '../outbox/redis/envelope.js';
 import { keys } from '../outbox/redis/keys.js';
 import { namespacePrefixOfConnection } from '../outbox/redis/scan-keys.js';
-import { processingLists } from '../outbox/redis/processing-lists.js';
+import { recordedProcessingLists } from '../outbox/redis/processing-lists.js';
 import { mastersOf } from '../outbox/redis/cluster-client.js';
 import { partitionsOf, type Partitions } from '../outbox/redis/partitions.js';
 import { evictionProblem, readRedisSettings, type RedisSettings } from '../outbox/redis/settings.js';
@@ -234,7 +234,10 @@ function namespaceOf(redis: Redis): string {
 /** What one partition (or the one Redis) holds. */
 async function readPartition(redis: Redis) {
   const processing: Record<string, number> = {};
-  for await (const list of processingLists(redis)) {
+  // The lists the takes recorded: a SCAN here would walk every dedupe marker. (A list no take
+  // recorded, left by a consumer that died after the set was lost, is recorded by the next
+  // consumer's scan at its start, or within the hour.)
+  for (const list of await recordedProcessingLists(redis)) {
     const length = await redis.llen(list);
     if (length > 0) processing[list] = length;
   }

@@ -4,7 +4,7 @@ import { eventIdOf, type OutboxRow } from '../../outbox/store/events.js';
 import { hasPublished, storeIdOf } from '../../outbox/store/store-meta.js';
 import { keys } from '../../outbox/redis/keys.js';
 import type { VerifiedEvent, VerifyCheckSet, VerifyProducer } from '../../outbox/verify/verify-checks.js';
-import { processingLists } from '../../outbox/redis/processing-lists.js';
+import { processingLists, recordedProcessingLists } from '../../outbox/redis/processing-lists.js';
 import { readEnvelope } from '../../outbox/redis/envelope.js';
 import { readList } from '../../outbox/redis/read-list.js';
 import { byPartition, partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
@@ -88,12 +88,13 @@ async function inFlightIn(redis: Redis): Promise<Observation['flight']> {
   };
   let queued = 0;
   let processing = 0;
-  // The queue before the processing lists: a message moves from the one to the other.
+  // The queue before the processing lists, and their names after it: a take moves a message from
+  // the one to the other in the step that records its list's name.
   for await (const message of readList(redis, keys.events)) {
     queued += 1;
     add(message);
   }
-  for await (const list of processingLists(redis)) {
+  for (const list of await recordedProcessingLists(redis)) {
     for await (const message of readList(redis, list)) {
       processing += 1;
       add(message);
@@ -479,10 +480,45 @@ export async function whereIs(redis: Redis | Partitions, events: Whereabouts[]):
   return events.map((e) => e.event_id).filter((id) => nowhere.has(id));
 }
 
-/** `whereIs` in one partition. */
+/**
+ * Event ids in the processing lists a SCAN finds and no take recorded (a consumer that died after
+ * the set of lists was lost, or before it existed), in every partition: what the recorded lists a
+ * snapshot reads can miss. Read without a MULTI: no live consumer takes into such a list (its take
+ * records it first), so what it holds only leaves it.
+ */
+export async function unrecordedInFlight(redis: Redis | Partitions): Promise<Set<string>> {
+  const ids = new Set<string>();
+  for (const client of partitionsOf(redis).clients) {
+    const recorded = new Set(await recordedProcessingLists(client));
+    for await (const list of processingLists(client)) {
+      if (recorded.has(list)) continue;
+      for await (const message of readList(client, list)) {
+        const id = eventIdOf(message);
+        if (id) ids.add(id);
+      }
+    }
+  }
+  return ids;
+}
+
+/**
+ * `whereIs` in one partition: first among the processing lists the takes recorded; the events
+ * found nowhere there are looked for again among every list a SCAN finds (one taken into a list
+ * recorded after the first look, or in a list no take recorded), so that the keyspace is walked only
+ * when something is unaccounted for.
+ */
 async function whereIsIn(redis: Redis, events: Whereabouts[]): Promise<string[]> {
-  const lists: string[] = [keys.events];
-  for await (const list of processingLists(redis)) lists.push(list);
+  const first = await whereIsAmong(redis, events, await recordedProcessingLists(redis));
+  if (first.length === 0) return first;
+  const scanned: string[] = [];
+  for await (const list of processingLists(redis)) scanned.push(list);
+  const missing = new Set(first);
+  return whereIsAmong(redis, events.filter((e) => missing.has(e.event_id)), scanned);
+}
+
+/** The events found nowhere in one atomic look (MULTI) at the processed and parked hashes, the queue and `processing`. */
+async function whereIsAmong(redis: Redis, events: Whereabouts[], processing: string[]): Promise<string[]> {
+  const lists: string[] = [keys.events, ...processing];
   const nowhere: string[] = [];
   for (let i = 0; i < events.length; i += 50) {
     const chunk = events.slice(i, i + 50);

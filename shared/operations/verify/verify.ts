@@ -6,7 +6,7 @@ import { EXAMPLES, invariantCheck as check, type InvariantCheck, type VerifyChec
 import { readEnvelope } from '../../outbox/redis/envelope.js';
 import { sleep } from '../../outbox/sleep.js';
 import { formatDuration } from '../../outbox/duration.js';
-import { applyOrderOf, observe, stillInFlight, verifyReadsOf, whereIs, type Observation, type PrunedAggregate, type VerifyReads } from './observe.js';
+import { applyOrderOf, observe, stillInFlight, unrecordedInFlight, verifyReadsOf, whereIs, type Observation, type PrunedAggregate, type VerifyReads } from './observe.js';
 import { runCheckSet } from './run-check-set.js';
 import { partitionOf, partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
 import { partitionsAhead } from '../../outbox/relay/store-pairing.js';
@@ -422,6 +422,12 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
   let lost = o.events.filter(
     (e, i) => e.status === 'PUBLISHED' && o.processed[i] === null && !o.flight.ids.has(e.event_id) && !o.flight.dead.has(e.event_id) && !takenIds.has(e.event_id),
   );
+  if (lost.length > MAX_LOST_LOOKUP) {
+    // Too many for the atomic look: at least those in a list no take recorded (which the
+    // snapshot did not read) are not lost.
+    const elsewhere = await unrecordedInFlight(redis);
+    lost = lost.filter((e) => !elsewhere.has(e.event_id));
+  }
   if (lost.length > 0 && lost.length <= MAX_LOST_LOOKUP) {
     const nowhere = new Set(await lostNow(db, redis, lost.map((e) => e.event_id)));
     lost = lost.filter((e) => nowhere.has(e.event_id));
