@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { readList, readListBackwards } from '../shared/outbox/redis/read-list.js';
 import { freePort } from '../shared/tooling/local/redis-server.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { startApp, stopApp, type App } from './helpers/apps.js';
@@ -116,5 +117,33 @@ describe('verify under traffic', () => {
     assert.match(repaired.stdout, /republished 1 lost event/);
     await h.cli('consume');
     assert.match((await h.cli('verify')).stdout, /VERIFY OK/);
+  });
+});
+
+describe('reading a list while consumers take from it', () => {
+  /** Reads m0..m9 in chunks of 3 with `read`; after each of the first two chunks a take of 2 from the head and a push at the tail. Resolves what was read. */
+  async function readWhileTaken(read: typeof readList): Promise<Set<string>> {
+    const key = 'outbox.events';
+    await h.client.rpush(key, ...Array.from({ length: 10 }, (_, i) => `m${i}`));
+    const seen = new Set<string>();
+    let items = 0;
+    for await (const message of read(h.client, key, 3)) {
+      seen.add(message);
+      items += 1;
+      if (items === 3 || items === 6) {
+        await h.client.ltrim(key, 2, -1);
+        await h.client.rpush(key, `new${items}`);
+      }
+    }
+    await h.client.del(key);
+    return seen;
+  }
+
+  it("back to front (verify's snapshot) every message that stays in the list is read, though takes at its head and pushes at its tail come between its chunks; front to back some are skipped", async () => {
+    const stayed = ['m4', 'm5', 'm6', 'm7', 'm8', 'm9'];
+    const backwards = await readWhileTaken(readListBackwards);
+    assert.deepEqual(stayed.filter((m) => !backwards.has(m)), []);
+    const forwards = await readWhileTaken(readList);
+    assert.notDeepEqual(stayed.filter((m) => !forwards.has(m)), [], 'the interleaving is one that skips messages front to back');
   });
 });

@@ -6,7 +6,7 @@ import { keys } from '../../outbox/redis/keys.js';
 import type { VerifiedEvent, VerifyCheckSet, VerifyProducer } from '../../outbox/verify/verify-checks.js';
 import { processingLists, recordedProcessingLists } from '../../outbox/redis/processing-lists.js';
 import { readEnvelope } from '../../outbox/redis/envelope.js';
-import { readList } from '../../outbox/redis/read-list.js';
+import { readList, readListBackwards } from '../../outbox/redis/read-list.js';
 import { byPartition, partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
 import { sqliteHistory, type StoreHistory } from '../../outbox/relay/store-pairing.js';
 
@@ -69,8 +69,8 @@ async function hashValues(redis: Redis, key: string, fields: string[]): Promise<
 }
 
 /** Event ids on their way in a list of any partition: queued or in a processing list (parked ones are added later). */
-async function inFlight(partitions: Partitions): Promise<Observation['flight']> {
-  const flights = await Promise.all(partitions.clients.map((redis) => inFlightIn(redis)));
+async function inFlight(partitions: Partitions, scanLists: boolean): Promise<Observation['flight']> {
+  const flights = await Promise.all(partitions.clients.map((redis) => inFlightIn(redis, scanLists)));
   return {
     ids: new Set(flights.flatMap((f) => [...f.ids])),
     queued: flights.reduce((n, f) => n + f.queued, 0),
@@ -79,8 +79,12 @@ async function inFlight(partitions: Partitions): Promise<Observation['flight']> 
   };
 }
 
-/** Event ids on their way in one partition's lists. */
-async function inFlightIn(redis: Redis): Promise<Observation['flight']> {
+/**
+ * Event ids on their way in one partition's lists: the queue, and the processing lists the takes
+ * recorded, or with `scanLists` every one a SCAN finds (a list no take recorded is one a consumer
+ * left when it died after the set of lists was lost).
+ */
+async function inFlightIn(redis: Redis, scanLists: boolean): Promise<Observation['flight']> {
   const ids = new Set<string>();
   const add = (message: string) => {
     const id = eventIdOf(message);
@@ -89,13 +93,14 @@ async function inFlightIn(redis: Redis): Promise<Observation['flight']> {
   let queued = 0;
   let processing = 0;
   // The queue before the processing lists, and their names after it: a take moves a message from
-  // the one to the other in the step that records its list's name.
-  for await (const message of readList(redis, keys.events)) {
+  // the one to the other in the step that records its list's name. Each read back to front, so
+  // that the consumers' takes and acks at the heads skip nothing.
+  for await (const message of readListBackwards(redis, keys.events)) {
     queued += 1;
     add(message);
   }
-  for (const list of await recordedProcessingLists(redis)) {
-    for await (const message of readList(redis, list)) {
+  for (const list of scanLists ? await scannedProcessingLists(redis) : await recordedProcessingLists(redis)) {
+    for await (const message of readListBackwards(redis, list)) {
       processing += 1;
       add(message);
     }
@@ -427,13 +432,13 @@ async function processedOf(partitions: Partitions, events: { event_id: string; a
  * at its own instant, and as each event's effects are written in its partition only, the counter
  * hashes summed over the partitions are exactly the effects of the events applied by those instants.
  */
-export async function observe(store: Db | VerifyReads, redis: Redis | Partitions, horizon?: number, checkSet?: VerifyCheckSet<unknown>): Promise<Observation> {
+export async function observe(store: Db | VerifyReads, redis: Redis | Partitions, horizon?: number, checkSet?: VerifyCheckSet<unknown>, scanLists = false): Promise<Observation> {
   const reads = verifyReadsOf(store);
   const partitions = partitionsOf(redis);
   const counterHashes = checkSet?.snapshot?.counterHashes ?? [];
   const s1 = await reads.snapshot(horizon, checkSet);
   // With partitions, each one's lists before its MULTI: the order above holds in each.
-  const flight = await inFlight(partitions);
+  const flight = await inFlight(partitions, scanLists);
   const state = mergeStates(partitions, await Promise.all(partitions.clients.map((client) => readConsumerState(client, counterHashes))), counterHashes);
   for (const envelope of Object.values(state.parked)) {
     const message = readEnvelope(envelope)?.message;
@@ -481,27 +486,6 @@ export async function whereIs(redis: Redis | Partitions, events: Whereabouts[]):
 }
 
 /**
- * Event ids in the processing lists a SCAN finds and no take recorded (a consumer that died after
- * the set of lists was lost, or before it existed), in every partition: what the recorded lists a
- * snapshot reads can miss. Read without a MULTI: no live consumer takes into such a list (its take
- * records it first), so what it holds only leaves it.
- */
-export async function unrecordedInFlight(redis: Redis | Partitions): Promise<Set<string>> {
-  const ids = new Set<string>();
-  for (const client of partitionsOf(redis).clients) {
-    const recorded = new Set(await recordedProcessingLists(client));
-    for await (const list of processingLists(client)) {
-      if (recorded.has(list)) continue;
-      for await (const message of readList(client, list)) {
-        const id = eventIdOf(message);
-        if (id) ids.add(id);
-      }
-    }
-  }
-  return ids;
-}
-
-/**
  * `whereIs` in one partition: first among the processing lists the takes recorded; the events
  * found nowhere there are looked for again among every list a SCAN finds (one taken into a list
  * recorded after the first look, or in a list no take recorded), so that the keyspace is walked only
@@ -510,10 +494,14 @@ export async function unrecordedInFlight(redis: Redis | Partitions): Promise<Set
 async function whereIsIn(redis: Redis, events: Whereabouts[]): Promise<string[]> {
   const first = await whereIsAmong(redis, events, await recordedProcessingLists(redis));
   if (first.length === 0) return first;
-  const scanned: string[] = [];
-  for await (const list of processingLists(redis)) scanned.push(list);
   const missing = new Set(first);
-  return whereIsAmong(redis, events.filter((e) => missing.has(e.event_id)), scanned);
+  return whereIsAmong(redis, events.filter((e) => missing.has(e.event_id)), await scannedProcessingLists(redis));
+}
+
+async function scannedProcessingLists(redis: Redis): Promise<string[]> {
+  const lists: string[] = [];
+  for await (const list of processingLists(redis)) lists.push(list);
+  return lists;
 }
 
 /** The events found nowhere in one atomic look (MULTI) at the processed and parked hashes, the queue and `processing`. */

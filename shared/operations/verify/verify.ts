@@ -6,7 +6,7 @@ import { EXAMPLES, invariantCheck as check, type InvariantCheck, type VerifyChec
 import { readEnvelope } from '../../outbox/redis/envelope.js';
 import { sleep } from '../../outbox/sleep.js';
 import { formatDuration } from '../../outbox/duration.js';
-import { applyOrderOf, observe, stillInFlight, unrecordedInFlight, verifyReadsOf, whereIs, type Observation, type PrunedAggregate, type VerifyReads } from './observe.js';
+import { applyOrderOf, observe, stillInFlight, verifyReadsOf, whereIs, type Observation, type PrunedAggregate, type VerifyReads } from './observe.js';
 import { runCheckSet } from './run-check-set.js';
 import { partitionOf, partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
 import { partitionsAhead } from '../../outbox/relay/store-pairing.js';
@@ -367,6 +367,12 @@ export async function verifyStores(store: Db | VerifyReads, redis: Redis | Parti
     o = await observe(db, redis, o.horizon, checkSet);
     waiting = inFlightOf(o);
   }
+  // Above MAX_LOST_LOOKUP unaccounted events there is no atomic look at each one: the snapshot is
+  // taken again with every processing list a SCAN finds, as a list no take recorded may hold them.
+  if (unaccounted(o).length > MAX_LOST_LOOKUP) {
+    o = await observe(db, redis, o.horizon, checkSet, true);
+    waiting = inFlightOf(o);
+  }
   const waitedMs = atSnapshot.length > 0 ? performance.now() - started : 0;
   const stillWaiting = new Set(waiting);
   const settle: SettleFigures = {
@@ -377,6 +383,13 @@ export async function verifyStores(store: Db | VerifyReads, redis: Redis | Parti
     newerInFlight: o.pendingNewer + o.processedNewer.filter((v) => v === null).length,
   };
   return judge(db, redis, o, settle, options);
+}
+
+/** The snapshot's events PUBLISHED, not applied, in none of the lists it read, not dead-lettered and not at a seq another event took (`takenIds`): lost, or in a list it did not read. */
+function unaccounted(o: Observation, takenIds = new Set(takenSeqs(o).map((e) => e.event_id))): Observation['events'] {
+  return o.events.filter(
+    (e, i) => e.status === 'PUBLISHED' && o.processed[i] === null && !o.flight.ids.has(e.event_id) && !o.flight.dead.has(e.event_id) && !takenIds.has(e.event_id),
+  );
 }
 
 /** How often a settle checks whether what it waits for is lost rather than in flight. */
@@ -419,15 +432,7 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
   // Lost: PUBLISHED, not applied and in no list we read; confirmed by one atomic look, since the
   // list reads can miss a message that moves meanwhile.
   // (A dead-lettered event is not lost: it waits in the dead-letter list for `dead-letter retry`.)
-  let lost = o.events.filter(
-    (e, i) => e.status === 'PUBLISHED' && o.processed[i] === null && !o.flight.ids.has(e.event_id) && !o.flight.dead.has(e.event_id) && !takenIds.has(e.event_id),
-  );
-  if (lost.length > MAX_LOST_LOOKUP) {
-    // Too many for the atomic look: at least those in a list no take recorded (which the
-    // snapshot did not read) are not lost.
-    const elsewhere = await unrecordedInFlight(redis);
-    lost = lost.filter((e) => !elsewhere.has(e.event_id));
-  }
+  let lost = unaccounted(o, takenIds);
   if (lost.length > 0 && lost.length <= MAX_LOST_LOOKUP) {
     const nowhere = new Set(await lostNow(db, redis, lost.map((e) => e.event_id)));
     lost = lost.filter((e) => nowhere.has(e.event_id));
