@@ -4,7 +4,7 @@ import { eventIdOf, type OutboxRow } from '../../outbox/store/events.js';
 import { hasPublished, storeIdOf } from '../../outbox/store/store-meta.js';
 import { keys } from '../../outbox/redis/keys.js';
 import type { VerifiedEvent, VerifyCheckSet, VerifyProducer } from '../../outbox/verify/verify-checks.js';
-import { processingLists, recordedProcessingLists } from '../../outbox/redis/processing-lists.js';
+import { recordedProcessingLists, scannedProcessingLists } from '../../outbox/redis/processing-lists.js';
 import { readEnvelope } from '../../outbox/redis/envelope.js';
 import { readList, readListBackwards } from '../../outbox/redis/read-list.js';
 import { byPartition, partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
@@ -496,12 +496,6 @@ async function whereIsIn(redis: Redis, events: Whereabouts[]): Promise<string[]>
   if (first.length === 0) return first;
   const missing = new Set(first);
   return whereIsAmong(redis, events.filter((e) => missing.has(e.event_id)), await scannedProcessingLists(redis));
-}
-
-async function scannedProcessingLists(redis: Redis): Promise<string[]> {
-  const lists: string[] = [];
-  for await (const list of processingLists(redis)) lists.push(list);
-  return lists;
 }
 
 /** The events found nowhere in one atomic look (MULTI) at the processed and parked hashes, the queue and `processing`. */

@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from '../logger.js';
 import { keys } from '../redis/keys.js';
-import { processingLists, recordedProcessingLists } from '../redis/processing-lists.js';
+import { recordedProcessingLists, scannedProcessingLists } from '../redis/processing-lists.js';
 
 /**
  * Moves every message of a processing list whose consumer shows no heartbeat back to the head of
@@ -19,13 +19,8 @@ import { processingLists, recordedProcessingLists } from '../redis/processing-li
  */
 export async function reclaimOrphans(redis: Redis, ownId: string, log?: Logger, { all = false, scan = false } = {}): Promise<number> {
   let reclaimed = 0;
-  const lists: string[] = [];
-  if (scan) {
-    for await (const list of processingLists(redis)) lists.push(list);
-    if (lists.length > 0) await redis.sadd(keys.processingLists, ...lists);
-  } else {
-    lists.push(...(await recordedProcessingLists(redis)));
-  }
+  const lists = scan ? await scannedProcessingLists(redis) : await recordedProcessingLists(redis);
+  if (scan && lists.length > 0) await redis.sadd(keys.processingLists, ...lists);
   for (const list of lists) {
     const owner = list.slice(keys.processing('').length);
     if (owner === ownId || (!all && (await redis.exists(keys.consumerAlive(owner))) === 1)) continue;

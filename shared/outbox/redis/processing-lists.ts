@@ -22,3 +22,10 @@ export function processingLists(redis: Redis): AsyncGenerator<string> {
 export async function recordedProcessingLists(redis: Redis): Promise<string[]> {
   return redis.smembers(keys.processingLists);
 }
+
+/** `processingLists`, collected. */
+export async function scannedProcessingLists(redis: Redis): Promise<string[]> {
+  const lists: string[] = [];
+  for await (const list of processingLists(redis)) lists.push(list);
+  return lists;
+}
