@@ -20,6 +20,7 @@
     requeued 1 when a parked event was moved to the queue, 0 when none was parked there, -1 when its
     entry is not a parked envelope (left where it is, for `outbox parked` and an operator)
 ]]
+--- @include "includes/envelope.lua"
 local aggregate, target = ARGV[1], tonumber(ARGV[2])
 if type(aggregate) ~= 'string' or aggregate == '' then return redis.error_reply('raise-applied-seq: ARGV[1] must be an aggregate key') end
 if not target or target < 1 or target ~= math.floor(target) then return redis.error_reply('raise-applied-seq: ARGV[2] must be a positive integer') end
@@ -29,7 +30,11 @@ if stored and not current then
   return redis.error_reply('raise-applied-seq: ' .. KEYS[1] .. ' field ' .. aggregate .. ' holds a non-number: fix it by hand')
 end
 current = current or 0
-redis.call('LLEN', KEYS[3])
+-- The parked hash is read before the first write (a key of another type fails there); the queue
+-- is written only.
+--- @include "includes/key-types.lua"
+local wrongType = wrongKeyType('raise-applied-seq', { { KEYS[3], 'list' } }, 'nothing raised')
+if wrongType then return wrongType end
 local raised = 0
 local seq = current
 if current < target then
@@ -38,16 +43,8 @@ if current < target then
 end
 local field = aggregate .. ':' .. string.format('%d', seq + 1)
 local parked = redis.call('HGET', KEYS[2], field)
-local requeued = 0
-local message
-if parked then
-  local ok, envelope = pcall(cjson.decode, parked)
-  if ok and type(envelope) == 'table' and type(envelope.message) == 'string' then
-    message = envelope.message
-  else
-    requeued = -1
-  end
-end
+local message = parked and envelopeMessage(parked)
+local requeued = (parked and not message) and -1 or 0
 if raised == 1 then redis.call('HSET', KEYS[1], aggregate, ARGV[2]) end
 if message then
   redis.call('HDEL', KEYS[2], field)

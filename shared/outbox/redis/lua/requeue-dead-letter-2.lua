@@ -12,12 +12,13 @@
   Output:
     1 moved, 0 the entry was not there, -1 the entry is not a dead-letter envelope (nothing done)
 ]]
-local ok, envelope = pcall(cjson.decode, ARGV[1])
-if not ok or type(envelope) ~= 'table' or type(envelope.message) ~= 'string' then
+--- @include "includes/envelope.lua"
+local message = envelopeMessage(ARGV[1])
+if not message then
   return -1
 end
 if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then
   return 0
 end
-redis.call('RPUSH', KEYS[2], envelope.message)
+redis.call('RPUSH', KEYS[2], message)
 return 1

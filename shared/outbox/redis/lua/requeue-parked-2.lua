@@ -12,14 +12,15 @@
   Output:
     1 moved, 0 the field was not there, -1 its value is not a parked envelope (nothing done)
 ]]
+--- @include "includes/envelope.lua"
 local stored = redis.call('HGET', KEYS[1], ARGV[1])
 if not stored then
   return 0
 end
-local ok, envelope = pcall(cjson.decode, stored)
-if not ok or type(envelope) ~= 'table' or type(envelope.message) ~= 'string' then
+local message = envelopeMessage(stored)
+if not message then
   return -1
 end
 redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('LPUSH', KEYS[2], envelope.message)
+redis.call('LPUSH', KEYS[2], message)
 return 1

@@ -14,6 +14,7 @@
   any event waits for its predecessor. Every key it writes was type-checked before the script's
   first write.
 ]]
+--- @include "includes/envelope.lua"
 local UNPARK_MAX = 256
 local function unparkSuccessors(aggregate, seq)
   local messages = {}
@@ -22,13 +23,13 @@ local function unparkSuccessors(aggregate, seq)
     local stored = rcall('HGET', KEYS[4], field)
     if not stored then break end
     rcall('HDEL', KEYS[4], field)
-    local ok, envelope = pcall(cjson.decode, stored)
-    if not (ok and type(envelope) == 'table' and type(envelope.message) == 'string') then
+    local message = envelopeMessage(stored)
+    if not message then
       deadLetter('corrupt parked entry ' .. field .. ' (not the JSON the consumer writes)', stored)
       problem(KEYS[4] .. ' field ' .. field .. ' was not valid JSON: moved to ' .. KEYS[8])
       break
     end
-    messages[#messages + 1] = envelope.message
+    messages[#messages + 1] = message
   end
   if #messages == 0 then return end
   -- LPUSH puts its last argument first: the chain reaches the head in seq order.
