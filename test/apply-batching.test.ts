@@ -10,7 +10,7 @@ import { after, beforeEach, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
 import { z } from 'zod';
 import { createConsumer, defineEvents, defineRedisHandlers, effect } from '../shared/outbox/index.js';
-import { applyEvents, claimEvents, completeEvents, defineScripts, moveToProcessing, type EventToApply, type EventToClaim } from '../shared/outbox/redis/scripts.js';
+import { applyEvents, claimEvents, completeEvents, defineScripts, moveToProcessing, raiseAppliedSeq, requeueDeadLetter, requeueParked, type EventToApply, type EventToClaim } from '../shared/outbox/redis/scripts.js';
 import { useHarness } from './helpers/harness.js';
 
 const h = useHarness();
@@ -469,6 +469,25 @@ describe('data faults', () => {
     assert.equal(r.problems.length, 2);
     assert.equal(await h.client.llen(LIST), 0);
   });
+});
+
+describe('a held message set back (parked, dead-lettered, or behind a raised applied seq): a queue of another type refuses the call before its first write', () => {
+  const envelope = JSON.stringify({ reason: 'gap', message: '{"event_id":"e2"}', parkedAt: 1 });
+  const cases: [string, () => Promise<unknown>][] = [
+    ['requeue-parked', () => requeueParked(redis, 'a:2')],
+    ['requeue-dead-letter', () => requeueDeadLetter(redis, Buffer.from(envelope))],
+    ['raise-applied-seq', () => raiseAppliedSeq(redis, 'a', 1)],
+  ];
+  for (const [script, call] of cases) {
+    it(`${script}: the held entry stays where it was, Redis unchanged`, async () => {
+      await h.client.hset('outbox.events:parked', 'a:2', envelope);
+      await h.client.rpush('outbox.events:dead', envelope);
+      await h.client.set('outbox.events', 'corrupt');
+      const before = await snapshot();
+      await assert.rejects(call(), (e: Error) => e.message.startsWith(`WRONGTYPE ${script}: outbox.events holds a string, not a list`));
+      assert.deepEqual(await snapshot(), before);
+    });
+  }
 });
 
 describe('move-to-processing', () => {
