@@ -219,14 +219,13 @@ async function repair(recovery: RecoveryStore, redis: Partitions, { lost, figure
     const done = await restorePrunedSeqs(redis, figures.prunedBehind);
     console.log(`repair: ${done.aggregates} aggregate(s) given their pruned seq (${done.events} pruned event(s) whose effects Redis lost, counted as unrecoverable); ${done.requeued} parked event(s) queued again`);
   }
-  if (figures.seqBehind.length > 0) {
-    const { raiseAppliedSeqs } = await import('../../../shared/operations/recovery/applied-seqs.js');
-    const done = await raiseAppliedSeqs(redis, figures.seqBehind);
+  const appliedSeqs = figures.seqBehind.length > 0 || figures.releasable.length > 0 ? await import('../../../shared/operations/recovery/applied-seqs.js') : undefined;
+  if (appliedSeqs && figures.seqBehind.length > 0) {
+    const done = await appliedSeqs.raiseAppliedSeqs(redis, figures.seqBehind);
     console.log(`repair: ${done.aggregates} aggregate(s) given back the applied seq their processed entries show; ${done.requeued} parked event(s) queued again`);
   }
-  if (figures.releasable.length > 0) {
-    const { requeueReleasable } = await import('../../../shared/operations/recovery/applied-seqs.js');
-    const requeued = await requeueReleasable(redis, figures.releasable);
+  if (appliedSeqs && figures.releasable.length > 0) {
+    const requeued = await appliedSeqs.requeueReleasable(redis, figures.releasable);
     console.log(`repair: ${requeued} parked event(s) whose aggregate's applied seq had reached the seq before them queued again`);
   }
   if (lost.length === 0) return;

@@ -1,4 +1,4 @@
-import { partitionOf, type Partitions } from '../../outbox/redis/partitions.js';
+import type { Partitions } from '../../outbox/redis/partitions.js';
 import { raiseAppliedSeq, requeueParked } from '../../outbox/redis/scripts.js';
 import type { AppliedSeqBehind } from '../verify/verify.js';
 
@@ -12,7 +12,7 @@ import type { AppliedSeqBehind } from '../verify/verify.js';
 export async function raiseAppliedSeqs(partitions: Partitions, behind: AppliedSeqBehind[]): Promise<{ aggregates: number; requeued: number }> {
   const done = { aggregates: 0, requeued: 0 };
   for (const { aggregate, throughSeq } of behind) {
-    const { raised, requeued } = await raiseAppliedSeq(partitions.clients[partitionOf(aggregate, partitions.count)], aggregate, throughSeq);
+    const { raised, requeued } = await raiseAppliedSeq(partitions.clients[partitions.indexOf(aggregate)], aggregate, throughSeq);
     if (raised) done.aggregates += 1;
     if (requeued === 'moved') done.requeued += 1;
   }
@@ -28,7 +28,7 @@ export async function requeueReleasable(partitions: Partitions, fields: string[]
   let requeued = 0;
   for (const field of fields) {
     const aggregate = field.slice(0, field.lastIndexOf(':'));
-    if ((await requeueParked(partitions.clients[partitionOf(aggregate, partitions.count)], field)) === 'moved') requeued += 1;
+    if ((await requeueParked(partitions.clients[partitions.indexOf(aggregate)], field)) === 'moved') requeued += 1;
   }
   return requeued;
 }

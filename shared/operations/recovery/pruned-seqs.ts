@@ -1,5 +1,5 @@
 import { keys } from '../../outbox/redis/keys.js';
-import { partitionOf, type Partitions } from '../../outbox/redis/partitions.js';
+import type { Partitions } from '../../outbox/redis/partitions.js';
 import { requeueParked } from '../../outbox/redis/scripts.js';
 import type { PrunedBehind } from '../verify/verify.js';
 
@@ -13,7 +13,7 @@ import type { PrunedBehind } from '../verify/verify.js';
 export async function restorePrunedSeqs(partitions: Partitions, behind: PrunedBehind[]): Promise<{ aggregates: number; events: number; requeued: number }> {
   const done = { aggregates: 0, events: 0, requeued: 0 };
   for (const { aggregate, fromSeq, throughSeq } of behind) {
-    const redis = partitions.clients[partitionOf(aggregate, partitions.count)];
+    const redis = partitions.clients[partitions.indexOf(aggregate)];
     const applied = Number((await redis.hget(keys.appliedSeq, aggregate)) ?? 0);
     if (!(applied < throughSeq)) continue;
     const events = throughSeq - Math.max(applied + 1, fromSeq) + 1;

@@ -8,7 +8,7 @@ import { sleep } from '../../outbox/sleep.js';
 import { formatDuration } from '../../outbox/duration.js';
 import { applyOrderOf, observe, stillInFlight, verifyReadsOf, whereIs, type Observation, type PrunedAggregate, type VerifyReads } from './observe.js';
 import { runCheckSet } from './run-check-set.js';
-import { partitionOf, partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
+import { byPartition, partitionOf, partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
 import { partitionsAhead } from '../../outbox/relay/store-pairing.js';
 
 export type { InvariantCheck } from '../../outbox/verify/verify-checks.js';
@@ -231,14 +231,9 @@ function appliedSeqsBehind(o: Observation, seqsApplied: Map<string, Set<number>>
  */
 async function prunedSeqsApplied(redis: Redis | Partitions, o: Observation, candidates: { key: string; throughSeq: number }[]): Promise<Map<string, number>> {
   const highest = new Map<string, number>();
-  if (candidates.length === 0) return highest;
   const partitions = partitionsOf(redis);
-  const wanted = new Map<number, Map<string, number>>();
-  for (const { key, throughSeq } of candidates) {
-    const index = partitionOf(key, o.partitionCount);
-    wanted.set(index, (wanted.get(index) ?? new Map<string, number>()).set(key, throughSeq));
-  }
-  for (const [index, through] of wanted) {
+  for (const [index, group] of byPartition(partitions, candidates, (c) => c.key)) {
+    const through = new Map(group.map((c) => [c.key, c.throughSeq]));
     const counter = o.appliedCounters[index];
     let cursor = '0';
     do {
@@ -249,7 +244,9 @@ async function prunedSeqsApplied(redis: Redis | Partitions, o: Observation, cand
         const seq = entry?.seq;
         if (typeof aggregate !== 'string' || typeof seq !== 'number') continue;
         const pruned = through.get(aggregate);
-        if (pruned === undefined || seq > pruned || seq <= (highest.get(aggregate) ?? 0) || !appliedBy(entries[i], counter)) continue;
+        // Applied by the MULTI's instant, as `appliedBy` judges (an entry without applyOrder counts as 0).
+        const order = typeof entry?.applyOrder === 'number' ? entry.applyOrder : 0;
+        if (pruned === undefined || seq > pruned || seq <= (highest.get(aggregate) ?? 0) || order > counter) continue;
         highest.set(aggregate, seq);
       }
       cursor = next;
@@ -258,7 +255,7 @@ async function prunedSeqsApplied(redis: Redis | Partitions, o: Observation, cand
   return highest;
 }
 
-function processedEntry(value: string): { aggregate?: unknown; aggregateId?: unknown; seq?: unknown } | undefined {
+function processedEntry(value: string): { aggregate?: unknown; aggregateId?: unknown; seq?: unknown; applyOrder?: unknown } | undefined {
   try {
     const entry: unknown = JSON.parse(value);
     return typeof entry === 'object' && entry !== null ? entry : undefined;

@@ -25,8 +25,8 @@ export const keys = {
    * Set: the name of every processing list a consumer took into, recorded by each take
    * (move-to-processing-3.lua). The consumers' reclaim of a dead consumer's list reads it every 10 s
    * instead of scanning the keyspace, which the dedupe markers fill (a week of events); it scans at
-   * start, on a partition's take and once an hour (consumer/orphans.ts). verify and status scan:
-   * they must see a list even if this set was lost.
+   * start, on a partition's take and once an hour (consumer/orphans.ts). status reads it too, and
+   * so does verify, which scans only for an event the lists it names leave unaccounted for.
    */
   processingLists: 'outbox:processing-lists',
   /** String, SET NX: the dedupe marker of one event. */
