@@ -108,7 +108,6 @@ end
 -- Phase 2: write. Every value used below was checked above.
 local counts = { duplicates = 0, parked = 0, unparked = 0, dead = 0 }
 local anyParked = rcall('EXISTS', KEYS[4]) == 1
-local anyAttempts = rcall('EXISTS', KEYS[10]) == 1
 local outcomes, waits = {}, {}
 
 --- @include "includes/dead-letter.lua"
@@ -153,10 +152,7 @@ for _, e in ipairs(plan) do
       outcome = 'claimed'
     end
   end
-  if acked then
-    rcall('LREM', KEYS[1], 1, e.raw)
-    if anyAttempts then rcall('HDEL', KEYS[10], e.eventId) end
-  end
+  if acked then ack(e) end
   outcomes[#outcomes + 1] = outcome
   waits[#waits + 1] = wait
 end

@@ -20,6 +20,10 @@
                 an integer (a problem line says so)
     'candidate' otherwise, with e.processed (whether its processed entry exists), and
                 lastOf[e.aggregate] its aggregate's applied seq (0 when none)
+
+  ack(e): phase 2's ack of one event: its message out of the processing list (KEYS[1]), and its
+  failed attempts' count out of the attempts hash (KEYS[10], type-checked before the first write),
+  which is looked at only while it exists.
 ]]
 local MAX_EXACT = 9007199254740991
 local function integer(text)
@@ -78,4 +82,11 @@ local function checkEvent(e, usable, served)
   end
   e.kind = 'candidate'
   e.processed = rcall('HEXISTS', KEYS[2], e.eventId) == 1
+end
+
+local anyAttempts
+local function ack(e)
+  rcall('LREM', KEYS[1], 1, e.raw)
+  if anyAttempts == nil then anyAttempts = rcall('EXISTS', KEYS[10]) == 1 end
+  if anyAttempts then rcall('HDEL', KEYS[10], e.eventId) end
 end
