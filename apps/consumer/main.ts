@@ -26,6 +26,7 @@ runApp('outbox-consumer', consumerSettings, async (config, log, signal) => {
     threads,
     batchSize: config.batchSize,
     maxAttempts: config.maxAttempts,
+    dedupeWindowMs: config.dedupeWindowMs,
     handlerTimeoutMs,
     cpuCostMs,
     // Each task carries the fault in force (OUTBOX_HANDLER_FAIL, or its file while that exists).

@@ -1,5 +1,5 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { consumerBatchSize, consumerId, maxAttempts } from '../../../shared/runtime/config/consumer-config.js';
+import { consumerBatchSize, consumerId, dedupeWindow, maxAttempts } from '../../../shared/runtime/config/consumer-config.js';
 import { flagOptions, forCommand, readSettings } from '../../../shared/runtime/config/settings.js';
 import { handlers } from '../../../shared/lab/orders/order-handlers.js';
 import { createConsumer } from '../../../shared/outbox/consumer/create-consumer.js';
@@ -11,6 +11,7 @@ interface Args extends GlobalArgs {
   consumerId: string;
   batchSize: string;
   maxAttempts: string;
+  dedupeWindowMs: string;
 }
 
 export const command = 'consume';
@@ -21,6 +22,7 @@ const settings = {
   consumerId: forCommand(consumerId, 'cli'),
   batchSize: forCommand(consumerBatchSize, '1000'),
   maxAttempts: forCommand(maxAttempts),
+  dedupeWindowMs: forCommand(dedupeWindow),
 };
 
 export const builder = (yargs: Argv<GlobalArgs>) => yargs.options(flagOptions(settings));

@@ -3,6 +3,7 @@ import { crashPoint } from '../crash-point.js';
 import type { OutboxEvent } from '../store/events.js';
 import { laneOf } from '../events/aggregate-key.js';
 import { keys } from '../redis/keys.js';
+import { DEFAULT_DEDUPE_WINDOW_MS, markerTtlOf, sweepWindow } from '../redis/dedupe-window.js';
 import { applyEvents, deadLetter, handlerFailed, moveToProcessing, type ApplyOutcome, type EventToApply } from '../redis/scripts.js';
 import { readEntry } from './decode-entry.js';
 import { driveRounds, takingConnection } from './drive-rounds.js';
@@ -18,8 +19,11 @@ export interface ConsumerOptions {
   consumerId?: string;
   /** Messages taken (LMOVE each, in one script) per round. Default 1000. */
   batchSize?: number;
-  /** TTL of the per-event dedupe marker, in seconds; 0 keeps it forever. Default 7 days. */
-  dedupeTtlSeconds?: number;
+  /**
+   * How long an applied event's records (dedupe marker, processed entry, apply count) are kept, ms.
+   * Beyond it the aggregate's seq guard tells a duplicate. Default 7 days (`DEFAULT_DEDUPE_WINDOW_MS`).
+   */
+  dedupeWindowMs?: number;
   /**
    * Computes the effects of a task of events, in order (e.g. on a worker pool), given the number of
    * this attempt at each (1 = first). A result `{error}` fails that event's attempt, `{poison}`
@@ -77,7 +81,6 @@ const STAT_OF: Record<Outcome, keyof ConsumeStats> = {
   retry: 'retried',
 };
 
-export const DEFAULT_DEDUPE_TTL_SECONDS = 7 * 24 * 3600;
 export const DEFAULT_MAX_ATTEMPTS = 5;
 
 /** One message of a round and what became of it. */
@@ -116,7 +119,7 @@ export function eventToApply(raw: string | Buffer, event: OutboxEvent, effects: 
   }
   // The processed entry says what was applied; the script adds applyOrder and appliedAt.
   const result = `${start}${JSON.stringify(aggregate)},"seq":${seq},"effects":${effects.length}}`;
-  return { raw, eventId, storeId, aggregate, seq, effects, result };
+  return { raw, eventId, storeId, aggregate, seq, effects, result, createdAt: event.createdAt };
 }
 
 /**
@@ -133,7 +136,8 @@ export function eventToApply(raw: string | Buffer, event: OutboxEvent, effects: 
 export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
   const consumerId = options.consumerId ?? 'cli';
   const batchSize = options.batchSize ?? 1000;
-  const dedupeTtlSeconds = options.dedupeTtlSeconds ?? DEFAULT_DEDUPE_TTL_SECONDS;
+  const windowMs = options.dedupeWindowMs ?? DEFAULT_DEDUPE_WINDOW_MS;
+  const markerTtlSeconds = markerTtlOf(windowMs);
   const { handler } = options;
   const lanes = Math.max(1, options.lanes ?? 1);
   const maxAttempts = options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
@@ -241,7 +245,7 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
     ];
     for (let i = 0; i < batch.length; i += APPLY_CHUNK) {
       sent.push(
-        applyEvents(redis, processingList, batch.slice(i, i + APPLY_CHUNK), dedupeTtlSeconds).then(({ outcomes, problems }) => {
+        applyEvents(redis, processingList, batch.slice(i, i + APPLY_CHUNK), markerTtlSeconds).then(({ outcomes, problems }) => {
           for (const problem of problems) options.onProblem?.(problem);
           return outcomes;
         }),
@@ -298,6 +302,8 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
     const stats = emptyStats();
     try {
       await driveRounds(redis, rounds, { until: 'empty', connect: () => takingConnection(redis), stats, onRound: () => onRound?.(stats) }).done;
+      // A drain is the CLI's consumer: it sweeps what is due, as the app does on a timer.
+      await sweepWindow(redis, windowMs);
       return stats;
     } finally {
       await stopHeartbeat();

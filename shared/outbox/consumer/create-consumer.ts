@@ -3,7 +3,8 @@ import type { Piscina } from 'piscina';
 import { ConfigError } from '../errors/config-error.js';
 import type { Logger } from '../logger.js';
 import type { OutboxEvent } from '../store/events.js';
-import { createConsumerEngine, DEFAULT_DEDUPE_TTL_SECONDS, DEFAULT_MAX_ATTEMPTS, emptyStats, type ConsumeStats, type ConsumerOptions } from './consumer.js';
+import { DEFAULT_DEDUPE_WINDOW_MS } from '../redis/dedupe-window.js';
+import { createConsumerEngine, DEFAULT_MAX_ATTEMPTS, emptyStats, type ConsumeStats, type ConsumerOptions } from './consumer.js';
 import type { HandlerFault } from './handler-fault.js';
 import { decodeResults, encodeEvents, type HandlerTask } from './handler-worker.js';
 import type { Database } from 'better-sqlite3';
@@ -42,8 +43,11 @@ export interface CreateConsumerOptions {
   lanes?: number;
   /** Handler attempts at an event before it is dead-lettered. 1-1000, default 5. */
   maxAttempts?: number;
-  /** TTL of the per-event dedupe marker, seconds; 0 keeps it forever. Default 7 days. */
-  dedupeTtlSeconds?: number;
+  /**
+   * How long an applied event's records (marker, processed entry, apply count) are kept, ms; beyond
+   * it the aggregate's seq guard tells a duplicate. 1000-2^31 s, default 7 days.
+   */
+  dedupeWindowMs?: number;
   /** How long one task on a worker thread may run (from when the thread starts it, not from when it was queued) before the thread is stopped and the attempt fails, ms. Default 5000. */
   handlerTimeoutMs?: number;
   /** Simulated CPU work per event, ms, for benchmarks. Default 0. */
@@ -74,7 +78,7 @@ export interface CreateConsumerOptions {
 
 const CONSUMER_ID = /^[A-Za-z0-9._-]{1,64}$/;
 
-function whole(options: CreateConsumerOptions, name: 'batchSize' | 'threads' | 'lanes' | 'maxAttempts' | 'dedupeTtlSeconds' | 'handlerTimeoutMs' | 'leaseMs' | 'partitionLeaseMs', min: number, max: number): void {
+function whole(options: CreateConsumerOptions, name: 'batchSize' | 'threads' | 'lanes' | 'maxAttempts' | 'dedupeWindowMs' | 'handlerTimeoutMs' | 'leaseMs' | 'partitionLeaseMs', min: number, max: number): void {
   const value = options[name];
   if (value !== undefined && (!Number.isInteger(value) || value < min || value > max)) {
     throw new ConfigError(`createConsumer: ${name} must be an integer from ${min} to ${max}, got ${String(value)}`);
@@ -97,7 +101,7 @@ export function checkConsumerOptions(options: CreateConsumerOptions): void {
   whole(options, 'threads', 1, 64);
   whole(options, 'lanes', 1, 64);
   whole(options, 'maxAttempts', 1, 1000);
-  whole(options, 'dedupeTtlSeconds', 0, 2 ** 31 - 1);
+  whole(options, 'dedupeWindowMs', 1000, 2 ** 31 * 1000);
   whole(options, 'handlerTimeoutMs', 1, 2 ** 31 - 1);
   whole(options, 'leaseMs', 1, 86_400_000);
   whole(options, 'partitionLeaseMs', 500, 600_000);
@@ -248,7 +252,7 @@ export async function createConsumer(options: CreateConsumerOptions) {
     batchSize: options.batchSize ?? 1000,
     lanes: options.lanes ?? (onPool ? threads : 1),
     maxAttempts: options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
-    dedupeTtlSeconds: options.dedupeTtlSeconds ?? DEFAULT_DEDUPE_TTL_SECONDS,
+    dedupeWindowMs: options.dedupeWindowMs ?? DEFAULT_DEDUPE_WINDOW_MS,
     onProblem: options.onProblem,
   };
   const engines = partitions.clients.map((redis) => createConsumerEngine(redis, engineOptions));
@@ -296,7 +300,7 @@ async function databaseConsumer(options: CreateConsumerOptions, set: DatabaseHan
       batchSize: options.batchSize ?? 1000,
       lanes: options.lanes ?? 1,
       maxAttempts: options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
-      dedupeTtlSeconds: options.dedupeTtlSeconds ?? DEFAULT_DEDUPE_TTL_SECONDS,
+      dedupeWindowMs: options.dedupeWindowMs ?? DEFAULT_DEDUPE_WINDOW_MS,
       leaseMs: options.leaseMs,
       onProblem,
     });
@@ -312,6 +316,7 @@ async function databaseConsumer(options: CreateConsumerOptions, set: DatabaseHan
         startConsumer(redis, connectBlocking, log, {
           consumerId,
           batchSize: options.batchSize,
+          dedupeWindowMs: options.dedupeWindowMs,
           ...run,
           engine: (onProblem) => make(redis, (problem) => (onProblem(problem), options.onProblem?.(problem))),
         }),

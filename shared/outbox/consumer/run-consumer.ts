@@ -3,6 +3,7 @@ import { explainError } from '../errors/explain-error.js';
 import { incidentLog } from '../incident-log.js';
 import { withFields, type Logger } from '../logger.js';
 import { keys } from '../redis/keys.js';
+import { DEFAULT_DEDUPE_WINDOW_MS, startWindowSweeps } from '../redis/dedupe-window.js';
 import { checkPartitionLayout } from '../redis/partition-layout.js';
 import { partitionsOf } from '../redis/partitions.js';
 import { ConfigError } from '../errors/config-error.js';
@@ -38,6 +39,8 @@ interface RunOptions {
   partition?: number;
   /** With partitions: when this partition's lease ends at the latest (drive-rounds.ts: no take that could outlast it). */
   heldUntil?: () => number;
+  /** How long applied events' records are kept, ms: this consumer sweeps older ones. Default 7 days. */
+  dedupeWindowMs?: number;
 }
 
 /**
@@ -117,6 +120,7 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
   // Without partitions nothing else looks again: relays for several partitions that claimed Redis
   // after this consumer started would feed queues it never reads. Said once, until it matches again.
   const stopLayoutWatch = options.partition === undefined ? watchLayout(redis, log) : () => {};
+  const stopSweeps = startWindowSweeps(redis, options.dedupeWindowMs ?? DEFAULT_DEDUPE_WINDOW_MS, log);
 
   // The same loop as a drain (drive-rounds.ts), until stopped: BLMOVE when idle, a failed take or
   // round retried on a new blocking connection (one that fails fast instead of reconnecting).
@@ -155,6 +159,7 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
     async stop(): Promise<void> {
       stopStats();
       stopLayoutWatch();
+      stopSweeps();
       clearInterval(reclaimTimer);
       await rounds.stop();
       let handedBack = 0;

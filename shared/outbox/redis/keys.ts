@@ -36,6 +36,16 @@ export const keys = {
    * the evidence `verify` and chaos read for "applied twice" (1 everywhere, or something is wrong).
    */
   applyCount: 'outbox:apply-count',
+  /**
+   * List: per applied batch, `t<appliedAt ms>` then `e<event_id>` for each event applied in it. The
+   * window's sweep reads it from the head to drop the records of events applied before the window.
+   */
+  appliedLog: 'outbox:applied-log',
+  /**
+   * Hash {windowMs, sweptEvents, sweptThrough}: the dedupe window, how many events' records its
+   * sweeps dropped, and the apply time up to which they did (dedupe-window.ts).
+   */
+  window: 'outbox:window',
   /** Hash aggregate_id -> last applied seq. */
   appliedSeq: 'outbox:applied-seq',
   /**

@@ -5,7 +5,7 @@ import { keyPrefixOfConnection } from './scan-keys.js';
 
 /** The Lua scripts in ./lua, named `<name>-<numberOfKeys>.lua`. */
 const SCRIPT_FILES = {
-  applyEvents: 'apply-events-11.lua',
+  applyEvents: 'apply-events-13.lua',
   claimStore: 'claim-store-8.lua',
   pushEvents: 'push-events-3.lua',
   deadLetter: 'dead-letter-3.lua',
@@ -14,8 +14,9 @@ const SCRIPT_FILES = {
   requeueParked: 'requeue-parked-2.lua',
   raiseAppliedSeq: 'raise-applied-seq-3.lua',
   moveToProcessing: 'move-to-processing-3.lua',
-  claimEvents: 'claim-event-10.lua',
-  completeEvents: 'complete-event-10.lua',
+  claimEvents: 'claim-event-11.lua',
+  completeEvents: 'complete-event-11.lua',
+  sweepWindow: 'sweep-window-5.lua',
   partitionLease: 'partition-lease-1.lua',
   consumerMembers: 'consumer-members-1.lua',
 } as const;
@@ -75,6 +76,8 @@ export interface EventToApply {
   effects: (readonly [string, string, string, string])[];
   /** JSON object stored in the processed hash (the script adds applyOrder and appliedAt, Redis's TIME when it applied the event). */
   result: string;
+  /** When the event was committed (ms since epoch), when its message says: tells an expired record from a taken seq. */
+  createdAt?: number;
 }
 
 /** The script answers each event's outcome by its first letter. */
@@ -97,13 +100,13 @@ function wellFormed(text: string): string {
   return (text as string & { toWellFormed(): string }).toWellFormed();
 }
 
-/** See lua/apply-events-11.lua: applies `events` and their effects in order, resolving one outcome per event. */
-export async function applyEvents(redis: Redis, processingList: string, events: EventToApply[], dedupeTtlSeconds: number): Promise<ApplyResult> {
-  return sendApplyEvents(redis, applyEventsArgs(redis, processingList, events, dedupeTtlSeconds));
+/** See lua/apply-events-13.lua: applies `events` and their effects in order, resolving one outcome per event. */
+export async function applyEvents(redis: Redis, processingList: string, events: EventToApply[], markerTtlSeconds: number): Promise<ApplyResult> {
+  return sendApplyEvents(redis, applyEventsArgs(redis, processingList, events, markerTtlSeconds));
 }
 
 /** The keys and arguments of one apply-events call (apart so that `outbox bench` can time the script on arguments built beforehand). */
-export function applyEventsArgs(redis: Redis, processingList: string, events: EventToApply[], dedupeTtlSeconds: number): (string | Buffer)[] {
+export function applyEventsArgs(redis: Redis, processingList: string, events: EventToApply[], markerTtlSeconds: number): (string | Buffer)[] {
   // The markers' and the effects' keys are derived in the script, so their prefix carries the namespace itself.
   const namespace = keyPrefixOfConnection(redis);
   // The events' values in one JSON argument and the raw messages after it: ioredis pays for every
@@ -112,7 +115,7 @@ export function applyEventsArgs(redis: Redis, processingList: string, events: Ev
   // not three per event.
   const flat: string[] = [];
   for (const e of events) {
-    flat.push(e.eventId, e.aggregate, String(e.seq), e.storeId, e.result, String(e.effects.length));
+    flat.push(e.eventId, e.aggregate, String(e.seq), e.storeId, e.result, String(e.createdAt ?? 0), String(e.effects.length));
     for (const f of e.effects) flat.push(f[0], f[1], f[2], f[3]);
   }
   let packed = JSON.stringify(flat);
@@ -133,8 +136,10 @@ export function applyEventsArgs(redis: Redis, processingList: string, events: Ev
     keys.applyCount,
     keys.attempts,
     keys.effectKeys,
+    keys.appliedLog,
+    keys.window,
     markerPrefix(redis),
-    String(dedupeTtlSeconds),
+    String(markerTtlSeconds),
     namespace,
     packed,
   ];
@@ -271,6 +276,8 @@ export interface EventToClaim {
   /** The opaque aggregate key (applied-seq field, parked field prefix). */
   aggregate: string;
   seq: number;
+  /** When the event was committed (ms since epoch), when its message says. */
+  createdAt?: number;
 }
 
 export type ClaimOutcome = 'claimed' | 'busy' | 'duplicate' | 'parked' | 'foreign' | 'stale' | 'invalid';
@@ -282,10 +289,10 @@ export interface ClaimResult {
   problems: string[];
 }
 
-/** See lua/claim-event-10.lua: claims `events` (at most one per aggregate) for `leaseMs` on behalf of `owner`. */
+/** See lua/claim-event-11.lua: claims `events` (at most one per aggregate) for `leaseMs` on behalf of `owner`. */
 export async function claimEvents(redis: Redis, processingList: string, events: EventToClaim[], leaseMs: number, owner: string): Promise<ClaimResult> {
   const args: (string | number)[] = [markerPrefix(redis), leaseMs, owner];
-  for (const e of events) args.push(e.raw, e.eventId, e.aggregate, e.seq, e.storeId);
+  for (const e of events) args.push(e.raw, e.eventId, e.aggregate, e.seq, e.storeId, e.createdAt ?? 0);
   const [outcomes, waits, problems] = (await client(redis).claimEvents(
     processingList,
     keys.processed,
@@ -297,6 +304,7 @@ export async function claimEvents(redis: Redis, processingList: string, events: 
     keys.deadLetter,
     keys.applyCount,
     keys.attempts,
+    keys.window,
     ...args,
   )) as [ClaimOutcome[], number[], string[]];
   return { outcomes, waits, problems };
@@ -304,14 +312,14 @@ export async function claimEvents(redis: Redis, processingList: string, events: 
 
 export type CompleteOutcome = 'applied' | 'duplicate' | 'foreign' | 'stale' | 'invalid';
 
-/** See lua/complete-event-10.lua: records `events` whose effect the consumer's database committed, and acks them. */
+/** See lua/complete-event-11.lua: records `events` whose effect the consumer's database committed, and acks them. */
 export async function completeEvents(
   redis: Redis,
   processingList: string,
   events: (EventToClaim & { result: string })[],
-  dedupeTtlSeconds: number,
+  markerTtlSeconds: number,
 ): Promise<{ outcomes: CompleteOutcome[]; problems: string[] }> {
-  const args: (string | number)[] = [markerPrefix(redis), dedupeTtlSeconds];
+  const args: (string | number)[] = [markerPrefix(redis), markerTtlSeconds];
   for (const e of events) args.push(e.raw, e.eventId, e.aggregate, e.seq, e.storeId, e.result);
   const [outcomes, problems] = (await client(redis).completeEvents(
     processingList,
@@ -324,9 +332,16 @@ export async function completeEvents(
     keys.deadLetter,
     keys.applyCount,
     keys.attempts,
+    keys.appliedLog,
     ...args,
   )) as [CompleteOutcome[], string[]];
   return { outcomes, problems };
+}
+
+/** See lua/sweep-window-5.lua: drops the records of events applied before the window, reading at most `limit` log entries. */
+export async function sweepWindowOnce(redis: Redis, windowMs: number, limit: number): Promise<{ swept: number; more: boolean }> {
+  const [swept, more] = (await client(redis).sweepWindow(keys.appliedLog, keys.processed, keys.applyCount, keys.attempts, keys.window, windowMs, limit)) as [number, number];
+  return { swept, more: more === 1 };
 }
 
 /** See lua/partition-lease-1.lua: resolves whether `owner` holds the partition's lease after the call. */

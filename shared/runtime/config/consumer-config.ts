@@ -29,6 +29,16 @@ export const maxAttempts = count({
   describe: 'handler attempts at an event before it is dead-lettered; a failed one is retried after a backoff',
 });
 
+/** How long applied events' records are kept; beyond it the seq guard tells a duplicate. */
+export const dedupeWindow = duration({
+  flag: 'dedupe-window',
+  env: 'OUTBOX_DEDUPE_WINDOW',
+  default: '7d',
+  min: 1000,
+  max: 2 ** 31 * 1000,
+  describe: "how long an applied event's dedupe marker, processed entry and apply count are kept; beyond it the aggregate's seq guard tells a duplicate",
+});
+
 /** The consumer app's settings (outbox-consumer), each with its flag, variable and default. */
 export const consumerSettings = {
   // Not databaseUrl: the consumer reads Redis only, whichever store the relay reads.
@@ -66,6 +76,8 @@ export const consumerSettings = {
   }),
   /** Default 5. */
   maxAttempts,
+  /** Default 7d. */
+  dedupeWindowMs: dedupeWindow,
   /** Injected handler failures, for tests and chaos (shared/outbox/consumer/handler-fault.ts). Default off. */
   handlerFault: custom({ env: 'OUTBOX_HANDLER_FAIL', default: '', defaultText: 'off', describe: 'injected handler failures', parse: (raw) => parseHandlerFault(raw) }),
   /** A file whose contents, while it exists, replace `handlerFault`. Default none. */

@@ -4,7 +4,8 @@ import { keys } from '../../redis/keys.js';
 import { deadLetter, moveToProcessing } from '../../redis/scripts.js';
 import type { Db } from '../../store/open-database.js';
 import type { OutboxEvent } from '../../store/events.js';
-import { DEFAULT_DEDUPE_TTL_SECONDS, DEFAULT_MAX_ATTEMPTS, emptyStats, type ConsumeStats } from '../consumer.js';
+import { DEFAULT_DEDUPE_WINDOW_MS, markerTtlOf } from '../../redis/dedupe-window.js';
+import { DEFAULT_MAX_ATTEMPTS, emptyStats, type ConsumeStats } from '../consumer.js';
 import { readEntry } from '../decode-entry.js';
 import { startHeartbeat } from '../heartbeats.js';
 import { driveRounds, takingConnection } from '../drive-rounds.js';
@@ -33,8 +34,8 @@ export interface DatabaseConsumerOptions {
   lanes?: number;
   /** Attempts a throwing handler gets before its event is dead-lettered. Default 5. */
   maxAttempts?: number;
-  /** TTL of the completed dedupe marker, in seconds; 0 keeps it forever. Default 7 days. */
-  dedupeTtlSeconds?: number;
+  /** How long an event's records are kept, ms (the completed marker's TTL). Default 7 days. */
+  dedupeWindowMs?: number;
   /**
    * How long a claim holds an event, ms: a process that dies between claim and complete leaves it
    * claimed this long, then another attempt takes it. Longer than the slowest handler. Default 30 s.
@@ -110,7 +111,7 @@ export function createDatabaseConsumer(redis: Redis, options: DatabaseConsumerOp
     // Per process: a restarted consumer is another owner, so what its predecessor claimed waits for the lease.
     owner: `${consumerId}:${process.pid}:${randomUUID().slice(0, 8)}`,
     leaseMs: options.leaseMs ?? DEFAULT_LEASE_MS,
-    dedupeTtlSeconds: options.dedupeTtlSeconds ?? DEFAULT_DEDUPE_TTL_SECONDS,
+    markerTtlSeconds: markerTtlOf(options.dedupeWindowMs ?? DEFAULT_DEDUPE_WINDOW_MS),
     maxAttempts: options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
     onProblem: options.onProblem,
   };

@@ -35,7 +35,7 @@ export interface InboxContext {
   /** This process's claim token: its own claims it may take again at once (a retry after a failed attempt). */
   owner: string;
   leaseMs: number;
-  dedupeTtlSeconds: number;
+  markerTtlSeconds: number;
   maxAttempts: number;
   onProblem?: (problem: string) => void;
 }
@@ -73,8 +73,8 @@ function wavesOf<T extends InboxItem>(items: T[]): T[][] {
 }
 
 function toClaim(item: InboxItem): EventToClaim {
-  const { eventId, storeId, seq } = item.event;
-  return { raw: item.raw, eventId, storeId, aggregate: aggregateKeyOf(item.event), seq };
+  const { eventId, storeId, seq, createdAt } = item.event;
+  return { raw: item.raw, eventId, storeId, aggregate: aggregateKeyOf(item.event), seq, createdAt };
 }
 
 /**
@@ -157,7 +157,7 @@ async function executeChunk(ctx: InboxContext, chunk: Deliverable[], report: (pr
         ...toClaim(item),
         result: JSON.stringify({ type: item.event.type, aggregateId: item.event.aggregateId, seq: item.event.seq, inbox: true }),
       }));
-      const { outcomes, problems } = await completeEvents(ctx.redis, ctx.processingList, events, ctx.dedupeTtlSeconds);
+      const { outcomes, problems } = await completeEvents(ctx.redis, ctx.processingList, events, ctx.markerTtlSeconds);
       report(problems);
       committed.forEach((item, i) => (item.outcome = outcomes[i]));
       crashPoint('consumer.after-processed', () => `crash point consumer.after-processed: dying after ${committed.length} events were completed`);

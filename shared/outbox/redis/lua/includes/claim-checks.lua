@@ -1,6 +1,6 @@
 --[[
   Included (`--- @include "includes/claim-checks.lua"`, expanded by scripts.ts when it loads a
-  script) by claim-event-10.lua and complete-event-10.lua, database mode's two steps, once their
+  script) by claim-event-11.lua and complete-event-11.lua, database mode's two steps, once their
   arguments are checked and after their definition of rcall: what both steps share.
 
   integer(text): the integer a text holds, exact in a Lua number (up to 2^53), or nil; int(n) its

@@ -1,5 +1,5 @@
 --[[
-  Database mode, step 2 of 2 (claim-event-10.lua is step 1): records events whose effect the
+  Database mode, step 2 of 2 (claim-event-11.lua is step 1): records events whose effect the
   consumer's own database has committed (with its inbox row), and acks each in the same step:
   processed, applied seq, apply count, stats, the ack, a parked successor re-queued, and the dedupe
   marker turned from a claim into the completed marker. Idempotent: an event already processed is
@@ -16,6 +16,8 @@
     KEYS[8]  dead-letter list
     KEYS[9]  apply-count hash (event_id -> times its effect was recorded: the evidence verify reads)
     KEYS[10] attempts hash (event_id -> failed handler attempts): a completed event's entry goes
+    KEYS[11] applied log (list): `t<appliedAt>` then `e<event_id>` per event recorded, for the
+             dedupe window's sweep (sweep-window-5.lua); claim-event-11.lua's KEYS[11] differs
 
     ARGV[1] dedupe marker key prefix; the marker of an event is <prefix><event_id>
     ARGV[2] dedupe marker TTL in seconds (0 = never expires)
@@ -51,7 +53,9 @@ end
 -- there, after other writes (an ack, an applied seq). processed, applied-seq, stats and meta are
 -- read in phase 1; apply-count is counted with pcall, its failure reported.
 --- @include "includes/key-types.lua"
-local wrongType = wrongKeyType('complete-event', { { KEYS[4], 'hash' }, { KEYS[6], 'list' }, { KEYS[8], 'list' }, { KEYS[10], 'hash' } }, 'nothing completed')
+local wrongType = wrongKeyType('complete-event', {
+  { KEYS[4], 'hash' }, { KEYS[6], 'list' }, { KEYS[8], 'list' }, { KEYS[10], 'hash' }, { KEYS[11], 'list' },
+}, 'nothing completed')
 if wrongType then return wrongType end
 
 -- Phase 1: read and check.
@@ -89,6 +93,7 @@ local outcomes = {}
 
 --- @include "includes/unpark-successors.lua"
 
+local logged = { 't' .. now }
 for _, e in ipairs(plan) do
   local outcome = e.kind
   local acked = false
@@ -125,6 +130,7 @@ for _, e in ipairs(plan) do
         rcall('HDEL', KEYS[4], e.aggregate .. ':' .. e.seqText)
         unparkSuccessors(e.aggregate, e.seq)
       end
+      logged[#logged + 1] = 'e' .. e.eventId
       outcome = 'applied'
     end
     acked = true
@@ -133,6 +139,7 @@ for _, e in ipairs(plan) do
   outcomes[#outcomes + 1] = outcome
 end
 
+if #logged > 1 then rcall('RPUSH', KEYS[11], unpack(logged)) end
 if statOk.applied and applied then rcall('HSET', KEYS[5], 'applied', int(applied)) end
 for name, n in pairs(counts) do
   if n > 0 and statOk[name] then rcall('HINCRBY', KEYS[5], name, n) end

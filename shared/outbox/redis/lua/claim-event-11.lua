@@ -1,6 +1,6 @@
 --[[
-  Database mode, step 1 of 2 (complete-event-10.lua is step 2): claims events before their handlers
-  run in the consumer's own database. The checks are apply-events-11.lua's (processed, seq guard,
+  Database mode, step 1 of 2 (complete-event-11.lua is step 2): claims events before their handlers
+  run in the consumer's own database. The checks are apply-events-13.lua's (processed, seq guard,
   gap), then the event's dedupe marker is taken as a lease: SET with a TTL, holding
   "claim:<owner>", so that a claim whose process died expires and the event is retried. The effect
   itself is made once by the consumer database's inbox table, not here. Everything is read and
@@ -9,7 +9,7 @@
   The caller sends at most one event per aggregate per call (seq n+1 cannot be claimed before seq n
   is completed: it would be parked).
 
-  Input: the same ten keys as complete-event-10.lua, in its order
+  Input: the first ten keys of complete-event-11.lua, in its order
     KEYS[1]  processing list the messages were moved to (an ack removes them from it)
     KEYS[2]  processed hash (event_id -> JSON result)
     KEYS[3]  applied-seq hash (aggregate_id -> last applied seq)
@@ -19,16 +19,19 @@
              pushed back to its head, in seq order)
     KEYS[7]  meta hash; its field 'store' names the store this Redis serves
     KEYS[8]  dead-letter list (a message of another store goes there)
-    KEYS[9]  apply-count hash (event_id -> times its effect was recorded; complete-event-10.lua
+    KEYS[9]  apply-count hash (event_id -> times its effect was recorded; complete-event-11.lua
              writes it): read only, to tell a duplicate that was applied from one whose seq another
              event took
     KEYS[10] attempts hash (event_id -> failed handler attempts): an acked event's entry goes
+    KEYS[11] window hash: its 'sweptThrough' tells a record the dedupe window's sweep dropped from
+             a taken seq (complete-event-11.lua's KEYS[11] is the applied log)
 
     ARGV[1] dedupe marker key prefix; the marker of an event is <prefix><event_id>
     ARGV[2] lease in ms (an integer >= 1): the claim marker's TTL
     ARGV[3] owner: this consumer process's claim token (its own claims it may take again at once)
-    then 5 values per event, from ARGV[4]:
-      raw message exactly as it sits in the processing list, event_id, aggregate_id, seq, store id
+    then 6 values per event, from ARGV[4]:
+      raw message exactly as it sits in the processing list, event_id, aggregate_id, seq, store id,
+      commit time (ms, '0' when unknown)
 
   Output: { outcomes, waits, problems }
     outcomes, one per event, in order:
@@ -41,10 +44,10 @@
                   its parked successors (up to 256, to the queue's head in seq order), as its
                   completion did.
                   One behind the seq guard that was never claimed nor completed (no processed
-                  entry, no apply count, no marker) had its seq taken by another event, as after a
+                  entry, no apply count, no marker), committed after the window's sweeps reached, had its seq taken by another event, as after a
                   store restored from an older copy: it is still acked, and the first such event
                   of the call is recorded in the meta hash (KEYS[7]: 'takenEvent', 'takenAggregate',
-                  'takenSeq', 'takenAt'), as apply-events-11.lua does, where the relay, status and
+                  'takenSeq', 'takenAt'), as apply-events-13.lua does, where the relay, status and
                   prune look for it (store-pairing.ts)
       'parked'    seq > last applied + 1: acked and parked until the gap is filled
       'foreign'   from another store than the one this Redis serves: acked and dead-lettered
@@ -56,7 +59,7 @@
 ]]
 local rcall = redis.call
 local prefix, lease, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local FIELDS = 5
+local FIELDS = 6
 local FIRST = 4
 local count = (#ARGV - FIRST + 1) / FIELDS
 if not lease or lease < 1 or lease ~= math.floor(lease) or count ~= math.floor(count) or owner == '' then
@@ -79,10 +82,11 @@ local statValues, statOk = readStats(STATS)
 
 local plan = {}
 -- The first event of the call met behind the seq guard that was never applied (see 'duplicate').
-local taken, countsUnread
+local taken, countsUnread, sweptThrough
 for i = 0, count - 1 do
   local base = FIRST + i * FIELDS
   local e = { raw = ARGV[base], eventId = ARGV[base + 1], aggregate = ARGV[base + 2], seqText = ARGV[base + 3], store = ARGV[base + 4] }
+  e.createdAt = tonumber(ARGV[base + 5]) or 0
   e.seq = integer(e.seqText)
   checkEvent(e, true, served)
   if e.kind == 'candidate' then
@@ -90,6 +94,10 @@ for i = 0, count - 1 do
     -- Behind the guard with no processed entry and no marker: was it ever completed? (pcall: an
     -- apply-count hash of another type is a problem line, not an error that stops the claims.)
     if not e.processed and not e.marker and e.seq <= lastOf[e.aggregate] and not taken then
+      sweptThrough = sweptThrough or tonumber(redis.pcall('HGET', KEYS[11], 'sweptThrough') or '0') or 0
+    end
+    if not e.processed and not e.marker and e.seq <= lastOf[e.aggregate] and not taken
+      and not (sweptThrough > 0 and e.createdAt <= sweptThrough) then
       local counted = redis.pcall('HEXISTS', KEYS[9], e.eventId)
       if type(counted) == 'table' then
         countsUnread = true

@@ -25,6 +25,9 @@
     KEYS[11] effect-keys set: every key an effect wrote (full name), added in the same step, so that
              a Redis that lost its meta hash but kept effects can have them deleted before every
              event is applied again (claim-store-8.lua)
+    KEYS[12] applied log (list): `t<appliedAt>` then `e<event_id>` per event applied, for the
+             dedupe window's sweep (sweep-window-5.lua)
+    KEYS[13] window hash: its 'sweptThrough' tells a record the sweep dropped from a taken seq
 
     ARGV[1] dedupe marker key prefix; the marker of an event is <prefix><event_id>
     ARGV[2] dedupe marker TTL in seconds (0 = never expires)
@@ -33,7 +36,8 @@
       expects one Redis, not a Cluster.)
     ARGV[4] the events, one flat JSON array of strings, per event in order: event_id, aggregate
       key, seq (an integer), store id of the message, processed value (a JSON object, to which the
-      script adds "applyOrder", the stats hash's 'applied' counter, and "appliedAt"), the number n
+      script adds "applyOrder", the stats hash's 'applied' counter, and "appliedAt"), its commit
+      time (ms, '0' when unknown), the number n
       of its effects (an integer), then n times: op, key (relative to the namespace), field or
       member ('' for set), value ('' for hdel, srem; the increment for hincrby, zincrby)
     ARGV[5] ... one per event, in the same order: the raw message exactly as it sits in the
@@ -57,8 +61,8 @@
                   One past the seq guard whose processed entry shows it applied (the applied seq was
                   lost) puts the seq guard back at its seq and re-queues its parked successors, as
                   an applied one does.
-                  One behind the seq guard with no processed entry, no marker and no apply count
-                  was never applied: another event took its seq (the store that sent it went back
+                  One behind the seq guard with no processed entry, no marker and no apply count,
+                  committed after the window's sweeps reached, was never applied: another event took its seq (the store that sent it went back
                   in time, e.g. restored from an older backup). It is acked as a duplicate all the
                   same, and recorded in the meta hash (KEYS[7], 'taken…'), where the relay, status
                   and prune look (store-pairing.ts) if the store holds that event
@@ -123,8 +127,8 @@ local decoded, flat = pcall(cjson.decode, ARGV[4] or '')
 if not decoded or type(flat) ~= 'table' or (#flat == 0 and next(flat) ~= nil) then
   return redis.error_reply(BAD_EVENTS)
 end
--- Event i's values start at flat[at[i]]: event_id, aggregate, seq text, store, processed, n, then
--- its effects, 4 values each; its raw message is ARGV[4 + i]. What the script finds out about it
+-- Event i's values start at flat[at[i]]: event_id, aggregate, seq text, store, processed, commit
+-- time, n, then its effects, 4 values each; its raw message is ARGV[4 + i]. What the script finds out about it
 -- is kept in arrays by i.
 local at, seqOf, kindOf = {}, {}, {}
 local count, size = 0, #flat
@@ -134,7 +138,7 @@ local count, size = 0, #flat
 local function walk()
   local pos = 1
   while pos <= size do
-    local last = pos + 5
+    local last = pos + 6
     for k = pos, last do
       local v = flat[k]
       local _ = #v
@@ -144,7 +148,7 @@ local function walk()
     if not n or n < 0 then return false end
     last = last + 4 * n
     if last > size then return false end
-    for k = pos + 6, last do
+    for k = pos + 7, last do
       local v = flat[k]
       local _ = #v
       v = v .. ''
@@ -168,7 +172,9 @@ local function problem(text) problems[#problems + 1] = text end
 -- there, after other writes. (processed, applied-seq and stats are read by HMGET below; apply-count
 -- is written through a fallback that reports instead.)
 --- @include "includes/key-types.lua"
-local wrongType = wrongKeyType('apply-events', { { KEYS[4], 'hash' }, { KEYS[6], 'list' }, { KEYS[8], 'list' }, { KEYS[10], 'hash' }, { KEYS[11], 'set' } }, 'nothing applied')
+local wrongType = wrongKeyType('apply-events', {
+  { KEYS[4], 'hash' }, { KEYS[6], 'list' }, { KEYS[8], 'list' }, { KEYS[10], 'hash' }, { KEYS[11], 'set' }, { KEYS[12], 'list' },
+}, 'nothing applied')
 if wrongType then return wrongType end
 
 -- Phase 1: read and check. No write happens before it ends.
@@ -307,8 +313,8 @@ end
 -- Checks an event's effects; nil when all can be applied, else why not (and the state is as before).
 local function checkEffects(s)
   undone = 0
-  for j = 1, tonumber(flat[s + 5]) do
-    local f = s + 2 + 4 * j
+  for j = 1, tonumber(flat[s + 6]) do
+    local f = s + 3 + 4 * j
     local refused = checkEffect(flat[f], flat[f + 1], flat[f + 2], flat[f + 3])
     if refused then
       for i = undone, 1, -1 do undoTable[i][undoSlot[i]] = undoValue[i] end
@@ -434,16 +440,20 @@ end
 
 -- Of the duplicates behind the seq guard, the first never applied (no processed entry, apply count
 -- or marker): its seq was taken by another event. Usually they all have their processed entry.
+-- An event committed before the window's sweeps reached may have had its records swept: not taken.
 local taken
 if #behindGuard > 0 then
   local ids = {}
   for j = 1, #behindGuard do ids[j] = flat[at[behindGuard[j]]] end
   local entries = hmget(KEYS[2], ids)
+  local sweptThrough
   for j = 1, #behindGuard do
     if not entries[j] then
+      sweptThrough = sweptThrough or tonumber(redis.pcall('HGET', KEYS[13], 'sweptThrough') or '0') or 0
+      local swept = sweptThrough > 0 and (tonumber(flat[at[behindGuard[j]] + 5]) or 0) <= sweptThrough
       local id = ids[j]
       -- (pcall: an apply-count hash of another type is reported elsewhere, not an error here.)
-      if redis.pcall('HEXISTS', KEYS[9], id) == 0 and rcall('EXISTS', prefix .. id) == 0 then
+      if not swept and redis.pcall('HEXISTS', KEYS[9], id) == 0 and rcall('EXISTS', prefix .. id) == 0 then
         taken = behindGuard[j]
         break
       end
@@ -483,7 +493,7 @@ local markerTtl = ttl > 0
 local touched, touchedList = {}, {}
 -- An event's effects other than on hash fields (those are written once, after the loop).
 local function applyEffects(s)
-  for f = s + 6, s + 2 + 4 * tonumber(flat[s + 5]), 4 do
+  for f = s + 7, s + 3 + 4 * tonumber(flat[s + 6]), 4 do
     local op, field, value = flat[f], flat[f + 2], flat[f + 3]
     local key = fullKeyOf[flat[f + 1]]
     if not touched[key] then
@@ -601,6 +611,13 @@ end
 
 -- The keys effects wrote, recorded with them.
 inSlices('SADD', KEYS[11], touchedList, SLICE)
+
+-- The applied events in the log the window's sweep reads, after the time they were applied.
+if #toApply > 0 then
+  local logged = { 't' .. now }
+  for k = 1, #toApply do logged[k + 1] = 'e' .. toApply[k] end
+  inSlices('RPUSH', KEYS[12], logged, SLICE)
+end
 
 -- The ack, in the same step as what happened to each message.
 if atHead and allAcked then
