@@ -6,7 +6,7 @@ import { keyPrefixOfConnection } from './scan-keys.js';
 /** The Lua scripts in ./lua, named `<name>-<numberOfKeys>.lua`. */
 const SCRIPT_FILES = {
   applyEvents: 'apply-events-13.lua',
-  claimStore: 'claim-store-8.lua',
+  claimStore: 'claim-store-10.lua',
   pushEvents: 'push-events-3.lua',
   deadLetter: 'dead-letter-3.lua',
   handlerFailed: 'handler-failed-4.lua',
@@ -196,7 +196,7 @@ export interface RebuildRecord {
 }
 
 /**
- * See lua/claim-store-8.lua. Resolves the store this Redis serves afterwards, and whether this call
+ * See lua/claim-store-10.lua. Resolves the store this Redis serves afterwards, and whether this call
  * claimed it. `layout`: the partition these keys hold, "i/P" (see partitions.ts).
  */
 export async function claimStore(redis: Redis, storeId: string, rebuild?: RebuildRecord, layout = '0/1'): Promise<{ claimed: boolean; servedStore: string }> {
@@ -209,6 +209,8 @@ export async function claimStore(redis: Redis, storeId: string, rebuild?: Rebuil
     keys.stats,
     keys.applyCount,
     keys.attempts,
+    keys.appliedLog,
+    keys.window,
     storeId,
     Date.now(),
     rebuild ? rebuild.republished : '',

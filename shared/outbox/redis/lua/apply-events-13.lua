@@ -24,7 +24,7 @@
     KEYS[10] attempts hash (event_id -> failed handler attempts): an acked event's entry goes
     KEYS[11] effect-keys set: every key an effect wrote (full name), added in the same step, so that
              a Redis that lost its meta hash but kept effects can have them deleted before every
-             event is applied again (claim-store-8.lua)
+             event is applied again (claim-store-10.lua)
     KEYS[12] applied log (list): `t<appliedAt>` then `e<event_id>` per event applied, for the
              dedupe window's sweep (sweep-window-5.lua)
     KEYS[13] window hash: its 'sweptThrough' tells a record the sweep dropped from a taken seq
