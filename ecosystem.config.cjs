@@ -1,6 +1,7 @@
 // pm2 runs the system from here: `npx pm2 start ecosystem.config.cjs`.
 // Settings come from the environment: OUTBOX_DIR (data dir, default ~/outbox), REDIS_URL,
-// PORT / HOST (producer), OUTBOX_LOG_DIR (default ./logs), and the apps' own OUTBOX_* options
+// PORT / HOST (producer), OUTBOX_LOG_DIR (default ./logs; the apps rotate their logs there: OUTBOX_LOG_MAX_SIZE,
+// OUTBOX_LOG_RETAIN), and the apps' own OUTBOX_* options
 // (OUTBOX_RELAY_HEALTH_PORT / OUTBOX_CONSUMER_HEALTH_PORT: health endpoints on 3100 / 3200, plus the
 // pm2 instance number; OUTBOX_DASHBOARD_PORT: the dashboard page on 3300, `off` to leave it out).
 const { spawnSync } = require('node:child_process');
@@ -75,13 +76,17 @@ const env = {
 
 const dashboardOff = (process.env.OUTBOX_DASHBOARD_PORT || '').trim().toLowerCase() === 'off';
 
+// Each app writes its log lines to <app>.log itself, rotated by size (OUTBOX_LOG_MAX_SIZE, OUTBOX_LOG_RETAIN;
+// shared/runtime/log-file.ts), so that logs stay bounded without pm2-logrotate. pm2's out file is the same
+// path, which `pm2 logs` tails; pm2 itself only writes there what bypasses the logger (nothing, normally).
 function app(name, script, extra = {}) {
+  const outFile = path.join(logDir, `${name}.log`);
   return {
     name,
     script: path.join(root, script),
     cwd: root,
-    env: { ...env, ...extra.env },
-    out_file: path.join(logDir, `${name}.log`),
+    env: { ...env, ...extra.env, OUTBOX_LOG_FILE: outFile },
+    out_file: outFile,
     error_file: path.join(logDir, `${name}.error.log`),
     merge_logs: true,
     // The apps close within 4 s of SIGINT (shared/runtime/shutdown.ts); pm2 sends SIGKILL after this.

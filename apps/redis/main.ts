@@ -21,7 +21,7 @@ import { appLogger, loadAppConfig } from '../../shared/runtime/run-app.js';
 // A bad OUTBOX_REDIS_PORT (or OUTBOX_LOG_LEVEL) is refused like the other apps' settings: one line, exit 78, recorded for `outbox status`.
 const { config, dir: refusalDir } = loadAppConfig('outbox-redis', managedRedisSettings, createLogger('outbox-redis'));
 const { port, dir } = config;
-const log = appLogger('outbox-redis', config.logLevel);
+const log = appLogger('outbox-redis', config);
 
 /** How long redis-server outlives a stop signal: the other apps close meanwhile. */
 const STOP_GRACE_MS = 1500;

@@ -2,11 +2,13 @@ import { resolve } from 'node:path';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { defaultDir } from '../outbox/config.js';
-import { custom, flagOptions, readSettings, type Argv, type Settings, type ValuesOf } from './config/settings.js';
+import { count, custom, flagOptions, readSettings, size } from './config/settings.js';
+import type { Argv, Settings, ValuesOf } from './config/settings.js';
 import { ConfigError } from '../outbox/errors/config-error.js';
 import { InvalidInputError } from '../outbox/errors/invalid-input-error.js';
 import { OutboxError } from '../outbox/errors/outbox-error.js';
 import { RedisSettingsError } from '../outbox/errors/redis-settings-error.js';
+import { RotatingLogFile } from './log-file.js';
 import { keepFilesPrivate } from './private-files.js';
 import { clearRefusal, recordRefusal } from './refusals.js';
 import { createLogger, DEFAULT_LOG_LEVEL, LOG_LEVELS, parseLogLevel, type Logger, type LogLevel } from '../outbox/logger.js';
@@ -28,17 +30,69 @@ export const logSettings = {
     describe: `lowest level logged: ${LOG_LEVELS.join(', ')}`,
     parse: parseLogLevel,
   }),
+  /** ecosystem.config.cjs sets it to pm2's out file of the app (`<OUTBOX_LOG_DIR>/<app>.log`). */
+  logFile: custom<string | undefined>({
+    flag: 'log-file',
+    env: 'OUTBOX_LOG_FILE',
+    default: '',
+    defaultText: 'none: stdout',
+    describe: 'write the log lines to this file, rotated by size (ecosystem.config.cjs sets it for each app)',
+    parse: (raw) => (raw.trim() === '' ? undefined : resolve(raw.trim())),
+  }),
+  logMaxSize: size({
+    flag: 'log-max-size',
+    env: 'OUTBOX_LOG_MAX_SIZE',
+    default: '10MB',
+    min: 1024,
+    max: 1024 ** 4,
+    describe: 'with a log file: start a new file before a line would take the current one past this size',
+  }),
+  logRetain: count({
+    flag: 'log-retain',
+    env: 'OUTBOX_LOG_RETAIN',
+    default: '5',
+    min: 0,
+    max: 1000,
+    describe: 'with a log file: how many rotated files (<file>.1 newest, …) to keep besides the current one',
+  }),
 };
 
+/** The log settings' values, as `loadAppConfig` gives them. */
+export type LogConfig = ValuesOf<typeof logSettings>;
+
 /**
- * The logger an app writes with once its settings are read: at `level` (OUTBOX_LOG_LEVEL), and
+ * The logger an app writes with once its settings are read: at `logLevel` (OUTBOX_LOG_LEVEL), and
  * carrying what libraries print on their own (`routeStrayOutput`), so that the app writes JSON
- * lines only.
+ * lines only. With a log file (under pm2) the lines go to it, rotated (`RotatingLogFile`), else to stdout.
  */
-export function appLogger(app: string, level: LogLevel): Logger {
-  const log = createLogger(app, undefined, { level });
+export function appLogger(app: string, settings: LogConfig | LogLevel): Logger {
+  // A level alone (a fixture, a tool): stdout at that level.
+  const config: LogConfig =
+    typeof settings === 'string' ? { ...readSettings(logSettings, {}, {}), logLevel: settings } : settings;
+  const write = config.logFile === undefined ? undefined : fileWriter(config);
+  const log = createLogger(app, write, { level: config.logLevel });
   routeStrayOutput(log);
   return log;
+}
+
+/**
+ * Writes each line to the rotating file. pm2 has the same path as the app's out file, so
+ * `pm2 logs <app>` prints its last lines; it follows new ones from its bus, which gets each line
+ * as a `log:out` message (stdout would have pm2 append it to the file a second time).
+ */
+function fileWriter(config: LogConfig): (line: string) => void {
+  const file = new RotatingLogFile({ path: config.logFile!, maxBytes: config.logMaxSize, retain: config.logRetain });
+  const underPm2 = process.env.pm_id !== undefined && typeof process.send === 'function';
+  return (line) => {
+    try {
+      file.write(line);
+    } catch {
+      // A file that cannot be written (disk full, permissions): the line goes to pm2's out file instead.
+      process.stdout.write(line);
+      return;
+    }
+    if (underPm2 && process.connected) process.send!({ type: 'log:out', data: line }, undefined, {}, () => {});
+  };
 }
 
 /** Starts what an app runs with its checked settings; resolves the function that closes it all. */
@@ -73,7 +127,7 @@ export function runApp<S extends Settings>(app: string, settings: S, start: AppS
   keepFilesPrivate();
   // A refusal is written before OUTBOX_LOG_LEVEL is known: at the default level.
   const { config, dir } = loadAppConfig(app, settings, createLogger(app), args, env);
-  const log = appLogger(app, config.logLevel);
+  const log = appLogger(app, config);
   const stopping = new AbortController();
   let close: (() => Promise<void>) | undefined;
   let started: Promise<void> = Promise.resolve();
@@ -111,12 +165,12 @@ export function loadAppConfig<S extends Settings>(
   log: Logger,
   args = hideBin(process.argv),
   env = process.env,
-): { config: ValuesOf<S> & { logLevel: LogLevel }; dir: string } {
+): { config: ValuesOf<S> & LogConfig; dir: string } {
   const all = { ...settings, ...logSettings };
   let argv: Argv = {};
   try {
     argv = parseArgv(app, all, args);
-    return { config: readSettings(all, argv, env) as ValuesOf<S> & { logLevel: LogLevel }, dir: dataDirOf(argv, env) };
+    return { config: readSettings(all, argv, env) as ValuesOf<S> & LogConfig, dir: dataDirOf(argv, env) };
   } catch (error) {
     if (!(error instanceof OutboxError)) throw error;
     refuse(app, dataDirOf(argv, env), log, error);

@@ -150,6 +150,28 @@ export function count(spec: Common & { default: string; min: number; max: number
   };
 }
 
+const SIZE_UNITS: Record<string, number> = {
+  b: 1, k: 1024, kb: 1024, m: 1024 ** 2, mb: 1024 ** 2, g: 1024 ** 3, gb: 1024 ** 3, t: 1024 ** 4, tb: 1024 ** 4,
+};
+
+/** A size with a unit (`512KB`, `10MB`, `1GB`; K, M, G, T alone too; 1 KB = 1024 bytes), in bytes, `min` to `max`. */
+export function size(spec: Common & { default: string; min: number; max: number }): Setting<number> {
+  return {
+    ...spec,
+    parse(raw, name) {
+      const match = /^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$/i.exec(raw);
+      const unit = match ? SIZE_UNITS[match[2].toLowerCase()] : undefined;
+      const bytes = match && unit !== undefined ? Math.floor(Number(match[1]) * unit) : NaN;
+      if (!(bytes >= spec.min && bytes <= spec.max)) {
+        const range = `(B, KB, MB, GB, TB) from ${showBytes(spec.min)} to ${showBytes(spec.max)}`;
+        const message = `${name} must be a size with a unit ${range}, e.g. 10MB`;
+        throw new InvalidInputError(`${message}, got ${JSON.stringify(raw)}`);
+      }
+      return bytes;
+    },
+  };
+}
+
 /** Text checked by `check` (which returns why it is wrong, or undefined). */
 export function text(spec: Common & { default: Setting<string>['default']; check?: (value: string) => string | undefined }): Setting<string> {
   return {
@@ -177,4 +199,11 @@ function showMs(ms: number): string {
     if (ms >= size && ms % size === 0) return `${ms / size}${unit}`;
   }
   return `${ms}ms`;
+}
+
+function showBytes(bytes: number): string {
+  for (const [unit, size] of [['TB', 1024 ** 4], ['GB', 1024 ** 3], ['MB', 1024 ** 2], ['KB', 1024]] as const) {
+    if (bytes >= size && bytes % size === 0) return `${bytes / size}${unit}`;
+  }
+  return `${bytes}B`;
 }
