@@ -1,5 +1,6 @@
 import { Redis } from 'ioredis';
 import { keys } from '../outbox/redis/keys.js';
+import { keyPrefixOfConnection } from '../outbox/redis/scan-keys.js';
 
 export interface DualWriteResult {
   /** Orders in the scratch store after the run. */
@@ -35,7 +36,14 @@ export interface ScratchOrders {
  * scratch store and list, so the lab's store and outbox.events are untouched. Closes `scratch`.
  */
 export async function dualWrite(scratch: ScratchOrders, redis: Redis, url: string, count = 3): Promise<DualWriteResult> {
-  const publisher = new Redis(url, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null });
+  // Its keys go where `redis` reads them: under the namespace, like every key of the project.
+  const publisher = new Redis(url, {
+    lazyConnect: true,
+    keyPrefix: keyPrefixOfConnection(redis),
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+  });
   publisher.on('error', () => {});
   let failure = 'no publish failed';
   try {

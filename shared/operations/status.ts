@@ -16,6 +16,18 @@ import { recordedProcessingLists } from '../outbox/redis/processing-lists.js';
 import { mastersOf } from '../outbox/redis/cluster-client.js';
 import { partitionsOf, type Partitions } from '../outbox/redis/partitions.js';
 import { evictionProblem, readRedisSettings, type RedisSettings } from '../outbox/redis/settings.js';
+import { count, duration, readSettings } from '../runtime/config/settings.js';
+import {
+  formatBytes,
+  formatMemory,
+  heldStatusOf,
+  memoryAlerts,
+  memoryStatusOf,
+  readPartitionMemory,
+  type HeldStatus,
+  type MemoryStatus,
+  type PartitionMemory,
+} from './status-memory.js';
 
 export interface StoreStatus {
   /** The store's database: app.db (SQLite) or PostgreSQL. */
@@ -61,8 +73,10 @@ export interface SystemStatus {
   deadLettered: number;
   /** Events whose handler failed, waiting in a processing list for their next attempt. */
   retrying: number;
-  /** Aggregates whose next event is dead-lettered: their later events wait behind it (parked). */
+  /** Aggregates whose next event is dead-lettered (their later events parked behind it): at most BLOCKED_SHOWN. */
   blocked: BlockedAggregate[];
+  /** How many aggregates are blocked in all. */
+  blockedTotal: number;
   consumerStats: Record<string, number>;
   /** The relay app's last finished job, null when it never ran. */
   relayLastRun: { ageMs: number; events: number; batches: number; durationMs: number } | null;
@@ -74,6 +88,14 @@ export interface SystemStatus {
   redis: RedisSettings;
   /** Settings under which Redis may lose outbox's state, one sentence each. */
   warnings: string[];
+  /** Redis memory: used and maxmemory per server, bytes per event and aggregate, days until full; null: unreadable. */
+  memory: MemoryStatus | null;
+  /** Why the memory could not be read (MEMORY denied, a key of another type), when it could not. */
+  memoryError?: string;
+  /** Parked and dead-lettered entries: how many and their bytes. */
+  held: HeldStatus;
+  /** Out of memory, maxmemory near, too many parked events, an old dead letter: one sentence each. */
+  alerts: string[];
   /** With several partitions: each one's figures (the others above are their sums); absent with one. */
   partitions?: PartitionStatus[];
 }
@@ -92,6 +114,8 @@ export interface PartitionStatus {
   deadLettered: number;
   /** The consumer holding its lease, "<consumerId>#<token>", and the lease's ms left; null when none holds it. */
   lease: { owner: string; ttlMs: number } | null;
+  /** Its own bytes and rate (`PartitionMemory`), null when they could not be read. */
+  memory: PartitionMemory | null;
 }
 
 export interface BlockedAggregate {
@@ -103,33 +127,67 @@ export interface BlockedAggregate {
   waitingSeqs: number[];
 }
 
+/** Blocked aggregates `outbox status` lists; the rest are counted. */
+export const BLOCKED_SHOWN = 20;
+/** Entries or fields per Redis call when status walks the dead letters and parked entries: each call stays short. */
+const CHUNK = 1000;
+
 /**
  * The aggregates a dead letter blocks: its event belongs to the store Redis serves and is the
  * aggregate's next one (seq > applied seq), so every later event of it is parked until the dead
- * letter is retried and applied.
+ * letter is retried and applied. Read in chunks (LRANGE, HMGET, HSCAN): no call walks a whole key.
  */
 async function blockedAggregates(redis: Redis, servedStore: string | undefined): Promise<BlockedAggregate[]> {
-  const [entries, parkedFields, appliedSeq] = await Promise.all([redis.lrange(keys.deadLetter, 0, -1), redis.hkeys(keys.parked), redis.hgetall(keys.appliedSeq)]);
-  const deadSeqOf = new Map<string, number>();
-  for (const entry of entries) {
-    try {
-      const event = parseMessage(readEnvelope(entry)?.message ?? '');
-      if (event.storeId !== servedStore || event.seq <= Number(appliedSeq[event.aggregateId] ?? 0)) continue;
-      deadSeqOf.set(event.aggregateId, Math.min(event.seq, deadSeqOf.get(event.aggregateId) ?? Infinity));
-    } catch {
-      // Not an event (the reason it was dead-lettered): it blocks nothing.
+  const deadSeqsOf = new Map<string, number[]>();
+  const length = await redis.llen(keys.deadLetter);
+  for (let start = 0; start < length; start += CHUNK) {
+    for (const entry of await redis.lrange(keys.deadLetter, start, start + CHUNK - 1)) {
+      try {
+        const event = parseMessage(readEnvelope(entry)?.message ?? '');
+        if (event.storeId !== servedStore) continue;
+        const seqs = deadSeqsOf.get(event.aggregateId);
+        if (seqs) seqs.push(event.seq);
+        else deadSeqsOf.set(event.aggregateId, [event.seq]);
+      } catch {
+        // Not an event (the reason it was dead-lettered): it blocks nothing.
+      }
     }
+  }
+  const deadSeqOf = new Map<string, number>();
+  const aggregates = [...deadSeqsOf.keys()];
+  for (let start = 0; start < aggregates.length; start += CHUNK) {
+    const chunk = aggregates.slice(start, start + CHUNK);
+    const applied = await redis.hmget(keys.appliedSeq, ...chunk);
+    chunk.forEach((aggregate, i) => {
+      const next = deadSeqsOf.get(aggregate)!.filter((seq) => seq > Number(applied[i] ?? 0));
+      if (next.length > 0) deadSeqOf.set(aggregate, Math.min(...next));
+    });
+  }
+  const waiting = new Map<string, number[]>();
+  if (deadSeqOf.size > 0) {
+    let cursor = '0';
+    do {
+      const [next, flat] = await redis.hscan(keys.parked, cursor, 'COUNT', CHUNK);
+      cursor = next;
+      for (let i = 0; i < flat.length; i += 2) {
+        // A parked field is "<aggregate key>:<seq>"; the key itself holds a ':'.
+        const field = flat[i];
+        const aggregate = field.slice(0, field.lastIndexOf(':'));
+        const seq = Number(field.slice(field.lastIndexOf(':') + 1));
+        const deadSeq = deadSeqOf.get(aggregate);
+        if (deadSeq === undefined || seq <= deadSeq) continue;
+        const seqs = waiting.get(aggregate);
+        if (seqs) seqs.push(seq);
+        else waiting.set(aggregate, [seq]);
+      }
+    } while (cursor !== '0');
   }
   return [...deadSeqOf]
     .map(([aggregateId, deadSeq]) => ({
       aggregateId,
       deadSeq,
-      waitingSeqs: parkedFields
-        // A parked field is "<aggregate key>:<seq>"; the key itself holds a ':'.
-        .map((field) => [field.slice(0, field.lastIndexOf(':')), Number(field.slice(field.lastIndexOf(':') + 1))] as const)
-        .filter(([aggregate, seq]) => aggregate === aggregateId && seq > deadSeq)
-        .map(([, seq]) => seq)
-        .sort((a, b) => a - b),
+      // HSCAN may return a field twice: once each.
+      waitingSeqs: [...new Set(waiting.get(aggregateId) ?? [])].sort((a, b) => a - b),
     }))
     .sort((a, b) => (a.aggregateId < b.aggregateId ? -1 : a.aggregateId > b.aggregateId ? 1 : 0));
 }
@@ -177,6 +235,50 @@ export interface StatusOptions {
   /** Ask the apps' health endpoints (see `healthTargetsOf`, read from `env`), 500 ms each, in parallel. Default true. */
   probeApps?: boolean;
   env?: NodeJS.ProcessEnv;
+  /** Warn above this many parked events. Default 1000 (`statusSettings.warnParked`). */
+  warnParked?: number;
+  /** Warn when a dead letter is older than this, ms. Default 1 h (`statusSettings.warnDeadAge`). */
+  warnDeadAgeMs?: number;
+}
+
+/** The alert thresholds of `outbox status` (flag, variable and default; `outbox status --help` shows them). */
+export const statusSettings = {
+  warnParked: count({
+    flag: 'warn-parked',
+    env: 'OUTBOX_WARN_PARKED',
+    default: '1000',
+    min: 0,
+    max: 1_000_000_000,
+    describe: 'warn when more events than this are parked (waiting behind a gap or a dead letter)',
+  }),
+  warnDeadAge: duration({
+    flag: 'warn-dead-age',
+    env: 'OUTBOX_WARN_DEAD_AGE',
+    default: '1h',
+    describe: 'warn when a dead letter is older than this (nobody retried or dropped it)',
+  }),
+};
+/** The thresholds when neither flag nor variable sets them. */
+const DEFAULTS = readSettings(statusSettings, {}, {});
+
+/** The parked and dead-letter alerts, one sentence each. */
+function heldAlerts(held: HeldStatus, warnParked: number, warnDeadAgeMs: number): string[] {
+  const alerts: string[] = [];
+  if (held.parked > warnParked) {
+    alerts.push(
+      `${held.parked} events parked (${formatBytes(held.parkedBytes)}), ` +
+        `above ${warnParked} (--warn-parked / OUTBOX_WARN_PARKED): ` +
+        'they wait behind a gap or a dead letter; see "blocked" and "outbox parked list"',
+    );
+  }
+  if (held.oldestDeadLetterAgeMs !== null && held.oldestDeadLetterAgeMs > warnDeadAgeMs) {
+    alerts.push(
+      `a dead letter is ${age(held.oldestDeadLetterAgeMs)} old, ` +
+        `older than ${age(warnDeadAgeMs)} (--warn-dead-age / OUTBOX_WARN_DEAD_AGE): ` +
+        '"outbox dead-letter list" shows it; "outbox dead-letter retry" once its cause is fixed, or "drop"',
+    );
+  }
+  return alerts;
 }
 
 /** What status reads of the outbox store, whichever it is (app.db, or PostgreSQL). */
@@ -253,7 +355,28 @@ async function readPartition(redis: Redis) {
     redis.get(keys.partitionLease),
     redis.pttl(keys.partitionLease),
   ]);
-  return { processing, meta, queued, enqueued: Number(enqueued ?? 0), processed, parked, deadLettered, retrying, stats, lease: lease === null ? null : { owner: lease, ttlMs: Math.max(0, leaseTtl) } };
+  // Memory is shown, not needed: a Redis that denies MEMORY (or holds a key of another type) still gets its status.
+  let memory: PartitionMemory | null = null;
+  let memoryError: string | undefined;
+  try {
+    memory = await readPartitionMemory(redis, processed, Number(stats.applied ?? 0));
+  } catch (error) {
+    memoryError = (error as Error).message;
+  }
+  return {
+    processing,
+    meta,
+    queued,
+    enqueued: Number(enqueued ?? 0),
+    processed,
+    parked,
+    deadLettered,
+    retrying,
+    stats,
+    lease: lease === null ? null : { owner: lease, ttlMs: Math.max(0, leaseTtl) },
+    memory,
+    memoryError,
+  };
 }
 
 /** How bad a partition's store state is: the whole store is shown as its worst partition's. */
@@ -309,6 +432,14 @@ export async function collectStatus(source: Db | StatusStoreReads, queues: Redis
   for (const p of each) for (const [k, v] of Object.entries(p.stats)) consumerStats[k] = (consumerStats[k] ?? 0) + Number(v);
   const deadLettered = total((p) => p.deadLettered);
   const blocked = deadLettered === 0 ? [] : (await Promise.all(each.map((p, i) => (p.deadLettered > 0 ? blockedAggregates(clients[i], p.meta.store) : [])))).flat();
+  const memoryError = each.find((p) => p.memory === null)?.memoryError;
+  const parts = each.map((p) => p.memory).filter((m): m is PartitionMemory => m !== null);
+  const memory = memoryError === undefined ? await memoryStatusOf(clients, parts) : null;
+  const held = heldStatusOf(parts, total((p) => p.parked), deadLettered);
+  const alerts = [
+    ...(memory ? memoryAlerts(memory) : []),
+    ...heldAlerts(held, options.warnParked ?? DEFAULTS.warnParked, options.warnDeadAgeMs ?? DEFAULTS.warnDeadAge),
+  ];
   return {
     store,
     pending: pending.n,
@@ -320,7 +451,10 @@ export async function collectStatus(source: Db | StatusStoreReads, queues: Redis
     parked: total((p) => p.parked),
     deadLettered,
     retrying: total((p) => p.retrying),
-    blocked: blocked.sort((a, b) => (a.aggregateId < b.aggregateId ? -1 : a.aggregateId > b.aggregateId ? 1 : 0)),
+    blocked: blocked
+      .sort((a, b) => (a.aggregateId < b.aggregateId ? -1 : a.aggregateId > b.aggregateId ? 1 : 0))
+      .slice(0, BLOCKED_SHOWN),
+    blockedTotal: blocked.length,
     consumerStats,
     relayLastRun: lastRun.at
       ? { ageMs: Math.max(0, readAt - Number(lastRun.at)), events: Number(lastRun.events), batches: Number(lastRun.batches), durationMs: Number(lastRun.durationMs) }
@@ -329,6 +463,10 @@ export async function collectStatus(source: Db | StatusStoreReads, queues: Redis
     apps: await apps,
     redis: settings,
     warnings: settingsWarnings(settings),
+    memory,
+    ...(memoryError === undefined ? {} : { memoryError }),
+    held,
+    alerts,
     ...(count > 1
       ? {
           partitions: each.map((p, index) => ({
@@ -340,6 +478,7 @@ export async function collectStatus(source: Db | StatusStoreReads, queues: Redis
             parked: p.parked,
             deadLettered: p.deadLettered,
             lease: p.lease,
+            memory: p.memory,
           })),
         }
       : {}),
@@ -406,9 +545,25 @@ function formatPartition(p: PartitionStatus): string {
   return `${String(p.index).padEnd(3)} queued ${p.queued}, in flight ${p.inFlight}, applied ${p.processed}, parked ${p.parked}, dead-lettered ${p.deadLettered}${state}; ${lease}`;
 }
 
+/** Seqs shown per blocked aggregate; the line says how many wait in all. */
+const SEQS_SHOWN = 10;
+
 function formatBlocked(b: BlockedAggregate): string {
-  const waiting = b.waitingSeqs.length === 0 ? 'none waiting yet' : `${b.waitingSeqs.length} waiting: seq ${b.waitingSeqs.join(', ')}`;
+  const shown = b.waitingSeqs.slice(0, SEQS_SHOWN).join(', ') + (b.waitingSeqs.length > SEQS_SHOWN ? ', …' : '');
+  const waiting = b.waitingSeqs.length === 0 ? 'none waiting yet' : `${b.waitingSeqs.length} waiting: seq ${shown}`;
   return `${b.aggregateId} (seq ${b.deadSeq} dead-lettered, ${waiting})`;
+}
+
+function formatBlockedLine(s: SystemStatus): string {
+  const more = s.blockedTotal > s.blocked.length ? ` and ${s.blockedTotal - s.blocked.length} more` : '';
+  const list = s.blocked.map(formatBlocked).join(', ');
+  return `blocked     ${list}${more}: "outbox dead-letter retry" once the handler is fixed`;
+}
+
+function formatHeld(h: HeldStatus): string {
+  const oldest = h.oldestDeadLetterAgeMs === null ? '' : `, the oldest ${age(h.oldestDeadLetterAgeMs)} old`;
+  const dead = `dead letters ${h.deadLettered} (${formatBytes(h.deadLetterBytes)})`;
+  return `held        parked ${h.parked} (${formatBytes(h.parkedBytes)}), ${dead}${oldest}`;
 }
 
 export function formatStatus(s: SystemStatus, now = Date.now()): string[] {
@@ -422,12 +577,15 @@ export function formatStatus(s: SystemStatus, now = Date.now()): string[] {
     `processing  ${lists.length === 0 ? 'none in flight' : lists.map(([key, n]) => `${key} ${n}`).join(', ')}`,
     `consumer    processed ${s.processed}, duplicates skipped ${stats.duplicates ?? 0}, parked ${s.parked} now (${stats.parked ?? 0} ever), dead-lettered ${s.deadLettered}, waiting for a handler retry ${s.retrying}`,
     ...(s.partitions ?? []).map((p, i) => `${i === 0 ? 'partitions ' : '           '} ${formatPartition(p)}`),
-    ...(s.blocked.length > 0 ? [`blocked     ${s.blocked.map(formatBlocked).join(', ')}: "outbox dead-letter retry" once the handler is fixed`] : []),
+    formatHeld(s.held),
+    ...(s.blocked.length > 0 ? [formatBlockedLine(s)] : []),
     ...s.apps.map((a, i) => `${i === 0 ? 'apps       ' : '           '} ${formatApp(a)}`),
     ...(s.consumers.length === 0
       ? ['heartbeats  none: no consumer app has run on this Redis']
       : s.consumers.map((c, i) => `${i === 0 ? 'heartbeats ' : '           '} ${formatHeartbeat(c, now)}`)),
     `redis       ${persistence(s.redis)}`,
+    ...(s.memory ? formatMemory(s.memory) : [`memory      unreadable: ${s.memoryError ?? 'unknown'}`]),
     ...s.warnings.map((warning) => `WARN        ${warning}`),
+    ...s.alerts.map((alert) => `WARN        ${alert}`),
   ];
 }

@@ -3,7 +3,14 @@ import type { Partitions } from '../../../shared/outbox/redis/partitions.js';
 import type { Db } from '../../../shared/outbox/store/open-database.js';
 import { sleep } from '../../../shared/outbox/sleep.js';
 import { describeRefusal, readRefusals } from '../../../shared/runtime/refusals.js';
-import { collectStatus, formatStatus, type StatusStoreReads } from '../../../shared/operations/status.js';
+import {
+  collectStatus,
+  formatStatus,
+  statusSettings,
+  type StatusOptions,
+  type StatusStoreReads,
+} from '../../../shared/operations/status.js';
+import { flagOptions, readSettings } from '../../../shared/runtime/config/settings.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { onPostgres, withDb, withPartitions, withPg } from '../stores.js';
 
@@ -18,14 +25,22 @@ export const describe = 'one screen: pending rows, queue, processing lists, proc
 export const builder = (yargs: Argv<GlobalArgs>) =>
   yargs
     .option('json', { type: 'boolean', default: false, describe: 'print JSON (with --watch: one line per second)' })
-    .option('watch', { type: 'boolean', default: false, describe: 'redraw the screen every second until Ctrl-C (SIGINT) or SIGTERM, then exit 0' });
+    .option('watch', { type: 'boolean', default: false, describe: 'redraw the screen every second until Ctrl-C (SIGINT) or SIGTERM, then exit 0' })
+    .options(flagOptions(statusSettings));
 
 /** How often --watch redraws, ms. */
 const WATCH_EVERY_MS = 1000;
 
 /** One screen (or one JSON document) of the stores and the apps now. */
-async function render(db: Db | StatusStoreReads, partitions: Partitions, dir: string, json: boolean, watch: boolean): Promise<string> {
-  const status = await collectStatus(db, partitions);
+async function render(
+  db: Db | StatusStoreReads,
+  partitions: Partitions,
+  dir: string,
+  json: boolean,
+  watch: boolean,
+  options: StatusOptions,
+): Promise<string> {
+  const status = await collectStatus(db, partitions, undefined, options);
   // Apps that exited with EXIT_CONFIG (pm2 shows them stopped): why, from <dir>/refused/.
   const refused = readRefusals(dir);
   if (json) return watch ? JSON.stringify({ at: new Date().toISOString(), ...status, refused }) : JSON.stringify({ ...status, refused }, null, 2);
@@ -63,9 +78,12 @@ async function watch(draw: () => Promise<string>, json: boolean): Promise<void> 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   // Not withStores: a Redis that serves another store is shown here, not refused.
   const config = configOf(argv);
+  // Checked before anything connects: a bad threshold is one line, exit 2.
+  const { warnParked, warnDeadAge } = readSettings(statusSettings, argv);
+  const options: StatusOptions = { warnParked, warnDeadAgeMs: warnDeadAge };
   const show = (store: Db | StatusStoreReads) =>
     withPartitions(config, async (partitions) => {
-      const draw = () => render(store, partitions, config.dir, argv.json, argv.watch);
+      const draw = () => render(store, partitions, config.dir, argv.json, argv.watch, options);
       if (argv.watch) await watch(draw, argv.json);
       else console.log(await draw());
     });
