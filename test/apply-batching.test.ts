@@ -1,5 +1,5 @@
 /**
- * Adversarial tests of the batched apply script (apply-events-13.lua), the one-script take
+ * Adversarial tests of the batched apply script (apply-events-14.lua), the one-script take
  * (move-to-processing-2.lua) and database mode's claim and complete (claim-event-11.lua,
  * complete-event-11.lua): calls whose events are NOT independent (the same event twice,
  * successive seqs, effects on one key), bad state it must refuse before its first write, and

@@ -41,7 +41,7 @@ describe('createOutbox in a user database', () => {
     for (const name of ['ledger', 'outbox', 'outbox_aggregates', 'outbox_meta', 'outbox_pruned']) assert.ok(tables.includes(name), name);
     assert.equal(db.pragma('user_version', { simple: true }), 17);
     assert.deepEqual(rows(db, 'SELECT account, amount FROM ledger'), [{ account: 'acc-1', amount: 5 }]);
-    assert.equal(scalar(db, "SELECT value FROM outbox_meta WHERE key = 'schema_version'"), '4');
+    assert.equal(scalar(db, "SELECT value FROM outbox_meta WHERE key = 'schema_version'"), '5');
     const storeId = scalar(db, "SELECT value FROM outbox_meta WHERE key = 'store_id'");
     assert.match(String(storeId), /^[0-9a-f]{16}$/);
     createOutbox(db, { events: accountEvents });

@@ -54,6 +54,21 @@ describe('PostgreSQL outbox tables', () => {
     await assert.rejects(createPgOutbox(pool, { events: depositEvents }), /holds outbox tables of another version \(3, expected \d+\): drop them, or use another database$/);
   });
 
+  it('upgrades outbox tables of version 4 in place: the next event carries its predecessor commit time', async () => {
+    const pool = db.pool();
+    const outbox = await createPgOutbox(pool, { events: depositEvents });
+    await outbox.append(pool, deposit('old'));
+    await pool.query(`ALTER TABLE outbox DROP COLUMN prev_created_at;
+      ALTER TABLE outbox_aggregates DROP COLUMN last_at, DROP COLUMN prev_at;
+      UPDATE outbox_meta SET value = '4' WHERE key = 'schema_version'`);
+    const upgraded = await createPgOutbox(pool, { events: depositEvents });
+    assert.equal(await db.scalar("SELECT value FROM outbox_meta WHERE key = 'schema_version'"), String(SCHEMA_VERSION));
+    const first = await db.scalar("SELECT created_at::text FROM outbox WHERE aggregate_id = 'account:old'");
+    assert.equal(await db.scalar("SELECT prev_created_at::text FROM outbox WHERE aggregate_id = 'account:old'"), '0');
+    await upgraded.append(pool, deposit('old'));
+    assert.equal(await db.scalar("SELECT prev_created_at::text FROM outbox WHERE aggregate_id = 'account:old' AND seq = 2"), first);
+  });
+
   it('fails in one line when PostgreSQL cannot be reached', async () => {
     const pool = new pg.Pool({ connectionString: 'postgres://postgres@127.0.0.1:1/none', connectionTimeoutMillis: 2000 });
     try {

@@ -91,9 +91,9 @@ describe('PostgreSQL relay', () => {
     assert.deepEqual(pairings, ['claimed'], 'the first relay claims the fresh Redis for the store');
 
     const storeId = await db.scalar<string>("SELECT value FROM outbox_meta WHERE key = 'store_id'");
-    const stored = (await pool.query('SELECT id::int, event_id, aggregate_id, seq::int, event_type, payload, created_at::float8 AS created_at FROM outbox ORDER BY id')).rows;
+    const stored = (await pool.query('SELECT id::int, event_id, aggregate_id, seq::int, event_type, payload, created_at::float8 AS created_at, prev_created_at::float8 AS prev_created_at FROM outbox ORDER BY id')).rows;
     assert.deepEqual(await queue(), stored.map((row) => toMessage(row, storeId)), 'the same text toMessage makes for a SQLite row');
-    assert.match((await queue())[2], /^\{"event_id":"[0-9a-f-]{36}","aggregate_id":"account:a","seq":2,"event_type":"Deposited","payload":\{"amount":1\},"store_id":"[0-9a-f]{16}","created_at":\d{13}\}$/);
+    assert.match((await queue())[2], /^\{"event_id":"[0-9a-f-]{36}","aggregate_id":"account:a","seq":2,"event_type":"Deposited","payload":\{"amount":1\},"store_id":"[0-9a-f]{16}","created_at":\d{13},"prev_created_at":\d{13}\}$/);
     assert.equal(await h.client.get('outbox:enqueued'), '3');
     assert.equal(await db.scalar("SELECT COUNT(*)::int FROM outbox WHERE status = 'PUBLISHED' AND published_at IS NOT NULL"), 3);
     assert.deepEqual(await relay.relayAll(), { batches: 0, events: 0 }, 'a second pass pushes nothing');

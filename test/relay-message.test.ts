@@ -20,7 +20,7 @@ describe('the message SQLite builds for the relay', () => {
       });
       insert.run('big', 'order:big', Number.MAX_SAFE_INTEGER, 'T', '{}', Number.MAX_SAFE_INTEGER);
       for (const store of ['3f1c2b9e-7a1d-4c55-9f0a-2b6f8e1d4c3a', 'store "with" quotes \\ and \u0001']) {
-        const rows = db.prepare<[], OutboxRow>('SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox ORDER BY id').all();
+        const rows = db.prepare<[], OutboxRow>('SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at, prev_created_at FROM outbox ORDER BY id').all();
         const built = db.prepare<{ store: string }, { message: string }>(`SELECT ${MESSAGE_SQL} AS message FROM outbox ORDER BY id`).all({ store });
         assert.equal(built.length, texts.length + 1);
         rows.forEach((row, i) => {

@@ -27,6 +27,7 @@ runApp('outbox-consumer', consumerSettings, async (config, log, signal) => {
     batchSize: config.batchSize,
     maxAttempts: config.maxAttempts,
     dedupeWindowMs: config.dedupeWindowMs,
+    aggregateHorizonMs: config.aggregateHorizonMs,
     handlerTimeoutMs,
     cpuCostMs,
     // Each task carries the fault in force (OUTBOX_HANDLER_FAIL, or its file while that exists).

@@ -2,7 +2,7 @@ import type { Pool } from 'pg';
 import { redactUrl } from '../outbox/config.js';
 import { StoreUnavailableError } from '../outbox/errors/store-unavailable-error.js';
 import { pgReason } from '../outbox/postgres/pg-errors.js';
-import { pgSchemaVersionOf } from '../outbox/postgres/pg-schema.js';
+import { ensurePgOutboxTables, pgSchemaVersionOf } from '../outbox/postgres/pg-schema.js';
 import { pgStoreName } from '../outbox/postgres/pg-store-meta.js';
 import { SCHEMA_VERSION } from '../outbox/store/schema.js';
 
@@ -46,6 +46,11 @@ export async function assertPgOutbox(pool: Pool): Promise<void> {
   let version: string | undefined;
   try {
     version = await pgSchemaVersionOf(pool);
+    // Tables of the version before: upgraded in place (ensurePgOutboxTables adds the new columns).
+    if (version === '4') {
+      await ensurePgOutboxTables(pool);
+      version = await pgSchemaVersionOf(pool);
+    }
   } catch (error) {
     throw new StoreUnavailableError(`cannot read the outbox tables in PostgreSQL: ${pgReason(error)}`);
   }

@@ -1,5 +1,5 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { consumerBatchSize, consumerId, dedupeWindow, maxAttempts } from '../../../shared/runtime/config/consumer-config.js';
+import { aggregateHorizon, consumerBatchSize, consumerId, dedupeWindow, maxAttempts } from '../../../shared/runtime/config/consumer-config.js';
 import { flagOptions, forCommand, readSettings } from '../../../shared/runtime/config/settings.js';
 import { handlers } from '../../../shared/lab/orders/order-handlers.js';
 import { createConsumer } from '../../../shared/outbox/consumer/create-consumer.js';
@@ -12,6 +12,7 @@ interface Args extends GlobalArgs {
   batchSize: string;
   maxAttempts: string;
   dedupeWindowMs: string;
+  aggregateHorizonMs: string;
 }
 
 export const command = 'consume';
@@ -23,6 +24,7 @@ const settings = {
   batchSize: forCommand(consumerBatchSize, '1000'),
   maxAttempts: forCommand(maxAttempts),
   dedupeWindowMs: forCommand(dedupeWindow),
+  aggregateHorizonMs: forCommand(aggregateHorizon),
 };
 
 export const builder = (yargs: Argv<GlobalArgs>) => yargs.options(flagOptions(settings));

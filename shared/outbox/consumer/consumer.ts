@@ -25,6 +25,11 @@ export interface ConsumerOptions {
    */
   dedupeWindowMs?: number;
   /**
+   * Drops the seq guard of an aggregate idle for longer than this, ms (at least the window; longer
+   * than any event takes from commit to apply). Default none: guards are kept for good.
+   */
+  aggregateHorizonMs?: number;
+  /**
    * Computes the effects of a task of events, in order (e.g. on a worker pool), given the number of
    * this attempt at each (1 = first). A result `{error}` fails that event's attempt, `{poison}`
    * dead-letters it at once; a rejection (a worker thread lost, a timeout) fails every event of the
@@ -119,7 +124,7 @@ export function eventToApply(raw: string | Buffer, event: OutboxEvent, effects: 
   }
   // The processed entry says what was applied; the script adds applyOrder and appliedAt.
   const result = `${start}${JSON.stringify(aggregate)},"seq":${seq},"effects":${effects.length}}`;
-  return { raw, eventId, storeId, aggregate, seq, effects, result, createdAt: event.createdAt };
+  return { raw, eventId, storeId, aggregate, seq, effects, result, createdAt: event.createdAt, prevCreatedAt: event.prevCreatedAt };
 }
 
 /**
@@ -138,6 +143,7 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
   const batchSize = options.batchSize ?? 1000;
   const windowMs = options.dedupeWindowMs ?? DEFAULT_DEDUPE_WINDOW_MS;
   const markerTtlSeconds = markerTtlOf(windowMs);
+  const horizonMs = options.aggregateHorizonMs ?? 0;
   const { handler } = options;
   const lanes = Math.max(1, options.lanes ?? 1);
   const maxAttempts = options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
@@ -245,7 +251,7 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
     ];
     for (let i = 0; i < batch.length; i += APPLY_CHUNK) {
       sent.push(
-        applyEvents(redis, processingList, batch.slice(i, i + APPLY_CHUNK), markerTtlSeconds).then(({ outcomes, problems }) => {
+        applyEvents(redis, processingList, batch.slice(i, i + APPLY_CHUNK), markerTtlSeconds, horizonMs).then(({ outcomes, problems }) => {
           for (const problem of problems) options.onProblem?.(problem);
           return outcomes;
         }),
@@ -303,7 +309,7 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
     try {
       await driveRounds(redis, rounds, { until: 'empty', connect: () => takingConnection(redis), stats, onRound: () => onRound?.(stats) }).done;
       // A drain is the CLI's consumer: it sweeps what is due, as the app does on a timer.
-      await sweepWindow(redis, windowMs);
+      await sweepWindow(redis, windowMs, horizonMs);
       return stats;
     } finally {
       await stopHeartbeat();

@@ -48,6 +48,11 @@ export interface CreateConsumerOptions {
    * it the aggregate's seq guard tells a duplicate. 1000-2^31 s, default 7 days.
    */
   dedupeWindowMs?: number;
+  /**
+   * Drops the seq guard of an aggregate idle for longer than this, ms: at least the window, and
+   * longer than any event takes from commit to apply. Redis mode only. Default none (kept for good).
+   */
+  aggregateHorizonMs?: number;
   /** How long one task on a worker thread may run (from when the thread starts it, not from when it was queued) before the thread is stopped and the attempt fails, ms. Default 5000. */
   handlerTimeoutMs?: number;
   /** Simulated CPU work per event, ms, for benchmarks. Default 0. */
@@ -78,7 +83,7 @@ export interface CreateConsumerOptions {
 
 const CONSUMER_ID = /^[A-Za-z0-9._-]{1,64}$/;
 
-function whole(options: CreateConsumerOptions, name: 'batchSize' | 'threads' | 'lanes' | 'maxAttempts' | 'dedupeWindowMs' | 'handlerTimeoutMs' | 'leaseMs' | 'partitionLeaseMs', min: number, max: number): void {
+function whole(options: CreateConsumerOptions, name: 'batchSize' | 'threads' | 'lanes' | 'maxAttempts' | 'dedupeWindowMs' | 'aggregateHorizonMs' | 'handlerTimeoutMs' | 'leaseMs' | 'partitionLeaseMs', min: number, max: number): void {
   const value = options[name];
   if (value !== undefined && (!Number.isInteger(value) || value < min || value > max)) {
     throw new ConfigError(`createConsumer: ${name} must be an integer from ${min} to ${max}, got ${String(value)}`);
@@ -102,12 +107,20 @@ export function checkConsumerOptions(options: CreateConsumerOptions): void {
   whole(options, 'lanes', 1, 64);
   whole(options, 'maxAttempts', 1, 1000);
   whole(options, 'dedupeWindowMs', 1000, 2 ** 31 * 1000);
+  whole(options, 'aggregateHorizonMs', 1000, 2 ** 31 * 1000);
+  const windowMs = options.dedupeWindowMs ?? DEFAULT_DEDUPE_WINDOW_MS;
+  if (options.aggregateHorizonMs !== undefined && options.aggregateHorizonMs < windowMs) {
+    throw new ConfigError(`createConsumer: aggregateHorizonMs (${options.aggregateHorizonMs}) must be at least the dedupe window (${windowMs} ms)`);
+  }
   whole(options, 'handlerTimeoutMs', 1, 2 ** 31 - 1);
   whole(options, 'leaseMs', 1, 86_400_000);
   whole(options, 'partitionLeaseMs', 500, 600_000);
   const databaseMode = !(options.handlers instanceof URL) && options.handlers.mode === 'database';
   if (databaseMode && options.database === undefined) {
     throw new ConfigError("createConsumer: a database handler set needs database: the consumer's own SQLite file (a path) or a better-sqlite3 connection");
+  }
+  if (databaseMode && options.aggregateHorizonMs !== undefined) {
+    throw new ConfigError('createConsumer: aggregateHorizonMs is for a Redis handler set; database mode keeps its guards');
   }
   if (!databaseMode && (options.database !== undefined || options.leaseMs !== undefined)) {
     throw new ConfigError('createConsumer: database and leaseMs are for a database handler set (defineDatabaseHandlers)');
@@ -253,6 +266,7 @@ export async function createConsumer(options: CreateConsumerOptions) {
     lanes: options.lanes ?? (onPool ? threads : 1),
     maxAttempts: options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
     dedupeWindowMs: options.dedupeWindowMs ?? DEFAULT_DEDUPE_WINDOW_MS,
+    aggregateHorizonMs: options.aggregateHorizonMs,
     onProblem: options.onProblem,
   };
   const engines = partitions.clients.map((redis) => createConsumerEngine(redis, engineOptions));

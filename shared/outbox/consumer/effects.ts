@@ -1,6 +1,6 @@
 /**
  * Redis effects as data: what a pure handler returns instead of writing to Redis itself. The apply
- * script (redis/lua/apply-events-13.lua) applies an event's effects in the same step as its dedupe
+ * script (redis/lua/apply-events-14.lua) applies an event's effects in the same step as its dedupe
  * marker, its `processed` entry and its ack, so they happen once or not at all.
  *
  * Keys are relative to the namespace: the connection's key prefix is put in front of them like in

@@ -19,17 +19,17 @@ export interface HandlerTask {
 }
 
 /** An event's fields, in the order of its row in a task. */
-const FIELDS = ['eventId', 'storeId', 'aggregateId', 'seq', 'type', 'payload', 'createdAt'] as const;
+const FIELDS = ['eventId', 'storeId', 'aggregateId', 'seq', 'type', 'payload', 'createdAt', 'prevCreatedAt'] as const;
 // A field added to OutboxEvent must be added to FIELDS, or it would not reach the handlers: this line stops compiling.
 const everyField: Exclude<keyof OutboxEvent, (typeof FIELDS)[number]> extends never ? true : never = true;
 void everyField;
 
 /**
  * The events of a task as one JSON text, each a row of its fields' values (FIELDS): arrays are
- * written and read back faster than objects. An absent field (`createdAt`) is written as null.
+ * written and read back faster than objects. An absent field (`createdAt`, `prevCreatedAt`) is written as null.
  */
 export function encodeEvents(events: OutboxEvent[]): string {
-  return JSON.stringify(events.map((e) => [e.eventId, e.storeId, e.aggregateId, e.seq, e.type, e.payload, e.createdAt]));
+  return JSON.stringify(events.map((e) => [e.eventId, e.storeId, e.aggregateId, e.seq, e.type, e.payload, e.createdAt, e.prevCreatedAt]));
 }
 
 /** The events `encodeEvents` wrote, as they were: a null field is absent (no field of an event is null). */

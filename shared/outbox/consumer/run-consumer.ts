@@ -41,6 +41,8 @@ interface RunOptions {
   heldUntil?: () => number;
   /** How long applied events' records are kept, ms: this consumer sweeps older ones. Default 7 days. */
   dedupeWindowMs?: number;
+  /** With one, this consumer drops the guards of aggregates idle past it, ms. Default none. */
+  aggregateHorizonMs?: number;
 }
 
 /**
@@ -120,7 +122,7 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
   // Without partitions nothing else looks again: relays for several partitions that claimed Redis
   // after this consumer started would feed queues it never reads. Said once, until it matches again.
   const stopLayoutWatch = options.partition === undefined ? watchLayout(redis, log) : () => {};
-  const stopSweeps = startWindowSweeps(redis, options.dedupeWindowMs ?? DEFAULT_DEDUPE_WINDOW_MS, log);
+  const stopSweeps = startWindowSweeps(redis, options.dedupeWindowMs ?? DEFAULT_DEDUPE_WINDOW_MS, log, options.aggregateHorizonMs);
 
   // The same loop as a drain (drive-rounds.ts), until stopped: BLMOVE when idle, a failed take or
   // round retried on a new blocking connection (one that fails fast instead of reconnecting).

@@ -23,12 +23,12 @@ export interface PgOutbox<D extends EventDeclarations> {
 // or SERIALIZABLE a concurrent producer gets a serialization failure to retry instead).
 const APPEND = `
 WITH next AS (
-  INSERT INTO outbox_aggregates AS a (aggregate_id, last_seq) VALUES ($1, 1)
-  ON CONFLICT (aggregate_id) DO UPDATE SET last_seq = a.last_seq + 1
-  RETURNING last_seq
+  INSERT INTO outbox_aggregates AS a (aggregate_id, last_seq, last_at) VALUES ($1, 1, $5)
+  ON CONFLICT (aggregate_id) DO UPDATE SET last_seq = a.last_seq + 1, prev_at = a.last_at, last_at = excluded.last_at
+  RETURNING last_seq, prev_at
 )
-INSERT INTO outbox (event_id, aggregate_id, seq, event_type, payload, created_at)
-SELECT $2, $1, last_seq, $3, $4, $5 FROM next
+INSERT INTO outbox (event_id, aggregate_id, seq, event_type, payload, created_at, prev_created_at)
+SELECT $2, $1, last_seq, $3, $4, $5, CASE WHEN last_seq = 1 THEN 0 ELSE prev_at END FROM next
 RETURNING seq`;
 
 /**

@@ -51,7 +51,7 @@ export function createPgRelay(pool: Pool, redis: Redis | Partitions, options: Pg
   // Simple-query protocol, one round trip: the integers are checked above, the lock key is a constant.
   const claim =
     `BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${claimTimeoutMs}; SELECT pg_advisory_xact_lock_shared(${REPLAY_LOCK});` +
-    ` SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE status = 'PENDING' ORDER BY id LIMIT ${batchSize} FOR UPDATE SKIP LOCKED;` +
+    ` SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at, prev_created_at FROM outbox WHERE status = 'PENDING' ORDER BY id LIMIT ${batchSize} FOR UPDATE SKIP LOCKED;` +
     // In the same snapshot as the rows: a relay never pushes rows of recreated tables as its old store's.
     " SELECT value AS store FROM outbox_meta WHERE key = 'store_id'";
   let storeId: string | undefined;

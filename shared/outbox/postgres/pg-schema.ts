@@ -22,12 +22,15 @@ CREATE TABLE outbox (
   status       text    NOT NULL DEFAULT 'PENDING' CHECK (status IN ('PENDING', 'PUBLISHED')),
   created_at   bigint  NOT NULL,
   published_at bigint,
+  prev_created_at bigint NOT NULL DEFAULT 0,
   UNIQUE (aggregate_id, seq)
 );
 CREATE INDEX outbox_pending ON outbox (id) WHERE status = 'PENDING';
 CREATE TABLE outbox_aggregates (
   aggregate_id text   PRIMARY KEY,
-  last_seq     bigint NOT NULL CHECK (last_seq > 0)
+  last_seq     bigint NOT NULL CHECK (last_seq > 0),
+  last_at      bigint NOT NULL DEFAULT 0,
+  prev_at      bigint NOT NULL DEFAULT 0
 );
 CREATE TABLE outbox_pruned (
   aggregate_id text   PRIMARY KEY,
@@ -38,6 +41,15 @@ CREATE TABLE outbox_meta (
   key   text PRIMARY KEY,
   value text NOT NULL
 );
+`;
+
+/** Version 4 -> 5, as store/schema.ts's UPGRADE_FROM_4. */
+const PG_UPGRADE_FROM_4 = `
+ALTER TABLE outbox ADD COLUMN prev_created_at bigint NOT NULL DEFAULT 0;
+ALTER TABLE outbox_aggregates ADD COLUMN last_at bigint NOT NULL DEFAULT 0, ADD COLUMN prev_at bigint NOT NULL DEFAULT 0;
+UPDATE outbox_aggregates a SET last_at = COALESCE(
+  (SELECT created_at FROM outbox o WHERE o.aggregate_id = a.aggregate_id AND o.seq = a.last_seq), 0);
+UPDATE outbox_meta SET value = '5' WHERE key = 'schema_version';
 `;
 
 /** The library's tables that exist in the connection's current schema. */
@@ -69,7 +81,11 @@ export async function createOrCheck(client: ClientBase, where: string): Promise<
   await client.query('SELECT pg_advisory_xact_lock($1)', [INIT_LOCK]);
   const existing = await existingTables(client);
   if (existing.includes('outbox_meta')) {
-    const version = await pgSchemaVersionOf(client);
+    let version = await pgSchemaVersionOf(client);
+    if (version === '4') {
+      await client.query(PG_UPGRADE_FROM_4);
+      version = String(SCHEMA_VERSION);
+    }
     if (version !== String(SCHEMA_VERSION)) {
       throw new StoreUnavailableError(`${where} holds outbox tables of another version (${version ?? 'none'}, expected ${SCHEMA_VERSION}): drop them, or use another database`);
     }

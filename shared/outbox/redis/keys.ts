@@ -46,6 +46,11 @@ export const keys = {
    * sweeps dropped, and the apply time up to which they did (dedupe-window.ts).
    */
   window: 'outbox:window',
+  /**
+   * List, with an aggregate horizon: per applied batch `t<appliedAt ms>` then `a<seq> <aggregate>`
+   * per event. The horizon's sweep reads it to drop the guards of aggregates idle past it.
+   */
+  aggregateLog: 'outbox:aggregate-log',
   /** Hash aggregate_id -> last applied seq. */
   appliedSeq: 'outbox:applied-seq',
   /**

@@ -5,7 +5,7 @@ import { keyPrefixOfConnection } from './scan-keys.js';
 
 /** The Lua scripts in ./lua, named `<name>-<numberOfKeys>.lua`. */
 const SCRIPT_FILES = {
-  applyEvents: 'apply-events-13.lua',
+  applyEvents: 'apply-events-14.lua',
   claimStore: 'claim-store-10.lua',
   pushEvents: 'push-events-3.lua',
   deadLetter: 'dead-letter-3.lua',
@@ -17,6 +17,7 @@ const SCRIPT_FILES = {
   claimEvents: 'claim-event-11.lua',
   completeEvents: 'complete-event-11.lua',
   sweepWindow: 'sweep-window-5.lua',
+  sweepHorizon: 'sweep-horizon-3.lua',
   partitionLease: 'partition-lease-1.lua',
   consumerMembers: 'consumer-members-1.lua',
 } as const;
@@ -78,6 +79,8 @@ export interface EventToApply {
   result: string;
   /** When the event was committed (ms since epoch), when its message says: tells an expired record from a taken seq. */
   createdAt?: number;
+  /** When its aggregate's previous event was committed (0: not kept), when its message says: past the aggregate horizon. */
+  prevCreatedAt?: number;
 }
 
 /** The script answers each event's outcome by its first letter. */
@@ -100,13 +103,13 @@ function wellFormed(text: string): string {
   return (text as string & { toWellFormed(): string }).toWellFormed();
 }
 
-/** See lua/apply-events-13.lua: applies `events` and their effects in order, resolving one outcome per event. */
-export async function applyEvents(redis: Redis, processingList: string, events: EventToApply[], markerTtlSeconds: number): Promise<ApplyResult> {
-  return sendApplyEvents(redis, applyEventsArgs(redis, processingList, events, markerTtlSeconds));
+/** See lua/apply-events-14.lua: applies `events` and their effects in order, resolving one outcome per event. */
+export async function applyEvents(redis: Redis, processingList: string, events: EventToApply[], markerTtlSeconds: number, horizonMs = 0): Promise<ApplyResult> {
+  return sendApplyEvents(redis, applyEventsArgs(redis, processingList, events, markerTtlSeconds, horizonMs));
 }
 
 /** The keys and arguments of one apply-events call (apart so that `outbox bench` can time the script on arguments built beforehand). */
-export function applyEventsArgs(redis: Redis, processingList: string, events: EventToApply[], markerTtlSeconds: number): (string | Buffer)[] {
+export function applyEventsArgs(redis: Redis, processingList: string, events: EventToApply[], markerTtlSeconds: number, horizonMs = 0): (string | Buffer)[] {
   // The markers' and the effects' keys are derived in the script, so their prefix carries the namespace itself.
   const namespace = keyPrefixOfConnection(redis);
   // The events' values in one JSON argument and the raw messages after it: ioredis pays for every
@@ -115,7 +118,7 @@ export function applyEventsArgs(redis: Redis, processingList: string, events: Ev
   // not three per event.
   const flat: string[] = [];
   for (const e of events) {
-    flat.push(e.eventId, e.aggregate, String(e.seq), e.storeId, e.result, String(e.createdAt ?? 0), String(e.effects.length));
+    flat.push(e.eventId, e.aggregate, String(e.seq), e.storeId, e.result, String(e.createdAt ?? 0), String(e.prevCreatedAt ?? -1), String(e.effects.length));
     for (const f of e.effects) flat.push(f[0], f[1], f[2], f[3]);
   }
   let packed = JSON.stringify(flat);
@@ -138,9 +141,11 @@ export function applyEventsArgs(redis: Redis, processingList: string, events: Ev
     keys.effectKeys,
     keys.appliedLog,
     keys.window,
+    keys.aggregateLog,
     markerPrefix(redis),
     String(markerTtlSeconds),
     namespace,
+    String(horizonMs),
     packed,
   ];
   // The messages as the take gave them, where it did: ioredis copies a Buffer argument as it is, and
@@ -344,6 +349,12 @@ export async function completeEvents(
 export async function sweepWindowOnce(redis: Redis, windowMs: number, limit: number): Promise<{ swept: number; more: boolean }> {
   const [swept, more] = (await client(redis).sweepWindow(keys.appliedLog, keys.processed, keys.applyCount, keys.attempts, keys.window, windowMs, limit)) as [number, number];
   return { swept, more: more === 1 };
+}
+
+/** See lua/sweep-horizon-3.lua: drops the guards of aggregates idle past the horizon, reading at most `limit` log entries. */
+export async function sweepHorizonOnce(redis: Redis, horizonMs: number, limit: number): Promise<{ dropped: number; more: boolean }> {
+  const [dropped, more] = (await client(redis).sweepHorizon(keys.aggregateLog, keys.appliedSeq, keys.window, horizonMs, limit)) as [number, number];
+  return { dropped, more: more === 1 };
 }
 
 /** See lua/partition-lease-1.lua: resolves whether `owner` holds the partition's lease after the call. */

@@ -72,7 +72,7 @@ export interface StoreHistory {
  * 'pushedAggregate' and 'pushedSeq', 'latestId' …, recorded by push-events-3.lua) is another event
  * in the store now, or is gone without its prune recorded (outbox_pruned: its aggregate pruned
  * through its seq), or the consumer met an event of the store at a seq another event took ('taken…',
- * recorded by apply-events-13.lua). Then the store lost events Redis has
+ * recorded by apply-events-14.lua). Then the store lost events Redis has
  * applied (app.db restored from an older backup of itself, a PostgreSQL dump restored, a power loss
  * under `synchronous=NORMAL`), and its next events would reuse their ids or seqs and be skipped as
  * their duplicates. A partition that never took a push with a row (or whose Redis lost its state)
@@ -96,7 +96,7 @@ export async function partitionsAhead(partitions: Partitions, history: StoreHist
 
 /**
  * The meta hash's record of the rows pushed to a partition (push-events-3.lua: the highest, and the
- * latest call's), and of the last event the consumer found at a seq another event took (apply-events-13.lua).
+ * latest call's), and of the last event the consumer found at a seq another event took (apply-events-14.lua).
  */
 const EVIDENCE_FIELDS = [
   'pushedId', 'pushedEvent', 'pushedAggregate', 'pushedSeq',

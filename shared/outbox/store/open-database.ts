@@ -2,15 +2,23 @@ import Database from 'better-sqlite3';
 import { existsSync } from 'node:fs';
 import { databasePath } from '../config.js';
 import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
-import { SCHEMA_VERSION, schemaVersionOf } from './schema.js';
+import { SCHEMA_VERSION, schemaVersionOf, upgradeOutboxTables } from './schema.js';
 
 export type Db = Database.Database;
 
-/** Applies the connection settings every connection needs (WAL, NORMAL sync, a busy timeout). */
+/**
+ * The size the WAL is cut back to when a checkpoint lets a writer start it over: 4 MB, about what
+ * the automatic checkpoint (1000 pages) lets it reach. A WAL that grew past it while a reader held
+ * its snapshot gives the space back at the next restart instead of keeping its high-water mark.
+ */
+export const WAL_SIZE_LIMIT = 4 * 1024 * 1024;
+
+/** Applies the connection settings every connection needs (WAL, NORMAL sync, a busy timeout, the WAL's size limit). */
 export function configure(db: Db): Db {
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = NORMAL');
   db.pragma('busy_timeout = 5000');
+  db.pragma(`journal_size_limit = ${WAL_SIZE_LIMIT}`);
   return db;
 }
 
@@ -60,6 +68,7 @@ export function openDatabase(dir: string, options: OpenDatabaseOptions = {}): Db
   try {
     db = new Database(path, { fileMustExist: true });
     // The library's version lives in outbox_meta; user_version is the user's (the lab leaves it 0).
+    upgradeOutboxTables(db);
     const version = schemaVersionOf(db);
     if (version !== undefined && version !== String(SCHEMA_VERSION)) {
       throw new StoreUnavailableError(

@@ -35,20 +35,20 @@ export function createOutbox<const D extends EventDeclarations>(db: Database, { 
   ensureOutboxTables(db);
   // One statement takes the aggregate's next seq: a new aggregate starts at 1.
   const nextSeq = db
-    .prepare<[string], number>(
-      `INSERT INTO outbox_aggregates (aggregate_id, last_seq) VALUES (?, 1)
-       ON CONFLICT (aggregate_id) DO UPDATE SET last_seq = last_seq + 1
-       RETURNING last_seq`,
-    )
-    .pluck();
-  const insertEvent = db.prepare<[string, string, number, string, string, number]>(
-    'INSERT INTO outbox (event_id, aggregate_id, seq, event_type, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)',
+    .prepare<[string, number]>(
+      `INSERT INTO outbox_aggregates (aggregate_id, last_seq, last_at) VALUES (?, 1, ?)
+       ON CONFLICT (aggregate_id) DO UPDATE SET last_seq = last_seq + 1, prev_at = last_at, last_at = excluded.last_at
+       RETURNING last_seq, prev_at`,
+    );
+  const insertEvent = db.prepare<[string, string, number, string, string, number, number]>(
+    'INSERT INTO outbox (event_id, aggregate_id, seq, event_type, payload, created_at, prev_created_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
   );
 
   function write(type: string, aggregate: string, payloadJson: string): AppendedEvent {
-    const seq = nextSeq.get(aggregate)!;
+    const now = Date.now();
+    const { last_seq: seq, prev_at: prevAt } = nextSeq.get(aggregate, now) as { last_seq: number; prev_at: number };
     const eventId = randomUUID();
-    insertEvent.run(eventId, aggregate, seq, type, payloadJson, Date.now());
+    insertEvent.run(eventId, aggregate, seq, type, payloadJson, now, seq === 1 ? 0 : prevAt);
     return { eventId, seq, aggregate };
   }
   const writeAlone = db.transaction(write);

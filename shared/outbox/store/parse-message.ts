@@ -46,8 +46,16 @@ export function parseMessage(raw: string): OutboxEvent {
   const payload = message.payload;
   if (!isObject(payload)) throw new MalformedMessageError('payload must be a JSON object');
   // Optional: messages an older relay pushed have none.
-  const createdAt = message.created_at;
+  const createdAt = timeOf(message.created_at, 'created_at');
   if (createdAt === undefined) return { eventId, storeId, aggregateId, seq, type, payload };
-  if (typeof createdAt !== 'number' || !Number.isSafeInteger(createdAt) || createdAt < 0) throw new MalformedMessageError('created_at must be a time in ms since the epoch');
-  return { eventId, storeId, aggregateId, seq, type, payload, createdAt };
+  const prevCreatedAt = timeOf(message.prev_created_at, 'prev_created_at');
+  if (prevCreatedAt === undefined) return { eventId, storeId, aggregateId, seq, type, payload, createdAt };
+  return { eventId, storeId, aggregateId, seq, type, payload, createdAt, prevCreatedAt };
+}
+
+/** An optional time in ms since the epoch: messages an older relay pushed have none. */
+function timeOf(value: unknown, field: string): number | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) throw new MalformedMessageError(`${field} must be a time in ms since the epoch`);
+  return value;
 }

@@ -7,7 +7,7 @@ import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
  * belongs to the user's database. Bumped whenever the library's tables change. The PostgreSQL
  * tables (postgres/pg-schema.ts) carry the same version: change both together.
  */
-export const SCHEMA_VERSION = 4;
+export const SCHEMA_VERSION = 5;
 
 /** The library's tables, in whichever database the user appends in. */
 export const LIBRARY_TABLES = ['outbox', 'outbox_pruned', 'outbox_meta', 'outbox_aggregates'] as const;
@@ -16,7 +16,9 @@ export const LIBRARY_TABLES = ['outbox', 'outbox_pruned', 'outbox_meta', 'outbox
 // `outbox_aggregates.last_seq` is each aggregate's last event seq, assigned by `append` inside the
 // caller's transaction; a row of its own (not MAX(seq) over outbox) keeps seq monotonic after
 // `outbox prune` deleted old rows. `outbox.id` is AUTOINCREMENT so ids are never reused: it is the
-// relay's insertion order.
+// relay's insertion order. `prev_created_at` is the created_at of the aggregate's previous event (0
+// for its first): the consumer tells a guard dropped after the aggregate horizon from a gap by it.
+// `last_at` and `prev_at` carry it from one append to the next.
 const LIBRARY_SCHEMA = `
 CREATE TABLE IF NOT EXISTS outbox (
   id           INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -28,6 +30,7 @@ CREATE TABLE IF NOT EXISTS outbox (
   status       TEXT    NOT NULL DEFAULT 'PENDING' CHECK (status IN ('PENDING', 'PUBLISHED')),
   created_at   INTEGER NOT NULL,
   published_at INTEGER,
+  prev_created_at INTEGER NOT NULL DEFAULT 0,
   UNIQUE (aggregate_id, seq)
 );
 
@@ -35,7 +38,9 @@ CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(status) WHERE status = 'PEND
 
 CREATE TABLE IF NOT EXISTS outbox_aggregates (
   aggregate_id TEXT    PRIMARY KEY,
-  last_seq     INTEGER NOT NULL CHECK (last_seq > 0)
+  last_seq     INTEGER NOT NULL CHECK (last_seq > 0),
+  last_at      INTEGER NOT NULL DEFAULT 0,
+  prev_at      INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 
 -- What outbox prune deleted, per aggregate: always a prefix of its events (seq 1..through_seq).
@@ -82,7 +87,7 @@ function tableExists(db: Database, name: string): boolean {
 export function ensureOutboxTables(db: Database): void {
   db.transaction(() => {
     if (tableExists(db, 'outbox_meta')) {
-      const version = schemaVersionOf(db);
+      const version = upgradeInTransaction(db);
       if (version !== String(SCHEMA_VERSION)) {
         throw new StoreUnavailableError(
           `${db.name} holds outbox tables of another version (${version ?? 'before 4'}, expected ${SCHEMA_VERSION}): recreate them (for the lab: "outbox init --force")`,
@@ -100,6 +105,32 @@ export function ensureOutboxTables(db: Database): void {
     meta.run('store_id', newStoreId());
     meta.run('replay_generation', '0');
   }).immediate();
+}
+
+/**
+ * Version 4 -> 5: the columns that carry each event's predecessor's commit time. Old rows get 0;
+ * an aggregate's last_at is its last row's created_at, 0 when prune deleted it (so it was applied).
+ */
+const UPGRADE_FROM_4 = `
+ALTER TABLE outbox ADD COLUMN prev_created_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE outbox_aggregates ADD COLUMN last_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE outbox_aggregates ADD COLUMN prev_at INTEGER NOT NULL DEFAULT 0;
+UPDATE outbox_aggregates SET last_at = COALESCE(
+  (SELECT created_at FROM outbox WHERE outbox.aggregate_id = outbox_aggregates.aggregate_id AND outbox.seq = last_seq), 0);
+UPDATE outbox_meta SET value = '5' WHERE key = 'schema_version';
+`;
+
+/** Upgrades tables of an older version it knows, inside the caller's transaction; resolves the version then. */
+function upgradeInTransaction(db: Database): string | undefined {
+  const version = schemaVersionOf(db);
+  if (version !== '4') return version;
+  db.exec(UPGRADE_FROM_4);
+  return String(SCHEMA_VERSION);
+}
+
+/** Upgrades the library's tables in `db` when they are of an older version it knows (IMMEDIATE). */
+export function upgradeOutboxTables(db: Database): void {
+  if (schemaVersionOf(db) === '4') db.transaction(() => upgradeInTransaction(db)).immediate();
 }
 
 /** 16 hex digits: unique enough to tell two databases apart, short enough to ride on every message. */

@@ -1,6 +1,6 @@
 import { DEFAULT_MAX_ATTEMPTS } from '../../outbox/consumer/consumer.js';
 import { parseHandlerFault } from '../../outbox/consumer/handler-fault.js';
-import { count, custom, duration, readSettings, text, type Argv, type ValuesOf } from './settings.js';
+import { count, custom, duration, optionalDuration, readSettings, text, type Argv, type ValuesOf } from './settings.js';
 import { healthSettings } from './health-config.js';
 import { storeSettings } from './store-settings.js';
 
@@ -37,6 +37,15 @@ export const dedupeWindow = duration({
   min: 1000,
   max: 2 ** 31 * 1000,
   describe: "how long an applied event's dedupe marker, processed entry and apply count are kept; beyond it the aggregate's seq guard tells a duplicate",
+});
+
+/** Drops the guard of an aggregate idle for longer than this; off keeps guards for good. */
+export const aggregateHorizon = optionalDuration({
+  flag: 'aggregate-horizon',
+  env: 'OUTBOX_AGGREGATE_HORIZON',
+  min: 1000,
+  max: 2 ** 31 * 1000,
+  describe: "drops the seq guard of an aggregate idle for longer than this; at least the dedupe window, and longer than any event takes from commit to apply",
 });
 
 /** The consumer app's settings (outbox-consumer), each with its flag, variable and default. */
@@ -78,6 +87,8 @@ export const consumerSettings = {
   maxAttempts,
   /** Default 7d. */
   dedupeWindowMs: dedupeWindow,
+  /** Default off. */
+  aggregateHorizonMs: aggregateHorizon,
   /** Injected handler failures, for tests and chaos (shared/outbox/consumer/handler-fault.ts). Default off. */
   handlerFault: custom({ env: 'OUTBOX_HANDLER_FAIL', default: '', defaultText: 'off', describe: 'injected handler failures', parse: (raw) => parseHandlerFault(raw) }),
   /** A file whose contents, while it exists, replace `handlerFault`. Default none. */

@@ -50,7 +50,7 @@ export async function benchRelay(workspace: string, redis: Redis, redisUrl: stri
   try {
     seedPending(db, events);
     const storeId = storeIdOf(db);
-    const messages = db.prepare<[], OutboxRow>('SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox ORDER BY id').all().map((row) => toMessage(row, storeId));
+    const messages = db.prepare<[], OutboxRow>('SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at, prev_created_at FROM outbox ORDER BY id').all().map((row) => toMessage(row, storeId));
     await serveStore(redis, db);
     const relay = createRelay(db, redis);
     const { selectPending, markRows } = relayStatements(db);
@@ -99,7 +99,7 @@ export async function benchRelay(workspace: string, redis: Redis, redisUrl: stri
 
     resetToPending(db);
     await redis.del(keys.events);
-    const selectOne = db.prepare<[], OutboxRow>("SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE status = 'PENDING' ORDER BY id LIMIT 1");
+    const selectOne = db.prepare<[], OutboxRow>("SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at, prev_created_at FROM outbox WHERE status = 'PENDING' ORDER BY id LIMIT 1");
     const markOne = db.prepare<[number, number]>("UPDATE outbox SET status = 'PUBLISHED', published_at = ? WHERE id = ?");
     const naive = await timed(naiveEvents, async () => {
       for (let i = 0; i < naiveEvents; i += 1) {

@@ -1,6 +1,6 @@
 --[[
   Database mode, step 1 of 2 (complete-event-11.lua is step 2): claims events before their handlers
-  run in the consumer's own database. The checks are apply-events-13.lua's (processed, seq guard,
+  run in the consumer's own database. The checks are apply-events-14.lua's (processed, seq guard,
   gap), then the event's dedupe marker is taken as a lease: SET with a TTL, holding
   "claim:<owner>", so that a claim whose process died expires and the event is retried. The effect
   itself is made once by the consumer database's inbox table, not here. Everything is read and
@@ -47,7 +47,7 @@
                   entry, no apply count, no marker), committed after the window's sweeps reached, had its seq taken by another event, as after a
                   store restored from an older copy: it is still acked, and the first such event
                   of the call is recorded in the meta hash (KEYS[7]: 'takenEvent', 'takenAggregate',
-                  'takenSeq', 'takenAt'), as apply-events-13.lua does, where the relay, status and
+                  'takenSeq', 'takenAt'), as apply-events-14.lua does, where the relay, status and
                   prune look for it (store-pairing.ts)
       'parked'    seq > last applied + 1: acked and parked until the gap is filled
       'foreign'   from another store than the one this Redis serves: acked and dead-lettered

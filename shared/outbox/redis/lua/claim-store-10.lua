@@ -5,7 +5,7 @@
 
   When it claims, it first deletes whatever consumer state is left (processed, applied seqs, every
   key an effect wrote as recorded in the effect-keys set, parked, stats, apply counts,
-  failed-attempt counts): every effect is about to be applied again from SQLite, so leftovers of
+  failed-attempt counts, the dedupe window's log and hash): every effect is about to be applied again from SQLite, so leftovers of
   a partial loss (the meta hash gone, an effect's key still there) would be applied twice, or applied
   seqs without their effects would skip the events as duplicates. The caller deleted the dedupe
   markers before (no consumer applies anything while no store is claimed). Then it gives pruned
@@ -21,6 +21,8 @@
     KEYS[6] stats hash
     KEYS[7] apply-count hash
     KEYS[8] attempts hash
+    KEYS[9] applied log (the dedupe window's)
+    KEYS[10] window hash
 
     ARGV[1] store id
     ARGV[2] now, ms since epoch
@@ -42,7 +44,7 @@ local effectKeys = redis.call('SMEMBERS', KEYS[4])
 for first = 1, #effectKeys, 1000 do
   redis.call('UNLINK', unpack(effectKeys, first, math.min(first + 999, #effectKeys)))
 end
-redis.call('UNLINK', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+redis.call('UNLINK', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10])
 -- HSET takes the pairs in slices: Lua's stack limits how many unpack can pass at once.
 for first = 6, #ARGV, 1000 do
   redis.call('HSET', KEYS[3], unpack(ARGV, first, math.min(first + 999, #ARGV)))

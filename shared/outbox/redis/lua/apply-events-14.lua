@@ -27,20 +27,25 @@
              event is applied again (claim-store-10.lua)
     KEYS[12] applied log (list): `t<appliedAt>` then `e<event_id>` per event applied, for the
              dedupe window's sweep (sweep-window-5.lua)
-    KEYS[13] window hash: its 'sweptThrough' tells a record the sweep dropped from a taken seq
+    KEYS[13] window hash: its 'sweptThrough' tells a record the sweep dropped from a taken seq, its
+             'droppedThrough' a guard the aggregate horizon dropped from a gap
+    KEYS[14] aggregate log (list), with an aggregate horizon: `t<appliedAt>` then `a<seq> <aggregate>`
+             per event applied, for the horizon's sweep (sweep-horizon-3.lua)
 
     ARGV[1] dedupe marker key prefix; the marker of an event is <prefix><event_id>
     ARGV[2] dedupe marker TTL in seconds (0 = never expires)
     ARGV[3] namespace key prefix ('' for none): an effect's key is <prefix><key>
       (Marker and effect keys are derived, not declared: like the rest of this project, the script
       expects one Redis, not a Cluster.)
-    ARGV[4] the events, one flat JSON array of strings, per event in order: event_id, aggregate
+    ARGV[4] the aggregate horizon, ms ('0': none): with one, applied events go to the aggregate log
+    ARGV[5] the events, one flat JSON array of strings, per event in order: event_id, aggregate
       key, seq (an integer), store id of the message, processed value (a JSON object, to which the
       script adds "applyOrder", the stats hash's 'applied' counter, and "appliedAt"), its commit
-      time (ms, '0' when unknown), the number n
-      of its effects (an integer), then n times: op, key (relative to the namespace), field or
-      member ('' for set), value ('' for hdel, srem; the increment for hincrby, zincrby)
-    ARGV[5] ... one per event, in the same order: the raw message exactly as it sits in the
+      time (ms, '0' when unknown), its aggregate's previous event's commit time (ms, '0' when not
+      kept, '-1' when unknown), the number n of its effects (an integer), then n times: op, key
+      (relative to the namespace), field or member ('' for set), value ('' for hdel, srem; the
+      increment for hincrby, zincrby)
+    ARGV[6] ... one per event, in the same order: the raw message exactly as it sits in the
       processing list
       (One JSON argument rather than one argument per value: a client pays for every argument.
       Flat rather than an array per event and per effect: the decoder then makes one table, not three per event.)
@@ -121,14 +126,14 @@ local function hmget(key, fields, call)
 end
 
 -- The events, read before anything else: a call that does not add up changes nothing.
-local BAD_EVENTS = 'apply-events: ARGV[4] must be a flat JSON array of strings, per event event_id, aggregate, seq, store, processed, '
+local BAD_EVENTS = 'apply-events: ARGV[5] must be a flat JSON array of strings, per event event_id, aggregate, seq, store, processed, '
   .. 'the number n of its effects, then n times op, key, field, value; then one raw message per event'
-local decoded, flat = pcall(cjson.decode, ARGV[4] or '')
+local decoded, flat = pcall(cjson.decode, ARGV[5] or '')
 if not decoded or type(flat) ~= 'table' or (#flat == 0 and next(flat) ~= nil) then
   return redis.error_reply(BAD_EVENTS)
 end
 -- Event i's values start at flat[at[i]]: event_id, aggregate, seq text, store, processed, commit
--- time, n, then its effects, 4 values each; its raw message is ARGV[4 + i]. What the script finds out about it
+-- time, previous commit time, n, then its effects, 4 values each; its raw message is ARGV[5 + i]. What the script finds out about it
 -- is kept in arrays by i.
 local at, seqOf, kindOf = {}, {}, {}
 local count, size = 0, #flat
@@ -138,7 +143,7 @@ local count, size = 0, #flat
 local function walk()
   local pos = 1
   while pos <= size do
-    local last = pos + 6
+    local last = pos + 7
     for k = pos, last do
       local v = flat[k]
       local _ = #v
@@ -148,7 +153,7 @@ local function walk()
     if not n or n < 0 then return false end
     last = last + 4 * n
     if last > size then return false end
-    for k = pos + 7, last do
+    for k = pos + 8, last do
       local v = flat[k]
       local _ = #v
       v = v .. ''
@@ -160,7 +165,7 @@ local function walk()
   return true
 end
 local walked, added = pcall(walk)
-if not walked or not added or #ARGV ~= 4 + count then return redis.error_reply(BAD_EVENTS) end
+if not walked or not added or #ARGV ~= 5 + count then return redis.error_reply(BAD_EVENTS) end
 
 local clock = rcall('TIME')
 local now = int(tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
@@ -173,7 +178,7 @@ local function problem(text) problems[#problems + 1] = text end
 -- is written through a fallback that reports instead.)
 --- @include "includes/key-types.lua"
 local wrongType = wrongKeyType('apply-events', {
-  { KEYS[4], 'hash' }, { KEYS[6], 'list' }, { KEYS[8], 'list' }, { KEYS[10], 'hash' }, { KEYS[11], 'set' }, { KEYS[12], 'list' },
+  { KEYS[4], 'hash' }, { KEYS[6], 'list' }, { KEYS[8], 'list' }, { KEYS[10], 'hash' }, { KEYS[11], 'set' }, { KEYS[12], 'list' }, { KEYS[14], 'list' },
 }, 'nothing applied')
 if wrongType then return wrongType end
 
@@ -195,7 +200,7 @@ if count > 0 then
   local head = rcall('LRANGE', KEYS[1], 0, count - 1)
   atHead = #head == count
   for i = 1, count do
-    if not atHead or head[i] ~= ARGV[4 + i] then
+    if not atHead or head[i] ~= ARGV[5 + i] then
       atHead = false
       break
     end
@@ -313,8 +318,8 @@ end
 -- Checks an event's effects; nil when all can be applied, else why not (and the state is as before).
 local function checkEffects(s)
   undone = 0
-  for j = 1, tonumber(flat[s + 6]) do
-    local f = s + 3 + 4 * j
+  for j = 1, tonumber(flat[s + 7]) do
+    local f = s + 4 + 4 * j
     local refused = checkEffect(flat[f], flat[f + 1], flat[f + 2], flat[f + 3])
     if refused then
       for i = undone, 1, -1 do undoTable[i][undoSlot[i]] = undoValue[i] end
@@ -332,7 +337,7 @@ for i = 1, count do
   local s = at[i]
   if not atHead then
     -- Not at the head: each message must still be in the list (a re-sent call finds it gone).
-    local raw = ARGV[4 + i]
+    local raw = ARGV[5 + i]
     if present[raw] == nil then present[raw] = #rcall('LPOS', KEYS[1], raw, 'COUNT', 0) end
     if present[raw] > 0 then
       present[raw] = present[raw] - 1
@@ -384,6 +389,21 @@ for first = 1, #markerKeys, SLICE do
   markersExist = markersExist + rcall('EXISTS', unpack(markerKeys, first, math.min(first + SLICE - 1, #markerKeys)))
 end
 
+-- The last applied seq to take for an event whose aggregate has no guard: 0, the seq before it
+-- when its predecessor was committed before the horizon's sweeps reached (so, the horizon being
+-- longer than any delivery, applied before its guard was dropped), or nil when the event itself
+-- was committed before then (a duplicate: see docs/dedupe-window.md).
+local droppedThrough
+local function guardWhenAbsent(i)
+  droppedThrough = droppedThrough or tonumber(redis.pcall('HGET', KEYS[13], 'droppedThrough') or '0') or 0
+  local s = at[i]
+  local createdAt, previous = tonumber(flat[s + 5]) or 0, tonumber(flat[s + 6]) or -1
+  if droppedThrough == 0 or createdAt == 0 or seqOf[i] == 1 and createdAt > droppedThrough then return 0 end
+  if createdAt <= droppedThrough then return nil end
+  if previous >= 0 and previous <= droppedThrough then return seqOf[i] - 1 end
+  return 0
+end
+
 -- By aggregate: its last applied seq so far, false when its field is not an integer.
 local lastOf, seenNow, behindGuard = {}, {}, {}
 local restoreSeqOf, expectedOf = {}, {}
@@ -393,13 +413,22 @@ for j = 1, #open do
   local s = at[i]
   local aggregate, seq = flat[s + 1], seqOf[i]
   local last = lastOf[aggregate]
+  local pastHorizon = false
   if last == nil then
     local value = seqValues[j]
-    last = value and integer(value) or (not value and 0) or false
-    lastOf[aggregate] = last
-    if not last then problem(KEYS[3] .. ' field ' .. aggregate .. ' holds "' .. value .. '", not an integer') end
+    if value then
+      last = integer(value) or false
+      if not last then problem(KEYS[3] .. ' field ' .. aggregate .. ' holds "' .. value .. '", not an integer') end
+    else
+      last = guardWhenAbsent(i)
+    end
+    pastHorizon = last == nil
+    if not pastHorizon then lastOf[aggregate] = last end
   end
-  if not last then
+  if pastHorizon then
+    -- Committed before the horizon's sweeps reached and its aggregate's guard is gone: applied.
+    kindOf[i] = 'duplicate'
+  elseif not last then
     kindOf[i] = 'invalid'
   elseif seq <= last or seenNow[flat[s]] then
     -- Behind the seq guard, or seen in this call: a duplicate without asking Redis; one behind the
@@ -493,7 +522,7 @@ local markerTtl = ttl > 0
 local touched, touchedList = {}, {}
 -- An event's effects other than on hash fields (those are written once, after the loop).
 local function applyEffects(s)
-  for f = s + 7, s + 3 + 4 * tonumber(flat[s + 6]), 4 do
+  for f = s + 8, s + 4 + 4 * tonumber(flat[s + 7]), 4 do
     local op, field, value = flat[f], flat[f + 2], flat[f + 3]
     local key = fullKeyOf[flat[f + 1]]
     if not touched[key] then
@@ -567,12 +596,12 @@ for i = 1, count do
     outcome = kind == 'stale' and 's' or 'i'
     allAcked = false
   elseif kind == 'foreign' then
-    deadLetterForeign(flat[s + 3], served, ARGV[4 + i])
+    deadLetterForeign(flat[s + 3], served, ARGV[5 + i])
     outcome = 'f'
   else
     -- parked: not applied, so no dedupe marker: its redelivery has to be applied later.
     local reason = 'gap: expected seq ' .. int(expectedOf[i]) .. ', got ' .. flat[s + 2]
-    rcall('HSET', KEYS[4], flat[s + 1] .. ':' .. flat[s + 2], cjson.encode({ reason = reason, message = ARGV[4 + i], parkedAt = tonumber(now) }))
+    rcall('HSET', KEYS[4], flat[s + 1] .. ':' .. flat[s + 2], cjson.encode({ reason = reason, message = ARGV[5 + i], parkedAt = tonumber(now) }))
     anyParked = true
     counts.parked = counts.parked + 1
     outcome = 'p'
@@ -612,11 +641,17 @@ end
 -- The keys effects wrote, recorded with them.
 inSlices('SADD', KEYS[11], touchedList, SLICE)
 
--- The applied events in the log the window's sweep reads, after the time they were applied.
+-- The applied events in the log the window's sweep reads, after the time they were applied; with a
+-- horizon, their aggregates and seqs in the log its sweep reads.
 if #toApply > 0 then
   local logged = { 't' .. now }
   for k = 1, #toApply do logged[k + 1] = 'e' .. toApply[k] end
   inSlices('RPUSH', KEYS[12], logged, SLICE)
+  if ARGV[4] ~= '0' then
+    local aggregates = { 't' .. now }
+    for k = 1, #seqPairs, 2 do aggregates[#aggregates + 1] = 'a' .. seqPairs[k + 1] .. ' ' .. seqPairs[k] end
+    inSlices('RPUSH', KEYS[14], aggregates, SLICE)
+  end
 end
 
 -- The ack, in the same step as what happened to each message.
@@ -624,7 +659,7 @@ if atHead and allAcked then
   if count > 0 then rcall('LTRIM', KEYS[1], count, -1) end
 else
   for i = 1, count do
-    if kindOf[i] ~= 'stale' and kindOf[i] ~= 'invalid' then rcall('LREM', KEYS[1], 1, ARGV[4 + i]) end
+    if kindOf[i] ~= 'stale' and kindOf[i] ~= 'invalid' then rcall('LREM', KEYS[1], 1, ARGV[5 + i]) end
   end
 end
 

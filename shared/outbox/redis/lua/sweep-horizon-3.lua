@@ -1,0 +1,63 @@
+--[[
+  Drops the seq guard of each aggregate idle for longer than the aggregate horizon: one whose guard
+  still holds the seq an entry older than the horizon logged, so nothing of it was applied since.
+  Reads the aggregate log from its head, at most ARGV[2] entries, and stops at the first batch
+  applied inside the horizon. Idempotent: a re-sent call finds the log already trimmed.
+
+  Input:
+    KEYS[1] aggregate log (list: `t<appliedAt ms>` then `a<seq> <aggregate>` per applied batch)
+    KEYS[2] applied-seq hash (aggregate -> last applied seq)
+    KEYS[3] window hash: 'droppedThrough' (the apply time the drops reached), 'droppedGuards'
+
+    ARGV[1] the horizon, ms (a positive integer)
+    ARGV[2] log entries read at most (a positive integer)
+
+  Output: { dropped, more }: guards dropped; more 1 when the read limit stopped the call before the
+  horizon did.
+]]
+local horizonMs, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+if not horizonMs or horizonMs < 1 or not limit or limit < 1 then
+  return redis.error_reply('sweep-horizon: ARGV[1] (horizon, ms) and ARGV[2] (entries) must be positive integers')
+end
+--- @include "includes/key-types.lua"
+local wrongType = wrongKeyType('sweep-horizon', { { KEYS[1], 'list' }, { KEYS[2], 'hash' }, { KEYS[3], 'hash' } }, 'nothing dropped')
+if wrongType then return wrongType end
+
+local clock = redis.call('TIME')
+local cutoff = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) - horizonMs
+local entries = redis.call('LRANGE', KEYS[1], 0, limit - 1)
+local aggregates, seqs, consumed, through = {}, {}, 0, nil
+for i, entry in ipairs(entries) do
+  local kind = string.sub(entry, 1, 1)
+  if kind == 't' then
+    local at = tonumber(string.sub(entry, 2))
+    if at and at > cutoff then break end
+    if at then through = at end
+  elseif kind == 'a' then
+    local space = string.find(entry, ' ', 2, true)
+    if space then
+      seqs[#seqs + 1] = string.sub(entry, 2, space - 1)
+      aggregates[#aggregates + 1] = string.sub(entry, space + 1)
+    end
+  end
+  consumed = i
+end
+
+local dropped = {}
+for first = 1, #aggregates, 500 do
+  local last = math.min(first + 499, #aggregates)
+  local current = redis.call('HMGET', KEYS[2], unpack(aggregates, first, last))
+  for k = first, last do
+    if current[k - first + 1] == seqs[k] then dropped[#dropped + 1] = aggregates[k] end
+  end
+end
+for first = 1, #dropped, 500 do
+  redis.call('HDEL', KEYS[2], unpack(dropped, first, math.min(first + 499, #dropped)))
+end
+if consumed > 0 then redis.call('LTRIM', KEYS[1], consumed, -1) end
+if #dropped > 0 then redis.call('HINCRBY', KEYS[3], 'droppedGuards', #dropped) end
+if through then
+  local before = tonumber(redis.call('HGET', KEYS[3], 'droppedThrough') or '0') or 0
+  if through > before then redis.call('HSET', KEYS[3], 'droppedThrough', string.format('%d', through)) end
+end
+return { #dropped, (consumed == limit and consumed == #entries) and 1 or 0 }
