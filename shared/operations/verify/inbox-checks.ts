@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { keys } from '../../outbox/redis/keys.js';
-import { partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
+import { byPartition, partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
 import type { Db } from '../../outbox/store/open-database.js';
 import type { InvariantCheck } from '../../outbox/verify/verify-checks.js';
 import type { VerifyReads } from './observe.js';
@@ -17,6 +17,25 @@ async function hashFields(redis: Redis, key: string): Promise<Set<string>> {
     cursor = next;
   } while (cursor !== '0');
   return fields;
+}
+
+/**
+ * Of inbox rows without a processed entry, those whose aggregate's applied seq (read after the
+ * inbox) has reached their seq: completed, their record swept by the dedupe window since. Only the
+ * completion raises the applied seq in database mode, in the step that writes the processed entry.
+ */
+async function completedBySeq(partitions: Partitions, rows: InboxRow[]): Promise<Set<string>> {
+  const completed = new Set<string>();
+  for (const [index, group] of byPartition(partitions, rows, (row) => row.aggregate_id)) {
+    for (let first = 0; first < group.length; first += HELD_CHUNK) {
+      const chunk = group.slice(first, first + HELD_CHUNK);
+      const seqs = await partitions.clients[index].hmget(keys.appliedSeq, ...chunk.map((row) => row.aggregate_id));
+      chunk.forEach((row, i) => {
+        if (row.seq <= Number(seqs[i] ?? 0)) completed.add(row.event_id);
+      });
+    }
+  }
+  return completed;
 }
 
 /** Event ids asked of the store per query. */
@@ -64,7 +83,9 @@ export async function inboxChecks(consumerDb: Db, redis: Redis | Partitions, sto
   // Completion pending: only events the store holds. The others are pruned (applied, their rows
   // gone, their record maybe lost with Redis, as in a rebuild) or of a lost history (above).
   const notHeldIds = new Set(notHeld.map((row) => row.event_id));
-  const pending = [...inbox].filter((id) => !processed.has(id) && !notHeldIds.has(id));
+  const unrecorded = rows.filter((row) => !processed.has(row.event_id) && !notHeldIds.has(row.event_id));
+  const completed = await completedBySeq(partitionsOf(redis), unrecorded);
+  const pending = unrecorded.filter((row) => !completed.has(row.event_id));
   return [
     {
       name: 'processed events without an inbox row (effect missing from the consumer database)',

@@ -9,6 +9,7 @@ import { readEnvelope } from '../../outbox/redis/envelope.js';
 import { readList, readListBackwards } from '../../outbox/redis/read-list.js';
 import { byPartition, partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
 import { sqliteHistory, type StoreHistory } from '../../outbox/relay/store-pairing.js';
+import { guardDropped, mayBeSwept, WINDOW_FIELDS, windowStateOf, type WindowState } from '../../outbox/redis/dedupe-window.js';
 
 const CHUNK = 1000;
 
@@ -20,6 +21,8 @@ export interface ObservedEvent {
   aggregate_id: string;
   seq: number;
   status: string;
+  /** Commit time (ms): an event committed at or before a partition's `sweptThrough` may have had its records swept. */
+  created_at: number;
 }
 
 /** An event beyond the horizon (committed after the first snapshot), with its payload for the check set's effects. */
@@ -39,7 +42,9 @@ export type ProducerSnapshot = { value: unknown } | { error: unknown };
  * `observe`). The checks in verify.ts compare what SQLite held up to `horizon` with the Redis state
  * at one instant, `appliedCounter`, corrected for the newer events Redis had applied by then.
  */
-export interface Observation extends Omit<ConsumerState, 'meta' | 'appliedCounter'>, Omit<ProducerRead, 'maxId'> {
+export interface Observation
+  extends Omit<ConsumerState, 'meta' | 'appliedCounter' | 'seqCounters' | 'window'>,
+    Omit<ProducerRead, 'maxId'> {
   // The ProducerRead fields: SQLite (or PostgreSQL), one read transaction (S1).
   /** Events beyond the horizon: in S1, and committed after S1 up to the second SQLite read (S2). */
   newer: NewerEvent[];
@@ -59,6 +64,17 @@ export interface Observation extends Omit<ConsumerState, 'meta' | 'appliedCounte
   // Redis, read after the MULTI: the processed entries of `events` and `newer`, in their order.
   processed: (string | null)[];
   processedNewer: (string | null)[];
+  /**
+   * Each partition's window hash, read after the processed entries and apply counts: a record
+   * missing from those reads and swept meanwhile was swept by then, so its event is under `sweptThrough`.
+   */
+  windows: WindowState[];
+  /**
+   * Per event of `events`: applied, its records swept by the dedupe window (no processed entry, no
+   * apply count, seq at or below its aggregate's applied seq, committed at or before `sweptThrough`,
+   * in a partition that serves the store). Beyond the window the seq guard is the evidence.
+   */
+  swept: boolean[];
 }
 
 /** Looks up `fields` in a hash in chunks; resolves the values in the same order. */
@@ -131,7 +147,7 @@ export function newerEvent(row: OutboxRow): NewerEvent {
   };
 }
 
-const NEWER_ROWS = 'SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE id > ? ORDER BY id';
+const NEWER_ROWS = 'SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at, prev_created_at FROM outbox WHERE id > ? ORDER BY id';
 
 /** A row of outbox_pruned. */
 export interface PrunedAggregate {
@@ -154,8 +170,11 @@ export interface ProducerRead {
   pendingNewer: number;
   /** Events up to the horizon, ordered by aggregate and seq. */
   events: ObservedEvent[];
-  /** Aggregates with their last seq up to the horizon (outbox_aggregates' last seq minus newer events). */
-  aggregates: { key: string; lastSeq: number }[];
+  /**
+   * Aggregates with their last seq up to the horizon (outbox_aggregates' last seq minus newer events)
+   * and their last event's commit time (0: not kept), which tells a guard the aggregate horizon dropped.
+   */
+  aggregates: { key: string; lastSeq: number; lastAt: number }[];
   /** The check set's own read in S1 (none without a check set that has one). */
   producerSnapshot: ProducerSnapshot;
   /** Events beyond the horizon in S1 (what S1, and so `producerSnapshot`, holds beyond it). */
@@ -175,7 +194,7 @@ export interface RawProducerRead {
   /** The rows beyond the horizon. */
   newer: NewerEvent[];
   /** outbox_aggregates, ordered by aggregate. */
-  lastSeqs: { key: string; lastSeq: number }[];
+  lastSeqs: { key: string; lastSeq: number; lastAt: number }[];
   producerSnapshot: ProducerSnapshot;
 }
 
@@ -184,7 +203,7 @@ export function producerRead({ horizon, maxId, pruned, prunedThrough, pendingRow
   const newerPerAggregate = new Map<string, number>();
   for (const e of newer) newerPerAggregate.set(e.aggregate_id, (newerPerAggregate.get(e.aggregate_id) ?? 0) + 1);
   const aggregates = lastSeqs
-    .map((a) => ({ key: a.key, lastSeq: a.lastSeq - (newerPerAggregate.get(a.key) ?? 0) }))
+    .map((a) => ({ key: a.key, lastSeq: a.lastSeq - (newerPerAggregate.get(a.key) ?? 0), lastAt: a.lastAt }))
     .filter((a) => a.lastSeq > 0 || !newerPerAggregate.has(a.key));
   return {
     horizon,
@@ -239,7 +258,7 @@ export function sqliteVerifyReads(db: Db): VerifyReads {
       ),
     publishedRowsOf: async (eventIds) =>
       db
-        .prepare<[string], OutboxRow>("SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE status = 'PUBLISHED' AND event_id IN (SELECT value FROM json_each(?))")
+        .prepare<[string], OutboxRow>("SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at, prev_created_at FROM outbox WHERE status = 'PUBLISHED' AND event_id IN (SELECT value FROM json_each(?))")
         .all(JSON.stringify(eventIds)),
     heldOf: async (eventIds) => new Set(db.prepare<[string], string>('SELECT event_id FROM outbox WHERE event_id IN (SELECT value FROM json_each(?))').pluck().all(JSON.stringify(eventIds))),
     storeId: async () => storeIdOf(db),
@@ -267,10 +286,14 @@ function readSqlite(db: Db, horizonOrNone: number | undefined, checkSet: VerifyC
     const pendingRows = db.prepare<[], { id: number }>("SELECT id FROM outbox WHERE status = 'PENDING' ORDER BY id").all().map((p) => p.id);
     // Ordered by aggregate and seq, for the out-of-order check.
     const all = db
-      .prepare<[], ObservedEvent>('SELECT id, event_id, aggregate_id, seq, status FROM outbox ORDER BY aggregate_id, seq')
+      .prepare<[], ObservedEvent>(
+        'SELECT id, event_id, aggregate_id, seq, status, created_at FROM outbox ORDER BY aggregate_id, seq',
+      )
       .all();
     const newer = db.prepare<[number], OutboxRow>(NEWER_ROWS).all(horizon).map(newerEvent);
-    const lastSeqs = db.prepare<[], { key: string; lastSeq: number }>('SELECT aggregate_id AS key, last_seq AS lastSeq FROM outbox_aggregates ORDER BY aggregate_id').all();
+    const lastSeqs = db
+      .prepare<[], { key: string; lastSeq: number; lastAt: number }>('SELECT aggregate_id AS key, last_seq AS lastSeq, last_at AS lastAt FROM outbox_aggregates ORDER BY aggregate_id')
+      .all();
     return producerRead({ horizon, maxId, pruned, prunedThrough, pendingRows, all, newer, lastSeqs, producerSnapshot: producerSnapshotOf(db, checkSet) });
   })();
 }
@@ -297,46 +320,145 @@ async function execAll(multi: ReturnType<Redis['multi']>, keyOf: (i: number) => 
   });
 }
 
-/** One partition's consumer state at one instant. */
+/** One partition's consumer state: its MULTI's instant, and what is read around it (see `observe`). */
 export interface ConsumerState {
   meta: Record<string, string>;
   processedCount: number;
+  /** The apply counts of the snapshot's events that have one (HMGET in chunks, after the processed entries). */
   applyCounts: Record<string, string>;
+  /**
+   * The applied seqs of the store's aggregates (HMGET in chunks after the MULTI), and of any other
+   * the hash holds (HSCAN, only when its length says there is one).
+   */
   appliedSeqs: Record<string, string>;
+  /** The applied counter when each aggregate's applied seq was read, where it differs from `appliedCounter`. */
+  seqCounters: Map<string, number>;
   counters: Record<string, Record<string, string>>;
   stats: Record<string, string>;
+  /** The parked hash, read by HSCAN after the lists and before the MULTI. */
   parked: Record<string, string>;
   dead: number;
   appliedCounter: number;
+  /** The window hash at the MULTI: its `sweptEvents` are applied events that left the processed count. */
+  window: WindowState;
 }
 
-/** The consumer's state at one instant: every hash the checks compare, in one MULTI. */
-async function readConsumerState(redis: Redis, counterHashes: readonly string[]): Promise<ConsumerState> {
+/** A window hash's WINDOW_FIELDS as read by HMGET. */
+const windowOf = windowStateOf;
+
+/** Every field of a hash by HSCAN (COUNT 1000 a call: no call holds Redis long). */
+async function scanHash(redis: Redis, key: string): Promise<Record<string, string>> {
+  const hash: Record<string, string> = {};
+  let cursor = '0';
+  do {
+    const [next, entries] = await redis.hscan(key, cursor, 'COUNT', CHUNK);
+    for (let i = 0; i < entries.length; i += 2) hash[entries[i]] = entries[i + 1];
+    cursor = next;
+  } while (cursor !== '0');
+  return hash;
+}
+
+/**
+ * The consumer's state at one instant, in one MULTI of small reads: the processed count and the
+ * window's swept count (which the sweep moves together), the stats hash's `applied` counter N and
+ * the check set's counter hashes. The hashes that grow with history are read after it, in chunks.
+ */
+async function readConsumerState(
+  redis: Redis,
+  counterHashes: readonly string[],
+  parked: Record<string, string>,
+): Promise<ConsumerState> {
   const multi = redis
     .multi()
     .hgetall(keys.meta)
     .hlen(keys.processed)
-    .hgetall(keys.applyCount)
-    .hgetall(keys.appliedSeq)
     .hgetall(keys.stats)
-    .hgetall(keys.parked)
-    .llen(keys.deadLetter);
+    .llen(keys.deadLetter)
+    .hmget(keys.window, ...WINDOW_FIELDS);
   for (const key of counterHashes) multi.hgetall(key);
-  const read = [keys.meta, keys.processed, keys.applyCount, keys.appliedSeq, keys.stats, keys.parked, keys.deadLetter, ...counterHashes];
+  const read = [keys.meta, keys.processed, keys.stats, keys.deadLetter, keys.window, ...counterHashes];
   const values = await execAll(multi, (i) => read[i]);
-  const [meta, processedCount, applyCounts, appliedSeqs, stats, parked, dead, ...counterValues] = values as [
+  const [meta, processedCount, stats, dead, window, ...counterValues] = values as [
     Record<string, string>,
     number,
     Record<string, string>,
-    Record<string, string>,
-    Record<string, string>,
-    Record<string, string>,
     number,
+    (string | null)[],
     ...Record<string, string>[],
   ];
   const counters = Object.fromEntries(counterHashes.map((key, i) => [key, counterValues[i]]));
-  const counter = Number(stats.applied ?? 0);
-  return { meta, processedCount, applyCounts, appliedSeqs, counters, stats, parked, dead, appliedCounter: Number.isFinite(counter) ? counter : Infinity };
+  return {
+    meta,
+    processedCount,
+    applyCounts: {},
+    appliedSeqs: {},
+    seqCounters: new Map(),
+    counters,
+    stats,
+    parked,
+    dead,
+    appliedCounter: appliedCounterOf(stats.applied),
+    window: windowOf(window),
+  };
+}
+
+function appliedCounterOf(text: string | null | undefined): number {
+  const counter = Number(text ?? 0);
+  return Number.isFinite(counter) ? counter : Infinity;
+}
+
+/**
+ * Reads into `state` the applied seqs of `aggregates` (HMGET of at most 1000 a call), each chunk in
+ * a MULTI with the applied counter, so that an aggregate's seq is judged against the newer events
+ * applied by its own read (`seqCounters`). The chunks are not one MULTI, which would hold Redis for
+ * the whole hash: each is exact at its instant, and a guard only rises, so a seq read after the main
+ * MULTI can hide no fault that one read at it shows (a guard behind, a parked event, a taken seq).
+ * When the hash holds more aggregates than were found among these (its length at the last chunk),
+ * it is scanned for the others: the store does not hold them (see `aggregatesPastStore`).
+ */
+async function readAppliedSeqs(redis: Redis, state: ConsumerState, aggregates: string[]): Promise<void> {
+  let found = 0;
+  let length = 0;
+  const keep = (aggregate: string, seq: string, counter: number) => {
+    state.appliedSeqs[aggregate] = seq;
+    if (counter !== state.appliedCounter) state.seqCounters.set(aggregate, counter);
+  };
+  for (let first = 0; first === 0 || first < aggregates.length; first += CHUNK) {
+    const chunk = aggregates.slice(first, first + CHUNK);
+    const multi = redis.multi().hget(keys.stats, 'applied').hlen(keys.appliedSeq);
+    if (chunk.length > 0) multi.hmget(keys.appliedSeq, ...chunk);
+    const replies = await execAll(multi, (i) => [keys.stats, keys.appliedSeq, keys.appliedSeq][i]);
+    const [counterText, size, seqs = []] = replies as [string | null, number, (string | null)[]?];
+    const counter = appliedCounterOf(counterText);
+    length = size;
+    chunk.forEach((aggregate, i) => {
+      const seq = seqs[i];
+      if (seq === null || seq === undefined) return;
+      found += 1;
+      keep(aggregate, seq, counter);
+    });
+  }
+  if (length <= found) return;
+  const known = new Set(aggregates);
+  let cursor = '0';
+  do {
+    const multi = redis.multi().hget(keys.stats, 'applied').hscan(keys.appliedSeq, cursor, 'COUNT', CHUNK);
+    const replies = await execAll(multi, (i) => [keys.stats, keys.appliedSeq][i]);
+    const [counterText, [next, entries]] = replies as [string | null, [string, string[]]];
+    const counter = appliedCounterOf(counterText);
+    for (let i = 0; i < entries.length; i += 2) if (!known.has(entries[i])) keep(entries[i], entries[i + 1], counter);
+    cursor = next;
+  } while (cursor !== '0');
+}
+
+/** The apply counts of `eventIds` in one partition that has them (HMGET in chunks). */
+async function readApplyCounts(redis: Redis, eventIds: string[]): Promise<Record<string, string>> {
+  const counts: Record<string, string> = {};
+  const values = await hashValues(redis, keys.applyCount, eventIds);
+  values.forEach((value, i) => {
+    if (value !== null) counts[eventIds[i]] = value;
+  });
+  return counts;
 }
 
 const INTEGER = /^-?\d+$/;
@@ -402,6 +524,20 @@ async function processedOf(partitions: Partitions, events: { event_id: string; a
   return values;
 }
 
+/** Each partition's aggregates the store knows in S1 (last seqs, pruned, beyond the horizon) and the parked ones'. */
+function aggregatesByPartition(partitions: Partitions, s1: ProducerRead, parked: Record<string, string>[]): string[][] {
+  const sets = partitions.clients.map(() => new Set<string>());
+  const add = (aggregate: string) => sets[partitions.count === 1 ? 0 : partitions.indexOf(aggregate)].add(aggregate);
+  for (const a of s1.aggregates) add(a.key);
+  for (const p of s1.prunedThrough) add(p.key);
+  for (const e of s1.events) add(e.aggregate_id);
+  for (const e of s1.newerInSnapshot) add(e.aggregate_id);
+  for (const field of parked.flatMap((hash) => Object.keys(hash))) {
+    if (field.lastIndexOf(':') > 0) add(field.slice(0, field.lastIndexOf(':')));
+  }
+  return sets.map((set) => [...set]);
+}
+
 /**
  * Looks at both stores, checking what SQLite held up to `horizon` (default: its newest row now).
  *
@@ -418,14 +554,20 @@ async function processedOf(partitions: Partitions, events: { event_id: string; a
  *    an event can slip past them; it is then not applied either, counts as in flight, and is checked
  *    again: a lost event is named only after it stayed unapplied through the settle window and one
  *    atomic look (`whereIs`) finds it nowhere.
- * 3. The consumer's state in one MULTI: applied seqs, the check set's counter hashes (the lab's
- *    inventory), processed count and the `applied` counter N, all at one instant.
- * 4. SQLite again (S2), for the rows committed since S1: every event Redis had applied by N was
- *    committed before N, so S1 + S2 hold all of them and an early effect is never unexplained.
+ * 3. The consumer's state in one MULTI: the check set's counter hashes (the lab's inventory), the
+ *    processed count with the window's swept count, and the `applied` counter N, all at one instant.
+ *    Then the applied seqs, in chunks each read with the counter at its own instant (`readAppliedSeqs`).
+ * 4. SQLite again (S2), for the rows committed since S1: every event Redis had applied by N (or by
+ *    the applied seqs' last read) was committed before it, so S1 + S2 hold all of them and an early
+ *    effect is never unexplained.
  * 5. The processed entries of every event, after the MULTI: an entry with applyOrder <= N was
  *    applied by the instant of step 3 (the apply script writes the entry and the counter in one
- *    step; entries are never removed), so the counter hashes, the applied seqs and the processed
- *    count are compared with exactly the events applied by then.
+ *    step), so the counter hashes and the processed count are compared with exactly the events
+ *    applied by then. The dedupe window's sweep removes entries, but only of events applied a window
+ *    earlier, and counts them (`sweptEvents`) in the step that removes them: processed count + swept
+ *    count at the MULTI counts every event applied by then. Then the apply counts, and last each
+ *    partition's window hash: an event whose records are gone by then (swept) was committed at or
+ *    before its `sweptThrough`, and its aggregate's applied seq is the evidence it was applied.
  *
  * With partitions, steps 2 and 3 are taken in every partition (its lists, then its MULTI) and step 5
  * reads each event in its aggregate's partition: an event is judged by its own partition's counter
@@ -437,10 +579,14 @@ export async function observe(store: Db | VerifyReads, redis: Redis | Partitions
   const partitions = partitionsOf(redis);
   const counterHashes = checkSet?.snapshot?.counterHashes ?? [];
   const s1 = await reads.snapshot(horizon, checkSet);
-  // With partitions, each one's lists before its MULTI: the order above holds in each.
+  // With partitions, each one's lists and parked hash before its MULTI: the order above holds in each.
   const flight = await inFlight(partitions, scanLists);
-  const state = mergeStates(partitions, await Promise.all(partitions.clients.map((client) => readConsumerState(client, counterHashes))), counterHashes);
-  for (const envelope of Object.values(state.parked)) {
+  const parked = await Promise.all(partitions.clients.map((client) => scanHash(client, keys.parked)));
+  const { clients } = partitions;
+  const states = await Promise.all(clients.map((client, i) => readConsumerState(client, counterHashes, parked[i])));
+  const aggregates = aggregatesByPartition(partitions, s1, parked);
+  await Promise.all(clients.map((client, index) => readAppliedSeqs(client, states[index], aggregates[index])));
+  for (const envelope of parked.flatMap((hash) => Object.values(hash))) {
     const message = readEnvelope(envelope)?.message;
     const id = message === undefined ? undefined : eventIdOf(message);
     if (id) flight.ids.add(id);
@@ -448,7 +594,21 @@ export async function observe(store: Db | VerifyReads, redis: Redis | Partitions
   const later = await reads.newerThan(s1.maxId);
   const newer = [...s1.newerInSnapshot, ...later];
   const [processed, processedNewer] = await Promise.all([processedOf(partitions, s1.events), processedOf(partitions, newer)]);
-  return { ...s1, newer, ...state, flight, processed, processedNewer };
+  // Every partition's count of an event, summed as before (an event applied in two partitions is applied twice).
+  const eventIds = s1.events.map((e) => e.event_id);
+  const counts = await Promise.all(partitions.clients.map((client) => readApplyCounts(client, eventIds)));
+  counts.forEach((c, index) => (states[index].applyCounts = c));
+  const readWindowOf = async (client: Redis) => windowOf(await client.hmget(keys.window, ...WINDOW_FIELDS));
+  const windows = await Promise.all(clients.map(readWindowOf));
+  const state = mergeStates(partitions, states, counterHashes);
+  const swept = s1.events.map((e, i) => {
+    const index = partitions.count === 1 ? 0 : partitions.indexOf(e.aggregate_id);
+    const guard = state.appliedSeqs[e.aggregate_id];
+    // No guard: past the aggregate horizon it was dropped, the event applied before that.
+    const applied = guard === undefined ? guardDropped(e.created_at, windows[index]) : e.seq <= Number(guard) && mayBeSwept(e.created_at, windows[index]);
+    return processed[i] === null && state.applyCounts[e.event_id] === undefined && states[index].meta.store !== undefined && applied;
+  });
+  return { ...s1, newer, ...state, flight, processed, processedNewer, windows, swept };
 }
 
 /** The applyOrder of a processed entry (0 when it has none); null for no entry. */
@@ -470,12 +630,13 @@ export async function stillInFlight(store: Db | VerifyReads, redis: Redis | Part
   return eventIds.filter((id, i) => each.every((values) => values[i] === null) || pending.has(id));
 }
 
-type Whereabouts = { event_id: string; aggregate_id: string; seq: number; message: string };
+type Whereabouts = { event_id: string; aggregate_id: string; seq: number; message: string; created_at: number };
 
 /**
  * Where each event is, in one atomic look (MULTI) at its aggregate's partition: applied, queued, in
  * a processing list or parked. Resolves the ids found nowhere. `messages` are the events' messages
- * exactly as the relay pushes them.
+ * exactly as the relay pushes them. An event whose records the dedupe window swept is applied (see
+ * `Observation.swept`), judged by the applied seq and window hash of the same look.
  */
 export async function whereIs(redis: Redis | Partitions, events: Whereabouts[]): Promise<string[]> {
   const partitions = partitionsOf(redis);
@@ -498,22 +659,30 @@ async function whereIsIn(redis: Redis, events: Whereabouts[]): Promise<string[]>
   return whereIsAmong(redis, events.filter((e) => missing.has(e.event_id)), await scannedProcessingLists(redis));
 }
 
-/** The events found nowhere in one atomic look (MULTI) at the processed and parked hashes, the queue and `processing`. */
+/**
+ * The events found nowhere in one atomic look (MULTI) at the processed and parked hashes, the queue
+ * and `processing`; nor swept (no apply count, seq within the applied seq, committed by `sweptThrough`).
+ */
 async function whereIsAmong(redis: Redis, events: Whereabouts[], processing: string[]): Promise<string[]> {
   const lists: string[] = [keys.events, ...processing];
   const nowhere: string[] = [];
+  const read = [keys.processed, keys.parked, keys.applyCount, keys.appliedSeq, ...lists];
+  const per = read.length;
   for (let i = 0; i < events.length; i += 50) {
     const chunk = events.slice(i, i + 50);
-    const multi = redis.multi();
+    const multi = redis.multi().hmget(keys.window, ...WINDOW_FIELDS).hget(keys.meta, 'store');
     for (const e of chunk) {
       multi.hexists(keys.processed, e.event_id).hexists(keys.parked, `${e.aggregate_id}:${e.seq}`);
+      multi.hexists(keys.applyCount, e.event_id).hget(keys.appliedSeq, e.aggregate_id);
       for (const list of lists) multi.lpos(list, e.message);
     }
-    const per = 2 + lists.length;
-    const replies = await execAll(multi, (i) => [keys.processed, keys.parked, ...lists][i % per]);
+    const replies = await execAll(multi, (i) => (i === 0 ? keys.window : i === 1 ? keys.meta : read[(i - 2) % per]));
+    const window = windowOf(replies[0] as (string | null)[]);
+    const served = replies[1] !== null;
     chunk.forEach((e, j) => {
-      const [applied, parked, ...positions] = replies.slice(j * per, (j + 1) * per);
-      if (applied === 0 && parked === 0 && positions.every((p) => p === null)) nowhere.push(e.event_id);
+      const [applied, parked, counted, appliedSeq, ...positions] = replies.slice(2 + j * per, 2 + (j + 1) * per);
+      const swept = served && counted === 0 && e.seq <= Number(appliedSeq ?? 0) && mayBeSwept(e.created_at, window);
+      if (applied === 0 && parked === 0 && !swept && positions.every((p) => p === null)) nowhere.push(e.event_id);
     });
   }
   return nowhere;

@@ -6,7 +6,7 @@ import { pgHistory } from '../../outbox/postgres/pg-pairing.js';
 import { newerEvent, producerRead, type ObservedEvent, type ProducerRead, type ProducerSnapshot, type VerifyReads } from './observe.js';
 
 
-const NEWER_ROWS = 'SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE id > $1 ORDER BY id';
+const NEWER_ROWS = 'SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at, prev_created_at FROM outbox WHERE id > $1 ORDER BY id';
 
 /**
  * verify's reads of the PostgreSQL store. S1 is one REPEATABLE READ, READ ONLY transaction: every
@@ -28,13 +28,16 @@ export function pgVerifyReads(pool: Pool): VerifyReads {
       );
       const pendingRows = (await client.query<{ id: string }>("SELECT id FROM outbox WHERE status = 'PENDING' ORDER BY id")).rows.map((r) => Number(r.id));
       // Ordered by aggregate and seq, for the out-of-order check; COLLATE "C" sorts as SQLite does.
-      const all = (await client.query<{ id: string; event_id: string; aggregate_id: string; seq: string; status: string }>(
-        'SELECT id, event_id, aggregate_id, seq, status FROM outbox ORDER BY aggregate_id COLLATE "C", seq',
-      )).rows.map((e): ObservedEvent => ({ ...e, id: Number(e.id), seq: Number(e.seq) }));
+      type Row = { id: string; event_id: string; aggregate_id: string; seq: string; status: string };
+      const all = (await client.query<Row & { created_at: string }>(
+        'SELECT id, event_id, aggregate_id, seq, status, created_at FROM outbox ORDER BY aggregate_id COLLATE "C", seq',
+      )).rows.map((e): ObservedEvent => {
+        return { ...e, id: Number(e.id), seq: Number(e.seq), created_at: Number(e.created_at) };
+      });
       const newer = (await client.query<PgOutboxRow>(NEWER_ROWS, [horizon])).rows.map((row) => newerEvent(fromPgRow(row)));
-      const lastSeqs = (await client.query<{ key: string; last_seq: string }>('SELECT aggregate_id AS key, last_seq FROM outbox_aggregates ORDER BY aggregate_id COLLATE "C"')).rows.map(
-        (a) => ({ key: a.key, lastSeq: Number(a.last_seq) }),
-      );
+      const lastSeqs = (
+        await client.query<{ key: string; last_seq: string; last_at: string }>('SELECT aggregate_id AS key, last_seq, last_at FROM outbox_aggregates ORDER BY aggregate_id COLLATE "C"')
+      ).rows.map((a) => ({ key: a.key, lastSeq: Number(a.last_seq), lastAt: Number(a.last_at) }));
       let producerSnapshot: ProducerSnapshot = { value: undefined };
       const checkSetRead = checkSet?.snapshot?.postgres;
       if (checkSetRead !== undefined) {
@@ -63,7 +66,7 @@ export function pgVerifyReads(pool: Pool): VerifyReads {
     publishedRowsOf: async (eventIds) =>
       (
         await pool.query<PgOutboxRow>(
-          "SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at FROM outbox WHERE status = 'PUBLISHED' AND event_id = ANY($1)",
+          "SELECT id, event_id, aggregate_id, seq, event_type, payload, created_at, prev_created_at FROM outbox WHERE status = 'PUBLISHED' AND event_id = ANY($1)",
           [eventIds],
         )
       ).rows.map(fromPgRow),

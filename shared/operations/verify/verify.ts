@@ -9,6 +9,7 @@ import { formatDuration } from '../../outbox/duration.js';
 import { applyOrderOf, observe, stillInFlight, verifyReadsOf, whereIs, type Observation, type PrunedAggregate, type VerifyReads } from './observe.js';
 import { runCheckSet } from './run-check-set.js';
 import { byPartition, partitionOf, partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
+import { guardDropped } from '../../outbox/redis/dedupe-window.js';
 import { partitionsAhead } from '../../outbox/relay/store-pairing.js';
 
 export type { InvariantCheck } from '../../outbox/verify/verify-checks.js';
@@ -102,6 +103,10 @@ export interface Ledger {
     /** Events deleted by `outbox prune`. */
     pruned: number;
     processedUnique: number;
+    /** Events whose processed entry and apply count the dedupe window's sweeps dropped (every partition's). */
+    swept: number;
+    /** Of the snapshot's events, those judged applied by their seq guard, their records swept. */
+    sweptInSnapshot: number;
     lost: number;
     outOfOrder: number;
     /** Events whose effect was applied more than once (per-event apply counts). */
@@ -160,8 +165,22 @@ function inFlightOf(o: Observation): string[] {
   const deadFrom = new Map<string, number>();
   for (const e of o.events) if (o.flight.dead.has(e.event_id)) deadFrom.set(e.aggregate_id, Math.min(deadFrom.get(e.aggregate_id) ?? e.seq, e.seq));
   return o.events
-    .filter((e, i) => !taken.has(e) && e.seq < (deadFrom.get(e.aggregate_id) ?? Infinity) && (e.status === 'PENDING' || !appliedBy(o.processed[i], counterOf(o, e.aggregate_id))))
+    .filter((e, i) => {
+      if (taken.has(e) || e.seq >= (deadFrom.get(e.aggregate_id) ?? Infinity)) return false;
+      return e.status === 'PENDING' || !appliedAt(o, i);
+    })
     .map((e) => e.event_id);
+}
+
+/** Whether the snapshot's event `i` was applied by the observation's instant: per its processed entry, or swept. */
+function appliedAt(o: Observation, i: number): boolean {
+  return o.swept[i] || appliedBy(o.processed[i], counterOf(o, o.events[i].aggregate_id));
+}
+
+/** The applied counter when the applied seq of `aggregate` was read (see `readAppliedSeqs`). */
+function seqCounterOf(o: Observation, aggregate: string): number {
+  const index = partitionOf(aggregate, o.partitionCount);
+  return o.partitionStates[index].seqCounters.get(aggregate) ?? o.appliedCounters[index];
 }
 
 /** Whether the partition of `aggregate` serves a store (has its meta hash). */
@@ -176,11 +195,17 @@ function servedPartition(o: Observation, aggregate: string): boolean {
  * alone was lost has its apply count: that is a lost entry, not a taken seq.) A restore cut below the last row pushed does that (on
  * PostgreSQL a row can commit after higher ids were pushed, and a dump taken meanwhile lacks it),
  * and the relay's check (`partitionsAhead`), which compares the last row pushed, cannot see it. The
- * consumer skips such an event as a duplicate, and a republish would be skipped again.
+ * consumer skips such an event as a duplicate, and a republish would be skipped again. Not an event
+ * committed by the window's `sweptThrough`: its records were swept (`Observation.swept`), it was applied.
  */
 function takenSeqs(o: Observation): Observation['events'] {
   return o.events.filter(
-    (e, i) => o.processed[i] === null && o.applyCounts[e.event_id] === undefined && servedPartition(o, e.aggregate_id) && e.seq <= Number(o.appliedSeqs[e.aggregate_id] ?? 0),
+    (e, i) =>
+      !o.swept[i] &&
+      o.processed[i] === null &&
+      o.applyCounts[e.event_id] === undefined &&
+      servedPartition(o, e.aggregate_id) &&
+      e.seq <= Number(o.appliedSeqs[e.aggregate_id] ?? 0),
   );
 }
 
@@ -188,7 +213,7 @@ function takenSeqs(o: Observation): Observation['events'] {
 function seqsAppliedByAggregate(o: Observation): Map<string, Set<number>> {
   const applied = new Map<string, Set<number>>();
   o.events.forEach((e, i) => {
-    if (!appliedBy(o.processed[i], counterOf(o, e.aggregate_id))) return;
+    if (!appliedAt(o, i)) return;
     const seqs = applied.get(e.aggregate_id) ?? new Set<number>();
     applied.set(e.aggregate_id, seqs.add(e.seq));
   });
@@ -264,16 +289,38 @@ function processedEntry(value: string): { aggregate?: unknown; aggregateId?: unk
   }
 }
 
-/** See `Ledger.figures.releasable`: each partition's parked fields against its own applied seqs, read in one MULTI. */
-function releasableParked(o: Observation): string[] {
-  return o.partitionStates.flatMap((state) =>
-    Object.keys(state.parked).filter((field) => {
-      const cut = field.lastIndexOf(':');
-      const seq = Number(field.slice(cut + 1));
-      const applied = Number(state.appliedSeqs[field.slice(0, cut)] ?? 0);
-      return cut > 0 && state.meta.store !== undefined && Number.isSafeInteger(seq) && Number.isSafeInteger(applied) && applied >= seq - 1;
+/** Whether a parked field's aggregate's applied seq has reached the seq before it. */
+function waitsForNothing(field: string, appliedText: string | null | undefined): boolean {
+  const cut = field.lastIndexOf(':');
+  const seq = Number(field.slice(cut + 1));
+  const applied = Number(appliedText ?? 0);
+  return cut > 0 && Number.isSafeInteger(seq) && Number.isSafeInteger(applied) && applied >= seq - 1;
+}
+
+/**
+ * See `Ledger.figures.releasable`: each partition's parked fields against its own applied seqs. The
+ * parked hash was scanned before the applied seqs were read, so a field whose predecessor was applied
+ * in between (releasing it) is looked at again: field and applied seq in one MULTI.
+ */
+async function releasableParked(redis: Redis | Partitions, o: Observation): Promise<string[]> {
+  const partitions = partitionsOf(redis);
+  const found = await Promise.all(
+    o.partitionStates.map(async (state, index) => {
+      if (state.meta.store === undefined) return [];
+      const aggregateOf = (field: string) => field.slice(0, field.lastIndexOf(':'));
+      const seqs = state.appliedSeqs;
+      const fields = Object.keys(state.parked).filter((field) => waitsForNothing(field, seqs[aggregateOf(field)]));
+      if (fields.length === 0) return [];
+      const multi = partitions.clients[index].multi();
+      for (const field of fields) multi.hexists(keys.parked, field).hget(keys.appliedSeq, aggregateOf(field));
+      const replies = (await multi.exec())!.map(([error, value]) => (error ? null : value));
+      return fields.filter((field, i) => {
+        const [parked, applied] = [replies[2 * i], replies[2 * i + 1] as string | null];
+        return parked === 1 && waitsForNothing(field, applied);
+      });
     }),
   );
+  return found.flat();
 }
 
 /**
@@ -318,6 +365,14 @@ function aggregatesPastStore(o: Observation): { aggregate: string; applied: numb
 function appliedBy(value: string | null, counter: number): boolean {
   const order = applyOrderOf(value);
   return order !== null && order <= counter;
+}
+
+/** A window as the setting is written: 7d, 2h, 30m, 10s, or ms. */
+function windowText(ms: number): string {
+  for (const [unit, size] of [['d', 86_400_000], ['h', 3_600_000], ['m', 60_000], ['s', 1000]] as const) {
+    if (ms >= size && ms % size === 0) return `${ms / size}${unit}`;
+  }
+  return `${ms}ms`;
 }
 
 const POLL_MS = 100;
@@ -385,7 +440,13 @@ export async function verifyStores(store: Db | VerifyReads, redis: Redis | Parti
 /** The snapshot's events PUBLISHED, not applied, in none of the lists it read, not dead-lettered and not at a seq another event took (`takenIds`): lost, or in a list it did not read. */
 function unaccounted(o: Observation, takenIds = new Set(takenSeqs(o).map((e) => e.event_id))): Observation['events'] {
   return o.events.filter(
-    (e, i) => e.status === 'PUBLISHED' && o.processed[i] === null && !o.flight.ids.has(e.event_id) && !o.flight.dead.has(e.event_id) && !takenIds.has(e.event_id),
+    (e, i) =>
+      e.status === 'PUBLISHED' &&
+      o.processed[i] === null &&
+      !o.swept[i] &&
+      !o.flight.ids.has(e.event_id) &&
+      !o.flight.dead.has(e.event_id) &&
+      !takenIds.has(e.event_id),
   );
 }
 
@@ -454,7 +515,11 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
   // Where the event right after the pruned ones was applied, or the last pruned one's processed
   // entry is still there, they were applied: only the applied seq was lost (seqBehind below).
   const seqsApplied = seqsAppliedByAggregate(o);
+  // Past the aggregate horizon an idle aggregate has no guard: its last event's commit time shows it.
+  const lastAtOf = new Map(o.aggregates.map((a) => [a.key, a.lastAt]));
+  const dropped = (key: string) => o.appliedSeqs[key] === undefined && guardDropped(lastAtOf.get(key) ?? 0, o.windows[partitionOf(key, o.partitionCount)]);
   const prunedAhead = o.prunedThrough.filter(({ key, throughSeq }) => {
+    if (dropped(key)) return false;
     const applied = Number(o.appliedSeqs[key] ?? 0);
     return Number.isSafeInteger(applied) && applied < throughSeq && servedPartition(o, key) && !seqsApplied.get(key)?.has(throughSeq + 1);
   });
@@ -471,7 +536,7 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
   const prunedLost = prunedBehind.reduce((n, p) => n + p.throughSeq - p.fromSeq + 1, 0);
   const seqBehind = appliedSeqsBehind(o, seqsApplied, prunedApplied);
   const behindKeys = new Set(seqBehind.map((a) => a.aggregate));
-  const releasable = releasableParked(o);
+  const releasable = await releasableParked(redis, o);
   // In database mode the effects are in the consumer's database, each with its inbox row, pruned
   // events' too: Redis losing their record (a rebuild, an older copy) lost no effect of those. Redis's
   // processed entries then lack the pruned events it lost, the rebuild's count and the older copy's.
@@ -480,14 +545,21 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
   const processedForgotten = inboxed === undefined ? 0 : unrecoverable + prunedLost;
   const disordered = outOfOrder(o.events, o.processed);
 
-  // At the MULTI's instant: the snapshot's last seqs, raised by the newer events applied by then.
+  // At the instant each applied seq was read: the snapshot's last seqs, raised by the newer events applied by then.
   const newerSeq = new Map<string, number>();
-  for (const e of newerApplied) newerSeq.set(e.aggregate_id, Math.max(newerSeq.get(e.aggregate_id) ?? 0, e.seq));
+  o.newer.forEach((e, i) => {
+    if (!appliedBy(o.processedNewer[i], seqCounterOf(o, e.aggregate_id))) return;
+    newerSeq.set(e.aggregate_id, Math.max(newerSeq.get(e.aggregate_id) ?? 0, e.seq));
+  });
   const seqMismatch = o.aggregates
-    .filter((a) => Number(o.appliedSeqs[a.key] ?? 0) !== Math.max(a.lastSeq, newerSeq.get(a.key) ?? 0))
+    .filter((a) => Number(o.appliedSeqs[a.key] ?? 0) !== Math.max(a.lastSeq, newerSeq.get(a.key) ?? 0) && !(dropped(a.key) && !newerSeq.has(a.key)))
     .map((a) => a.key);
-  // Processed entries at that instant, less the newer events': the snapshot's events and the pruned ones.
-  const processedUnique = o.processedCount - newerApplied.length;
+  // Processed entries at that instant, and those the window's sweeps dropped by then (counted in the
+  // same step), less the newer events': the snapshot's events and the pruned ones.
+  const swept = o.partitionStates.reduce((n, p) => n + p.window.sweptEvents, 0);
+  const processedUnique = o.processedCount + swept - newerApplied.length;
+  const sweptLabel = swept > 0 ? ' + swept' : '';
+  const forgottenLabel = processedForgotten > 0 ? ' - pruned whose record Redis lost' : '';
 
   const checks: InvariantCheck[] = [
     {
@@ -537,7 +609,9 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
         ]),
     check('PENDING outbox rows', 0, o.pending.length, o.pending.map((id) => `row ${id}`)),
     check(
-      o.pruned > 0 ? `processed_unique = outbox rows + pruned${processedForgotten > 0 ? ' - pruned whose record Redis lost' : ''}` : 'processed_unique = outbox rows',
+      o.pruned > 0
+        ? `processed_unique${sweptLabel} = outbox rows + pruned${forgottenLabel}`
+        : `processed_unique${sweptLabel} = outbox rows`,
       eventIds.length + o.pruned - processedForgotten,
       processedUnique,
     ),
@@ -579,6 +653,16 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
       )),
     );
   }
+  const windowMs = o.windows.find((w) => w.windowMs !== null)?.windowMs ?? null;
+  if (windowMs !== null || swept > 0) {
+    // Beyond the window an applied event keeps no processed entry nor apply count: its seq guard shows it applied.
+    checks.push({
+      name: `records swept by the dedupe window${windowMs === null ? '' : ` (${windowText(windowMs)})`}`,
+      expected: '-',
+      actual: `${swept} events, applied per their seq guard`,
+      status: 'info',
+    });
+  }
   checks.push(
     { name: 'dead-lettered entries', expected: '-', actual: String(o.dead), status: 'info' },
     { name: 'still queued / in processing lists', expected: '-', actual: `${o.flight.queued} / ${o.flight.processing}`, status: 'info' },
@@ -602,6 +686,8 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
       outbox: eventIds.length,
       pruned: o.pruned,
       processedUnique,
+      swept,
+      sweptInSnapshot: o.swept.filter(Boolean).length,
       lost: lostIds.length,
       outOfOrder: disordered.length,
       appliedTwice: appliedTwice.length,
