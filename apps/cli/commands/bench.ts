@@ -4,7 +4,7 @@ import { configOf } from '../options.js';
 import { refuseOnPostgres, refusePartitioned } from '../stores.js';
 import type { ArgumentsCamelCase, Argv } from 'yargs';
 import { formatBench } from '../../../shared/tooling/bench/format-bench.js';
-import { BENCH_STAGES, DEFAULT_BENCH_POSTGRES, type BenchStage } from '../../../shared/tooling/bench/stages.js';
+import { BENCH_STAGES, DEFAULT_BENCH_POSTGRES, DEFAULT_BENCH_STAGES, type BenchStage } from '../../../shared/tooling/bench/stages.js';
 import { InvalidInputError } from '../../../shared/outbox/errors/invalid-input-error.js';
 import { REPO_ROOT } from '../../../shared/tooling/local/pm2.js';
 import type { GlobalArgs } from '../options.js';
@@ -21,7 +21,7 @@ export const describe = 'measure each stage against the raw limit and a naive im
 
 export const builder = (yargs: Argv<GlobalArgs>) =>
   yargs
-    .option('only', { type: 'string', default: BENCH_STAGES.join(','), describe: `stages to run: ${BENCH_STAGES.join(',')}` })
+    .option('only', { type: 'string', default: DEFAULT_BENCH_STAGES.join(','), describe: `stages to run: ${BENCH_STAGES.join(',')} (soak only when named)` })
     .option('quick', { type: 'boolean', default: false, describe: 'small sizes: a smoke run, not a measurement' })
     .option('out', { type: 'string', default: join(REPO_ROOT, 'bench', 'results'), describe: 'directory for the JSON figures' })
     .option('postgres', { type: 'string', default: DEFAULT_BENCH_POSTGRES, describe: 'PostgreSQL server for the scale-out stage: it creates a database of its own there (outbox_bench_*) and drops it' });
@@ -41,4 +41,10 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const file = join(argv.out, `bench-${result.at.replace(/[:.]/g, '-')}.json`);
   writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
   console.log(`\n(figures written to ${file})`);
+  if (result.soak && !argv.quick) {
+    const { soakChart } = await import('../../../shared/tooling/bench/soak-chart.js');
+    const chart = join(REPO_ROOT, 'docs', 'soak.svg');
+    writeFileSync(chart, soakChart(result.soak));
+    console.log(`(soak chart written to ${chart})`);
+  }
 }

@@ -10,7 +10,7 @@ const met = (ok: boolean) => (ok ? 'yes' : '**no**');
 /** The markdown table of targets, measurements and ratios. */
 export function formatBench(r: BenchResult): string[] {
   const rows: Row[] = [];
-  const { producer, relay, consumer, growth, e2e, cli, scaleOut } = r;
+  const { producer, relay, consumer, growth, e2e, cli, scaleOut, soak } = r;
   if (producer) {
     const ratio = producer.perTransaction.perSecond / producer.rawPerTransaction.perSecond;
     rows.push(['producer, 1 order per transaction', perS(producer.perTransaction.perSecond, 'orders'), '≥ 90 % of raw', `raw better-sqlite3, same statements (order, seq, event): ${perS(producer.rawPerTransaction.perSecond, 'orders')}`, `${n(ratio * 100, 1)} %`, met(ratio >= 0.9)]);
@@ -124,6 +124,14 @@ export function formatBench(r: BenchResult): string[] {
     const [single] = consumers;
     const ceiling = (r.machine.cpus * 1e6) / (single.consumerCpuUs + single.redisCpuUs);
     rows.push([`scale-out consumer, CPU ceiling of ${r.machine.cpus} cores`, `${perS(ceiling, 'events')}`, '', `${r.machine.cpus} cores ÷ (consumer ${n(single.consumerCpuUs, 1)} µs + Redis ${n(single.redisCpuUs, 1)} µs CPU per event, 1 partition on one Redis)`, `measured ${n((base / ceiling) * 100)} % of it`, '']);
+  }
+  if (soak) {
+    const setting = `${soak.rate} operations/s for ${n(soak.durationMs / 1000)} s, window ${n(soak.windowMs / 1000)} s, horizon ${n(soak.horizonMs / 1000)} s`;
+    for (const g of soak.growth) {
+      rows.push([`soak: ${g.series}`, `last third max ${n(g.lastThirdMax)}`, 'flat (≤ 5 % over the second third)', `second third max ${n(g.secondThirdMax)}; ${setting}`, `${n(g.ratio, 3)}×`, met(g.bounded)]);
+    }
+    const failed = soak.verifyFailed.length === 0 ? 'VERIFY OK' : `failed: ${soak.verifyFailed.join(', ')}`;
+    rows.push(['soak: verify at the end', failed, 'VERIFY OK', `${n(soak.events)} events applied`, '', met(soak.verifyFailed.length === 0)]);
   }
   const header: Row = ['stage', 'measured', 'target', 'compared with (same run)', 'ratio', 'met'];
   return [

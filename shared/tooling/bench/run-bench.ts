@@ -10,6 +10,7 @@ import { benchGrowth, type GrowthFigures } from './growth-bench.js';
 import { benchProducer, type ProducerFigures } from './producer-bench.js';
 import { benchRelay, type RelayFigures } from './relay-bench.js';
 import { benchScaleOut, type ScaleOutFigures } from './scale-out-bench.js';
+import { benchSoak, type SoakFigures, type SoakOptions } from './soak-bench.js';
 import type { BenchStage } from './stages.js';
 import { benchSmallRun } from './partition-consumer-bench.js';
 import type { Rate } from './measure.js';
@@ -35,6 +36,8 @@ export interface BenchSizes {
   scaleOutConsumerEvents: number;
   /** Scale-out: rounds of each comparison, alternating the order (median). */
   scaleOutRounds: number;
+  /** The soak under pm2: its rate, length, window, horizon, prune age and period, and sampling period. */
+  soak: SoakOptions;
 }
 
 /** The sizes the issue asks for; --quick shrinks them for a smoke run. */
@@ -55,6 +58,7 @@ export const FULL: BenchSizes = {
   scaleOutRelayRows: 100_000,
   scaleOutConsumerEvents: 100_000,
   scaleOutRounds: 3,
+  soak: { rate: 300, durationMs: 300_000, windowMs: 20_000, horizonMs: 40_000, pruneAfterMs: 20_000, pruneEveryMs: 5_000, sampleEveryMs: 10_000 },
 };
 
 export const QUICK: BenchSizes = {
@@ -74,6 +78,7 @@ export const QUICK: BenchSizes = {
   scaleOutRelayRows: 4_000,
   scaleOutConsumerEvents: 4_000,
   scaleOutRounds: 1,
+  soak: { rate: 100, durationMs: 30_000, windowMs: 3_000, horizonMs: 6_000, pruneAfterMs: 3_000, pruneEveryMs: 1_000, sampleEveryMs: 2_000 },
 };
 
 export interface BenchResult {
@@ -90,6 +95,7 @@ export interface BenchResult {
   e2e?: EndToEndFigures[];
   cli?: CliFigures;
   scaleOut?: ScaleOutFigures;
+  soak?: SoakFigures;
 }
 
 /**
@@ -132,6 +138,7 @@ export async function runBench(stages: BenchStage[], sizes: BenchSizes, postgres
         rounds: sizes.scaleOutRounds,
       });
     }
+    if (stages.includes('soak')) result.soak = await benchSoak(workspace, sizes.soak);
     return result;
   } finally {
     client.disconnect();
