@@ -22,6 +22,9 @@ const o = orders(() => h.env);
 
 const WINDOW = '1s';
 
+/** verify's line for the four events of a test swept by the 1 s window. */
+const SWEPT_4 = /^records swept by the dedupe window \(1s\) +- +4 events, applied per their seq guard +info$/m;
+
 /** `outbox consume --dedupe-window 1s`: drains, then sweeps what was applied a window ago. */
 const consume = () => h.cli('consume', '--dedupe-window', WINDOW);
 
@@ -46,8 +49,59 @@ async function windowHash(): Promise<Record<string, string>> {
   return h.client.hgetall('outbox:window');
 }
 
+/** What one `outbox verify --settle 0s` sent to Redis, and what held it over 10 ms. */
+interface Watched {
+  result: CliResult;
+  /** Calls over 10 ms (SLOWLOG), and stalls over 10 ms (LATENCY: a MULTI's whole EXEC counts). */
+  slow: string[];
+  /** HGETALLs of a hash that grows with history. */
+  whole: string[];
+  calls: number;
+}
+
+/**
+ * Runs verify with every command it sends logged (SLOWLOG, threshold 0) and Redis's latency
+ * monitor at 10 ms (which times a MULTI's EXEC whole). Both are wall-clock: on a loaded 2-core
+ * machine the scheduler can pause redis-server mid-call for 10 ms or more, whatever the call, so
+ * Redis gets a higher priority where allowed (as a production Redis owns its core) and the best
+ * of three runs is judged.
+ */
+async function verifyWatched(): Promise<Watched> {
+  try {
+    setPriority(Number(/process_id:(\d+)/.exec(await h.client.info('server'))![1]), -15);
+  } catch {
+    // Not allowed here: the three runs remain.
+  }
+  await h.client.config('SET', 'slowlog-max-len', '1000000');
+  const growing = new Set(['processed', 'outbox:apply-count', 'outbox:applied-seq', 'outbox.events:parked']);
+  let best: Watched | undefined;
+  for (let run = 0; run < 3 && (best === undefined || best.slow.length > 0); run += 1) {
+    await h.client.config('SET', 'slowlog-log-slower-than', '0');
+    await h.client.config('SET', 'latency-monitor-threshold', '10');
+    await h.client.slowlog('RESET');
+    await h.client.call('LATENCY', 'RESET');
+    const result = await runCli(['verify', '--settle', '0s'], h.env);
+    await h.client.config('SET', 'slowlog-log-slower-than', '10000');
+    await h.client.config('SET', 'latency-monitor-threshold', '0');
+    const log = (await h.client.slowlog('GET', -1)) as [number, number, number, string[]][];
+    const calls = log.filter(([, , , args]) => !/^(slowlog|config|latency)$/i.test(args[0]));
+    const latest = (await h.client.call('LATENCY', 'LATEST')) as [string, number, number, number][];
+    const slow = [
+      ...calls
+        .filter(([, , micros]) => micros > 10_000)
+        .map(([, , micros, [name, key]]) => `${name} ${key}: ${micros} µs`),
+      ...latest.filter(([event]) => /command/.test(event)).map(([event, , , max]) => `${event} stall: ${max} ms`),
+    ];
+    const whole = calls
+      .filter(([, , , [name, key]]) => /^hgetall$/i.test(name) && growing.has(key))
+      .map(([, , , [, key]]) => key);
+    if (best === undefined || slow.length < best.slow.length) best = { result, slow, whole, calls: calls.length };
+  }
+  return best!;
+}
+
 describe('verify with the dedupe window', () => {
-  it('counts swept events as applied by their seq guard; a real loss still fails and --repair republishes only it', async () => {
+  it('counts swept events applied by their seq guard; a real loss fails, --repair republishes only it', async () => {
     // order:1 seq 1-2, order:2-4 seq 1; order:4's message is taken off the queue before any apply:
     // committed before the sweep, but above its guard (0), so lost, not swept.
     o.place(4);
@@ -71,19 +125,21 @@ describe('verify with the dedupe window', () => {
     const failed = await runCli(['verify', '--settle', '0s'], h.env);
     assert.equal(failed.code, 1, failed.stdout + failed.stderr);
     assert.match(failed.stdout, /^events lost \(never applied, not in Redis\) +0 +3 +FAIL$/m);
-    for (const id of [rowOf('order:4', 1), rowOf('order:5', 1), rowOf('order:2', 2)].map((r) => r.event_id)) assert.match(failed.stdout, new RegExp(id));
-    for (const id of [rowOf('order:1', 1), rowOf('order:1', 2), rowOf('order:2', 1), rowOf('order:3', 1)].map((r) => r.event_id)) {
-      assert.doesNotMatch(failed.stdout, new RegExp(id), 'a swept event is neither lost nor taken');
+    const lost = [rowOf('order:4', 1), rowOf('order:5', 1), rowOf('order:2', 2)].map((r) => r.event_id);
+    for (const id of lost) assert.match(failed.stdout, new RegExp(id));
+    for (const row of [rowOf('order:1', 1), rowOf('order:1', 2), rowOf('order:2', 1), rowOf('order:3', 1)]) {
+      assert.doesNotMatch(failed.stdout, new RegExp(row.event_id), 'a swept event is neither lost nor taken');
     }
     assert.match(failed.stdout, /^the store is not behind Redis +yes +yes +ok$/m);
     assert.match(failed.stdout, /^processed_unique \+ swept = outbox rows +7 +4 +FAIL$/m);
-    assert.match(failed.stdout, /^records swept by the dedupe window \(1s\) +- +4 events, applied per their seq guard +info$/m);
+    assert.match(failed.stdout, SWEPT_4);
 
     const repaired = await h.cli('verify', '--repair', '--yes', '--settle', '0s');
     assert.match(repaired.stdout, /^repair: republished 3 lost event\(s\) to outbox\.events/m);
     // Only the lost ones: a swept event republished would be skipped, but counted as work.
-    const queued = (await h.client.lrange('outbox.events', 0, -1)).map((m) => (JSON.parse(m) as { event_id: string }).event_id).sort();
-    assert.deepEqual(queued, [rowOf('order:4', 1), rowOf('order:5', 1), rowOf('order:2', 2)].map((r) => r.event_id).sort());
+    const idOf = (message: string) => (JSON.parse(message) as { event_id: string }).event_id;
+    const queued = (await h.client.lrange('outbox.events', 0, -1)).map(idOf);
+    assert.deepEqual(queued.sort(), lost.sort());
     assert.match((await consume()).stdout, /applied 3, duplicates skipped 0, parked 0,/);
     const ok = await runCli(['verify', '--settle', '0s'], h.env);
     assert.equal(ok.code, 0, ok.stdout + ok.stderr);
@@ -91,7 +147,7 @@ describe('verify with the dedupe window', () => {
     assert.match(ok.stdout, /^aggregates applied out of seq order +0 +0 +ok$/m);
   });
 
-  it('a duplicate of a swept event delivered again is skipped, not counted as a taken seq, and verify stays OK', async () => {
+  it('a duplicate of a swept event delivered again is skipped, not counted as a taken seq; verify OK', async () => {
     o.place(3, { sku: 'SKU-D', qty: 2 });
     o.changeQty(1, 4);
     await o.relay();
@@ -109,16 +165,17 @@ describe('verify with the dedupe window', () => {
     assert.equal(await h.client.hget('outbox:meta', 'takenEvent'), null, 'a swept event is no taken seq');
     const result = await runCli(['verify', '--settle', '0s'], h.env);
     assert.equal(result.code, 0, result.stdout + result.stderr);
-    assert.match(result.stdout, /^records swept by the dedupe window \(1s\) +- +4 events, applied per their seq guard +info$/m);
+    assert.match(result.stdout, SWEPT_4);
     assert.match(result.stdout, /^the store is not behind Redis +yes +yes +ok$/m);
   });
 
-  it('database mode: an inbox row whose processed entry was swept is completed, not pending; verify --consumer-db OK', async () => {
+  it('database mode: an inbox row whose processed entry was swept is completed, not pending', async () => {
     const consumerDb = join(h.env.dir, 'consumer.db');
     // The library's consumer with the lab's database handlers and a 1 s window; a drain sweeps at its end.
     const drain = async () => {
       const redis = await connectRedis(h.env.redisUrl);
-      const consumer = await createConsumer({ redis, handlers: orderDatabaseHandlers, database: consumerDb, consumerId: 'db', dedupeWindowMs: 1000 });
+      const options = { redis, handlers: orderDatabaseHandlers, database: consumerDb, consumerId: 'db' };
+      const consumer = await createConsumer({ ...options, dedupeWindowMs: 1000 });
       try {
         return (await consumer.drain()).applied;
       } finally {
@@ -143,10 +200,10 @@ describe('verify with the dedupe window', () => {
     const result = await runCli(['verify', '--settle', '0s', '--consumer-db', consumerDb], h.env);
     assert.equal(result.code, 0, result.stdout + result.stderr);
     assert.match(result.stdout, /^inbox rows \/ of them committed, completion pending +- +4 \/ 0 +info$/m);
-    assert.match(result.stdout, /^records swept by the dedupe window \(1s\) +- +4 events, applied per their seq guard +info$/m);
+    assert.match(result.stdout, SWEPT_4);
   });
 
-  it('makes no Redis call over 10 ms and reads no growing hash whole, over 20,000 events half of them swept', async () => {
+  it('holds Redis no call over 10 ms, reads no growing hash whole: 20,000 events, half swept', async () => {
     const db = openDatabase(h.env.dir);
     try {
       const service = createOrderService(db);
@@ -163,34 +220,31 @@ describe('verify with the dedupe window', () => {
     await h.cli('consume', '--dedupe-window', '1h');
     assert.equal(await h.client.hlen('processed'), 10_000);
     assert.equal((await windowHash()).sweptEvents, '10000');
-    // The slowlog's times are wall-clock: on a loaded 2-core machine the scheduler can pause
-    // redis-server mid-call for 10 ms or more, whatever the call. Redis is given a higher priority
-    // where allowed, as a production Redis owns its core, and the best of three runs is judged.
-    try {
-      setPriority(Number(/process_id:(\d+)/.exec(await h.client.info('server'))![1]), -15);
-    } catch {
-      // Not allowed here: the three runs remain.
-    }
-    await h.client.config('SET', 'slowlog-max-len', '1000000');
-    let best: { result: CliResult; slow: string[]; whole: string[]; calls: number } | undefined;
-    for (let run = 0; run < 3 && (best === undefined || best.slow.length > 0); run += 1) {
-      // Every command verify sends is logged (threshold 0), with its time in Redis.
-      await h.client.config('SET', 'slowlog-log-slower-than', '0');
-      await h.client.slowlog('RESET');
-      const result = await runCli(['verify', '--settle', '0s'], h.env);
-      await h.client.config('SET', 'slowlog-log-slower-than', '10000');
-      const log = (await h.client.slowlog('GET', -1)) as [number, number, number, string[]][];
-      const calls = log.filter(([, , , args]) => !/^(slowlog|config)$/i.test(args[0]));
-      const slow = calls.filter(([, , micros]) => micros > 10_000).map(([, , micros, args]) => `${args.slice(0, 2).join(' ')}: ${micros} µs`);
-      const growing = new Set(['processed', 'outbox:apply-count', 'outbox:applied-seq', 'outbox.events:parked']);
-      const whole = calls.filter(([, , , args]) => /^hgetall$/i.test(args[0]) && growing.has(args[1])).map(([, , , args]) => args.join(' '));
-      if (best === undefined || slow.length < best.slow.length) best = { result, slow, whole, calls: calls.length };
-    }
-    const { result, slow, whole, calls } = best!;
+    const { result, slow, whole, calls } = await verifyWatched();
     assert.ok(calls > 20, `verify's calls were logged: ${calls}`);
     assert.deepEqual(whole, [], 'no HGETALL of a hash that grows with history');
-    assert.deepEqual(slow, [], 'no call of verify held Redis over 10 ms');
+    assert.deepEqual(slow, [], 'no call of verify (nor MULTI) held Redis over 10 ms');
     assert.equal(result.code, 0, result.stdout + result.stderr);
-    assert.match(result.stdout, /^records swept by the dedupe window \(1h\) +- +10000 events, applied per their seq guard +info$/m);
+    assert.match(result.stdout, /^records swept by the dedupe window \(1h\) +- +10000 events, applied per/m);
+  });
+
+  it('looks for lost events behind a long backlog in MULTIs that each hold Redis a few ms', async () => {
+    // Ten events lost from the queue, then a backlog of 60,000 messages (of other aggregates,
+    // 200 bytes or so each): the atomic look at each lost event walks the whole queue (LPOS).
+    o.place(10);
+    await o.relay();
+    assert.equal(await h.client.del('outbox.events'), 1);
+    const payload = JSON.stringify({ sku: 'SKU-B', qty: 1, note: 'x'.repeat(120) });
+    for (let first = 0; first < 60_000; first += 1000) {
+      const messages = Array.from({ length: 1000 }, (_, i) => {
+        const id = `backlog-${first + i}`;
+        return `{"event_id":"${id}","aggregate_id":"other:${first + i}","seq":1,"event_type":"X","payload":${payload}}`;
+      });
+      await h.client.rpush('outbox.events', ...messages);
+    }
+    const { result, slow } = await verifyWatched();
+    assert.equal(result.code, 1, result.stdout + result.stderr);
+    assert.match(result.stdout, /^events lost \(never applied, not in Redis\) +0 +10 +FAIL$/m);
+    assert.deepEqual(slow, [], 'no call of verify (nor MULTI) held Redis over 10 ms');
   });
 });

@@ -630,6 +630,9 @@ export async function stillInFlight(store: Db | VerifyReads, redis: Redis | Part
   return eventIds.filter((id, i) => each.every((values) => values[i] === null) || pending.has(id));
 }
 
+/** Messages the LPOS calls of one `whereIsAmong` MULTI walk at most (but always one event's lists whole). */
+const LPOS_BUDGET = 100_000;
+
 type Whereabouts = { event_id: string; aggregate_id: string; seq: number; message: string; created_at: number };
 
 /**
@@ -668,8 +671,12 @@ async function whereIsAmong(redis: Redis, events: Whereabouts[], processing: str
   const nowhere: string[] = [];
   const read = [keys.processed, keys.parked, keys.applyCount, keys.appliedSeq, ...lists];
   const per = read.length;
-  for (let i = 0; i < events.length; i += 50) {
-    const chunk = events.slice(i, i + 50);
+  // Each LPOS walks its list: fewer events per MULTI when the lists are long (a backlog), so that one
+  // MULTI walks about 100,000 messages at most (a few ms), one event's look always whole.
+  const lengths = await Promise.all(lists.map((list) => redis.llen(list)));
+  const step = Math.max(1, Math.min(50, Math.floor(LPOS_BUDGET / Math.max(1, lengths.reduce((n, l) => n + l, 0)))));
+  for (let i = 0; i < events.length; i += step) {
+    const chunk = events.slice(i, i + step);
     const multi = redis.multi().hmget(keys.window, ...WINDOW_FIELDS).hget(keys.meta, 'store');
     for (const e of chunk) {
       multi.hexists(keys.processed, e.event_id).hexists(keys.parked, `${e.aggregate_id}:${e.seq}`);
