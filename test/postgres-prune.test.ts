@@ -15,6 +15,8 @@ import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { useHarness } from './helpers/harness.js';
 import { pgCliEnv, pgCommands, usePostgres } from './helpers/postgres.js';
 import { handlers as accountHandlers } from './fixtures/account-handlers.js';
+import { handlers as labHandlers } from '../shared/lab/orders/order-handlers.js';
+import { closePartitions, connectTarget, connectTargetPartitions } from '../shared/outbox/redis/connect-partitions.js';
 import { depositEvents } from './fixtures/pg-accounts.js';
 
 // `outbox prune` on the PostgreSQL store: the same guard as on app.db (only what the consumer
@@ -285,5 +287,50 @@ describe('outbox prune on PostgreSQL', () => {
     }
     assert.equal(await db.scalar('SELECT SUM(events)::int FROM outbox_pruned'), 20);
     await o.verify('0s');
+  });
+
+  it('the relay app on PostgreSQL across partitions prunes on schedule, rows the window swept too', async () => {
+    const env = pgCliEnv(db, h, { OUTBOX_PARTITIONS: '3' });
+    const p = orders(() => env);
+    await p.init();
+    await p.pg.place(12);
+    const prunes = { OUTBOX_RELAY_POLL: '20ms', OUTBOX_PRUNE_OLDER_THAN: '0s', OUTBOX_PRUNE_EVERY: '500ms' };
+    const relay = startApp(h.env, 'dist/apps/relay/main.js', [], { ...env.env, ...prunes });
+    const target = { redisUrl: h.env.redisUrl, partitions: 3 };
+    const partitions = await connectTargetPartitions(target, (options) => connectTarget(target, options));
+    const consumer = await createConsumer({
+      redis: partitions,
+      handlers: labHandlers,
+      consumerId: 'window',
+      dedupeWindowMs: 1000,
+    });
+    const hlens = () => Promise.all(partitions.clients.map((client) => client.hlen('processed')));
+    const processed = async () => (await hlens()).reduce((a, b) => a + b);
+    const rows = (where = '') => db.scalar<number>(`SELECT COUNT(*)::int FROM outbox ${where}`);
+    try {
+      const seen = () => /"msg":"outbox pruned","deleted":0,"keptNotApplied":12/.test(relay.output());
+      await waitFor(seen, { timeoutMs: 15_000, message: relay.output() });
+      // Applied, and their records swept by the window (each drain ends with a sweep) before prune may see them.
+      relay.child.kill('SIGSTOP');
+      await consumer.drain();
+      assert.equal(await processed(), 12);
+      await waitFor(async () => (await consumer.drain(), (await processed()) === 0), { timeoutMs: 10_000 });
+      relay.child.kill('SIGCONT');
+      await waitFor(async () => (await rows()) === 0, { timeoutMs: 15_000, message: relay.output() });
+      assert.equal(await db.scalar('SELECT SUM(events)::int FROM outbox_pruned'), 12);
+      // The next events of the same orders, applied inside the window, go too.
+      await p.pg.changeQty(1, 4);
+      await p.pg.changeQty(2, 4);
+      await waitFor(async () => (await rows("WHERE status = 'PUBLISHED'")) === 2, { timeoutMs: 15_000 });
+      await consumer.drain();
+      await waitFor(async () => (await rows()) === 0, { timeoutMs: 15_000, message: relay.output() });
+    } finally {
+      relay.child.kill('SIGCONT');
+      await consumer.close();
+      await closePartitions(partitions);
+      assert.equal((await stopApp(relay)).code, 0, relay.output());
+    }
+    assert.equal(await db.scalar('SELECT SUM(events)::int FROM outbox_pruned'), 14);
+    assert.doesNotMatch(relay.output(), /prune job failed/);
   });
 });

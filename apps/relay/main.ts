@@ -20,10 +20,6 @@ import { relayHealth } from '../../shared/runtime/health/relay-health.js';
 import { appMetrics } from '../../shared/runtime/metrics/app-metrics.js';
 
 runApp('outbox-relay', relaySettings, async (config, log, signal) => {
-  // Prune reads each event's applied state in one Redis, and runs as a BullMQ job there.
-  if (config.pruneOlderThanMs !== undefined && (config.redisCluster || (config.partitions ?? 1) > 1)) {
-    throw new ConfigError('OUTBOX_PRUNE_OLDER_THAN does not run with partitions or a Redis Cluster yet: unset it (or OUTBOX_PARTITIONS / OUTBOX_REDIS_CLUSTER)');
-  }
   if (config.databaseUrl !== '') return startOnPostgres(config, log, signal);
   if (config.redisCluster) throw new ConfigError('the relay app on app.db runs on one Redis (its BullMQ job): unset OUTBOX_REDIS_CLUSTER, or use the PostgreSQL store (OUTBOX_DATABASE_URL) on a cluster');
   const detach = attachApp(config.dir, 'outbox-relay');
@@ -51,7 +47,13 @@ runApp('outbox-relay', relaySettings, async (config, log, signal) => {
   const identity = { app: 'outbox-relay', dir: config.dir, namespace: config.namespace };
   const health = await startHealthServer(healthEndpoint, HEALTH_PORT_SETTINGS.relay.env, () => relayHealth(identity, database, redis, worker.stats), log, metrics);
   const pruneOlderThanMs = config.pruneOlderThanMs;
-  const pruner = pruneOlderThanMs === undefined ? undefined : await startPruneWorker(database, redis, config.redisUrl, log, { olderThanMs: pruneOlderThanMs, everyMs: config.pruneEveryMs });
+  const pruner =
+    pruneOlderThanMs === undefined
+      ? undefined
+      : await startPruneWorker(database, partitions, config.redisUrl, log, {
+          olderThanMs: pruneOlderThanMs,
+          everyMs: config.pruneEveryMs,
+        });
   log.info('relay started', {
     redis: config.redisUrl,
     partitions: config.partitions,
@@ -62,6 +64,7 @@ runApp('outbox-relay', relaySettings, async (config, log, signal) => {
     batchSize: config.batchSize,
     lockDurationMs: config.lockDurationMs,
     pruneOlderThanMs: pruneOlderThanMs ?? 'off',
+    ...(pruneOlderThanMs === undefined ? {} : { pruneEveryMs: config.pruneEveryMs }),
   });
   return async () => {
     await health.close();
@@ -111,7 +114,15 @@ async function startOnPostgres(config: RelayConfig, log: Logger, signal: AbortSi
   const store = pool;
   const health = await startHealthServer(healthEndpoint, HEALTH_PORT_SETTINGS.relay.env, () => relayHealth(identity, () => checkPgStore(store), redis, loop.stats), log, metrics);
   const pruneOlderThanMs = config.pruneOlderThanMs;
-  const pruner = pruneOlderThanMs === undefined ? undefined : await startPruneWorker(store, redis, config.redisUrl, log, { olderThanMs: pruneOlderThanMs, everyMs: config.pruneEveryMs });
+  // On a Redis Cluster the schedule is a timer in each relay (BullMQ's connections reach one Redis).
+  const pruner =
+    pruneOlderThanMs === undefined
+      ? undefined
+      : await startPruneWorker(store, partitions, config.redisUrl, log, {
+          olderThanMs: pruneOlderThanMs,
+          everyMs: config.pruneEveryMs,
+          cluster: Boolean(config.redisCluster),
+        });
   log.info('relay started', {
     redis: config.redisCluster || config.redisUrl,
     partitions: config.partitions,
@@ -120,6 +131,7 @@ async function startOnPostgres(config: RelayConfig, log: Logger, signal: AbortSi
     pollMs: config.pollMs,
     batchSize: config.batchSize,
     pruneOlderThanMs: pruneOlderThanMs ?? 'off',
+    ...(pruneOlderThanMs === undefined ? {} : { pruneEveryMs: config.pruneEveryMs }),
   });
   return async () => {
     await health.close();

@@ -1,11 +1,11 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import type { Redis } from 'ioredis';
+import type { Partitions } from '../../../shared/outbox/redis/partitions.js';
 import { parseDuration } from '../../../shared/outbox/duration.js';
 import { parseCount } from '../../../shared/lab/orders/validate.js';
 import { prune, type PruneResult } from '../../../shared/operations/prune/prune.js';
 import { guard, guardOptions, idRange, mayAsk, rowLine, withMore, type GuardArgs } from '../confirm.js';
 import { configOf, type GlobalArgs } from '../options.js';
-import { onPostgres, withPgStores, withStores } from '../stores.js';
+import { onPostgres, withPartitionStores, withPgPartitionStores } from '../stores.js';
 
 interface Args extends GlobalArgs, GuardArgs {
   olderThan: string;
@@ -25,17 +25,26 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const olderThanMs = parseDuration(argv.olderThan, '--older-than');
   const batchSize = parseCount(argv.batchSize, '--batch-size', 100_000);
   const config = configOf(argv);
+  // Across partitions too: each row is looked up in its aggregate's partition.
   const result = onPostgres(config)
-    ? await withPgStores(config, async (pool, redis) => {
+    ? await withPgPartitionStores(config, async (pool, partitions) => {
         const { pgPruneRows } = await import('../../../shared/operations/prune/pg-prune.js');
-        return pruneConfirmed(argv, pgPruneRows(pool), redis, olderThanMs, batchSize);
+        return pruneConfirmed(argv, pgPruneRows(pool), partitions, olderThanMs, batchSize);
       })
-    : await withStores(config, (db, redis) => pruneConfirmed(argv, db, redis, olderThanMs, batchSize));
+    : await withPartitionStores(config, (db, partitions) =>
+        pruneConfirmed(argv, db, partitions, olderThanMs, batchSize),
+      );
   if (result !== null) printResult(result, onPostgres(config) ? 'the longest batch took' : 'the longest batch held the write lock');
 }
 
 /** Prunes, after the plan was shown (dry run) or confirmed; null when it was not. */
-async function pruneConfirmed(argv: ArgumentsCamelCase<Args>, store: Parameters<typeof prune>[0], redis: Redis, olderThanMs: number, batchSize: number): Promise<PruneResult | null> {
+async function pruneConfirmed(
+  argv: ArgumentsCamelCase<Args>,
+  store: Parameters<typeof prune>[0],
+  redis: Partitions,
+  olderThanMs: number,
+  batchSize: number,
+): Promise<PruneResult | null> {
   // The plan is a full pass (reads and Redis look-ups): made only when it is shown.
   if (!argv.dryRun && !mayAsk(argv)) return prune(store, redis, olderThanMs, { batchSize });
   const plan = await prune(store, redis, olderThanMs, { batchSize, dryRun: true });

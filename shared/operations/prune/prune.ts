@@ -1,7 +1,8 @@
 import type { Redis } from 'ioredis';
 import type { Db } from '../../outbox/store/open-database.js';
 import { keys } from '../../outbox/redis/keys.js';
-import { partitionsOf } from '../../outbox/redis/partitions.js';
+import { byPartition, partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
+import { guardDropped, mayBeSwept, readWindow } from '../../outbox/redis/dedupe-window.js';
 import { assertNotBehind, describeEvidence, sqliteHistory, type BehindEvidence, type StoreHistory } from '../../outbox/relay/store-pairing.js';
 
 export interface PruneOptions {
@@ -118,9 +119,11 @@ export function sqlitePruneRows(db: Db): PruneRows {
 
 /**
  * Deletes PUBLISHED rows created before `olderThanMs` whose events the consumer has applied, oldest
- * first, in small transactions with a yield between them. A row is applied when its event_id is in
- * `processed` and its aggregate's applied seq has reached its seq; until then Redis may still need
- * it (lost from the queue, `verify --repair` republishes it from this row).
+ * first, in small transactions with a yield between them. A row is applied when its aggregate's
+ * applied seq has reached its seq and its event_id is in `processed`, or its records were swept by
+ * the dedupe window (`appliedPrefixLength`); until then Redis may still need it (lost from the
+ * queue, `verify --repair` republishes it from this row). `redis`: one Redis, or the partitions, each
+ * row looked up in its aggregate's.
  *
  * Only rows below the first row that must stay (PENDING, recent or not applied, in id order) go, so
  * each aggregate loses a prefix of its events; `outbox_pruned` records it, in the same transaction,
@@ -132,9 +135,15 @@ export function sqlitePruneRows(db: Db): PruneRows {
  * anything is read (`StoreBehindError`, exit 5), dry run included: `verify --repair` rebuilds Redis
  * from the store, and every row pruned before it would be an effect that rebuild cannot bring back.
  */
-export async function prune(store: Db | PruneRows, redis: Redis, olderThanMs: number, options: PruneOptions = {}): Promise<PruneResult> {
+export async function prune(
+  store: Db | PruneRows,
+  redis: Redis | Partitions,
+  olderThanMs: number,
+  options: PruneOptions = {},
+): Promise<PruneResult> {
   const rows = 'prepare' in store ? sqlitePruneRows(store) : store;
-  await assertNotBehind(partitionsOf(redis), rows.history);
+  const partitions = partitionsOf(redis);
+  await assertNotBehind(partitions, rows.history);
   const batchSize = options.batchSize ?? 1000;
   const now = options.now ?? Date.now();
   const cutoff = now - olderThanMs;
@@ -145,7 +154,7 @@ export async function prune(store: Db | PruneRows, redis: Redis, olderThanMs: nu
   for (let cursor = 0; ; ) {
     const batch = await rows.readBatch(cursor, batchSize);
     const old = takeWhile(batch, (row) => row.status === 'PUBLISHED' && row.created_at < cutoff);
-    const appliedCount = await appliedPrefixLength(redis, old, rows.history);
+    const appliedCount = await appliedPrefixLength(partitions, old, rows.history);
     const applied = takeWhile(old.slice(0, appliedCount), (row) => row.id <= throughId);
     if (applied.length > 0) {
       const through = applied[applied.length - 1].id;
@@ -178,47 +187,100 @@ export async function prune(store: Db | PruneRows, redis: Redis, olderThanMs: nu
   return result;
 }
 
-/** See `appliedPrefixLength`: `applied[i]` is the applied seq of `rows[i]`'s aggregate, `processed[i]` its processed entry. */
-async function assertNotOvertaken(redis: Redis, rows: Candidate[], processed: (string | null)[], applied: number[], history: StoreHistory): Promise<void> {
-  const lastSeqs = await history.lastSeqs([...new Set(rows.map((row) => row.aggregate_id))]);
-  const refuse = async (evidence: BehindEvidence) => history.behind(redis, (database) => describeEvidence(evidence, database));
-  const past = rows.findIndex((row, i) => applied[i] > (lastSeqs.get(row.aggregate_id) ?? 0));
-  if (past !== -1) {
-    const { aggregate_id: aggregate } = rows[past];
-    throw await refuse({ kind: 'aggregate', aggregate, applied: applied[past], last: lastSeqs.get(aggregate) ?? 0 });
-  }
-  const unapplied = rows.flatMap((row, i) => (processed[i] === null && applied[i] >= row.seq ? [row] : []));
-  if (unapplied.length === 0) return;
-  const counts = await redis.hmget(keys.applyCount, ...unapplied.map((row) => row.event_id));
-  const taken = unapplied.find((_row, i) => counts[i] === null);
-  if (taken) throw await refuse({ kind: 'taken', aggregate: taken.aggregate_id, seq: taken.seq, event: taken.event_id });
-}
-
 function takeWhile<T>(items: T[], keep: (item: T) => boolean): T[] {
   const end = items.findIndex((item) => !keep(item));
   return end === -1 ? items : items.slice(0, end);
 }
 
+/** HMGET of `fields` in `hash`, in chunks of LOOKUP_CHUNK, sent at once (the connection auto-pipelines). */
+async function lookUp(redis: Redis, hash: string, fields: string[]): Promise<(string | null)[]> {
+  const chunks: Promise<(string | null)[]>[] = [];
+  for (let i = 0; i < fields.length; i += LOOKUP_CHUNK) {
+    chunks.push(redis.hmget(hash, ...fields.slice(i, i + LOOKUP_CHUNK)));
+  }
+  return (await Promise.all(chunks)).flat();
+}
+
+/** `lookUp` of one field per row, each in the partition of the row's aggregate; answers in `rows`' order. */
+async function lookUpByPartition(
+  partitions: Partitions,
+  rows: Candidate[],
+  hash: string,
+  field: (row: Candidate) => string,
+): Promise<(string | null)[]> {
+  const answers: (string | null)[] = new Array(rows.length).fill(null);
+  const groups = byPartition(partitions, rows.map((row, i) => ({ row, i })), (item) => item.row.aggregate_id);
+  await Promise.all(
+    [...groups].map(async ([index, items]) => {
+      const values = await lookUp(partitions.clients[index], hash, items.map((item) => field(item.row)));
+      items.forEach((item, k) => (answers[item.i] = values[k]));
+    }),
+  );
+  return answers;
+}
+
 /**
- * How many of `rows`, from the first, the consumer has applied: processed, and applied seq >= seq.
+ * How many of `rows`, from the first, the consumer has applied: its aggregate's applied seq >= its
+ * seq, and its processed entry there, or its records swept by the dedupe window (no processed entry,
+ * no apply count, committed at or before its partition's `sweptThrough`: beyond the window the seq
+ * guard is the evidence); or its aggregate has no guard and it was committed at or before
+ * `droppedThrough` (the guard dropped past the aggregate horizon: the consumer skips it as a
+ * duplicate). Each row is looked up in its aggregate's partition.
+ *
  * Throws `StoreBehindError` when what it reads shows the store behind Redis beyond the rows the meta
  * hash records (`assertNotBehind`): an aggregate of `rows` applied past the store's last seq for it,
- * or a row never applied (no processed entry, no apply count) whose seq its aggregate's applied seq
- * has passed (Redis applied another event there). Pruning then would delete rows the repair needs.
+ * or a row never applied (no processed entry, no apply count, not swept) whose seq its aggregate's
+ * applied seq has passed (Redis applied another event there). Pruning then would delete rows the
+ * repair needs.
  */
-async function appliedPrefixLength(redis: Redis, rows: Candidate[], history: StoreHistory): Promise<number> {
-  const processed: Promise<(string | null)[]>[] = [];
-  const appliedSeq: Promise<(string | null)[]>[] = [];
-  for (let i = 0; i < rows.length; i += LOOKUP_CHUNK) {
-    const chunk = rows.slice(i, i + LOOKUP_CHUNK);
-    processed.push(redis.hmget(keys.processed, ...chunk.map((row) => row.event_id)));
-    appliedSeq.push(redis.hmget(keys.appliedSeq, ...chunk.map((row) => row.aggregate_id)));
+async function appliedPrefixLength(partitions: Partitions, rows: Candidate[], history: StoreHistory): Promise<number> {
+  if (rows.length === 0) return 0;
+  const [processed, seqs] = await Promise.all([
+    lookUpByPartition(partitions, rows, keys.processed, (row) => row.event_id),
+    lookUpByPartition(partitions, rows, keys.appliedSeq, (row) => row.aggregate_id),
+  ]);
+  const applied = seqs.map(Number);
+  const lastSeqs = await history.lastSeqs([...new Set(rows.map((row) => row.aggregate_id))]);
+  const refuse = async (index: number, evidence: BehindEvidence) =>
+    history.behind(partitions.clients[index], (database) => describeEvidence(evidence, database));
+  const past = rows.findIndex((row, i) => applied[i] > (lastSeqs.get(row.aggregate_id) ?? 0));
+  if (past !== -1) {
+    const { aggregate_id: aggregate } = rows[past];
+    const last = lastSeqs.get(aggregate) ?? 0;
+    throw await refuse(partitions.indexOf(aggregate), { kind: 'aggregate', aggregate, applied: applied[past], last });
   }
-  // All sent before any answer is awaited (the connection auto-pipelines): one round trip.
-  const [processedChunks, seqChunks] = await Promise.all([Promise.all(processed), Promise.all(appliedSeq)]);
-  const isProcessed = processedChunks.flat();
-  const seqOf = seqChunks.flat();
-  if (rows.length > 0) await assertNotOvertaken(redis, rows, isProcessed, seqOf.map(Number), history);
-  const firstNotApplied = rows.findIndex((row, i) => isProcessed[i] === null || !(Number(seqOf[i]) >= row.seq));
+
+  // Passed by its aggregate's seq guard with no processed entry: swept by the window, or taken by another event.
+  const unrecorded = rows.flatMap((row, i) => (processed[i] === null && applied[i] >= row.seq ? [i] : []));
+  // No guard at all: its aggregate's may have been dropped past the horizon.
+  const guardless = rows.flatMap((_row, i) => (seqs[i] === null ? [i] : []));
+  const swept = new Set<number>();
+  const dropped = new Set<number>();
+  if (unrecorded.length > 0 || guardless.length > 0) {
+    const eventOf = (row: Candidate) => row.event_id;
+    const counts = await lookUpByPartition(partitions, unrecorded.map((i) => rows[i]), keys.applyCount, eventOf);
+    // Read after the look-ups, on the same connections (so after them in Redis): a sweep that dropped
+    // a record or a guard they missed has moved sweptThrough or droppedThrough by then.
+    const indexOf = (i: number) => partitions.indexOf(rows[i].aggregate_id);
+    const indexes = [...new Set([...unrecorded, ...guardless].map(indexOf))];
+    const windows = new Map(
+      await Promise.all(indexes.map(async (index) => [index, await readWindow(partitions.clients[index])] as const)),
+    );
+    for (const [k, i] of unrecorded.entries()) {
+      if (counts[k] !== null) continue;
+      const row = rows[i];
+      if (!mayBeSwept(row.created_at, windows.get(indexOf(i))!)) {
+        const evidence = { kind: 'taken', aggregate: row.aggregate_id, seq: row.seq, event: row.event_id } as const;
+        throw await refuse(indexOf(i), evidence);
+      }
+      swept.add(i);
+    }
+    // Committed at or before the horizon's drops reached: the consumer takes it for a duplicate and
+    // never applies it again, so no repair needs the row.
+    for (const i of guardless) if (guardDropped(rows[i].created_at, windows.get(indexOf(i))!)) dropped.add(i);
+  }
+  const isApplied = (row: Candidate, i: number) =>
+    dropped.has(i) || ((processed[i] !== null || swept.has(i)) && applied[i] >= row.seq);
+  const firstNotApplied = rows.findIndex((row, i) => !isApplied(row, i));
   return firstNotApplied === -1 ? rows.length : firstNotApplied;
 }

@@ -33,10 +33,27 @@ export const relaySettings = {
     max: 600_000,
     describe: "BullMQ lock of a relay job; a dead relay's job is taken over after about this + 2s, and app.db waits are capped at a quarter of it",
   }),
-  /** Prune PUBLISHED rows older than this, on a schedule of its own. Default off. */
-  pruneOlderThanMs: optionalDuration({ flag: 'prune-older-than', env: 'OUTBOX_PRUNE_OLDER_THAN', describe: 'prune PUBLISHED rows the consumer applied once they are older than this, e.g. 7d; off: no pruning' }),
-  /** How often to prune, when pruning is on. Default 1h. */
-  pruneEveryMs: duration({ flag: 'prune-every', env: 'OUTBOX_PRUNE_EVERY', default: '1h', min: 100, max: 7 * 86_400_000, describe: 'how often to prune, when OUTBOX_PRUNE_OLDER_THAN is set' }),
+  /**
+   * Prune PUBLISHED rows the consumer applied once older than this, on a schedule of its own. On by
+   * default (7d, the dedupe window's default) so that the store stays bounded; `off` keeps every row.
+   */
+  pruneOlderThanMs: {
+    ...optionalDuration({
+      flag: 'prune-older-than',
+      env: 'OUTBOX_PRUNE_OLDER_THAN',
+      describe: 'prune PUBLISHED rows the consumer applied once they are older than this; off: no pruning',
+    }),
+    default: '7d',
+  },
+  /** How often to prune, when pruning is on. Default 5m: a run finds a few minutes of rows to delete. */
+  pruneEveryMs: duration({
+    flag: 'prune-every',
+    env: 'OUTBOX_PRUNE_EVERY',
+    default: '5m',
+    min: 100,
+    max: 7 * 86_400_000,
+    describe: 'how often to prune, unless OUTBOX_PRUNE_OLDER_THAN is off',
+  }),
   ...healthSettings('relay'),
 };
 
