@@ -17,6 +17,7 @@ import { pgCliEnv, pgCommands, usePostgres } from './helpers/postgres.js';
 import { handlers as accountHandlers } from './fixtures/account-handlers.js';
 import { handlers as labHandlers } from '../shared/lab/orders/order-handlers.js';
 import { closePartitions, connectTarget, connectTargetPartitions } from '../shared/outbox/redis/connect-partitions.js';
+import { startRedisCluster } from './helpers/redis-cluster.js';
 import { depositEvents } from './fixtures/pg-accounts.js';
 
 // `outbox prune` on the PostgreSQL store: the same guard as on app.db (only what the consumer
@@ -332,5 +333,29 @@ describe('outbox prune on PostgreSQL', () => {
     }
     assert.equal(await db.scalar('SELECT SUM(events)::int FROM outbox_pruned'), 14);
     assert.doesNotMatch(relay.output(), /prune job failed/);
+  });
+
+  it('the relay app on PostgreSQL on a Redis Cluster prunes on a timer of its own (no BullMQ there)', async () => {
+    const cluster = await startRedisCluster();
+    try {
+      const env = pgCliEnv(db, h, { OUTBOX_REDIS_CLUSTER: cluster.nodes.join(','), OUTBOX_PARTITIONS: '2' });
+      const p = orders(() => env);
+      await p.init();
+      await p.pg.place(6);
+      const prunes = { OUTBOX_RELAY_POLL: '20ms', OUTBOX_PRUNE_OLDER_THAN: '0s', OUTBOX_PRUNE_EVERY: '500ms' };
+      const relay = startApp(h.env, 'dist/apps/relay/main.js', [], { ...env.env, ...prunes });
+      try {
+        const seen = () => /"msg":"outbox pruned","deleted":0,"keptNotApplied":6/.test(relay.output());
+        await waitFor(seen, { timeoutMs: 15_000, message: relay.output() });
+        await p.consume();
+        const rows = () => db.scalar<number>('SELECT COUNT(*)::int FROM outbox');
+        await waitFor(async () => (await rows()) === 0, { timeoutMs: 15_000, message: relay.output() });
+      } finally {
+        assert.equal((await stopApp(relay)).code, 0, relay.output());
+      }
+      assert.equal(await db.scalar('SELECT SUM(events)::int FROM outbox_pruned'), 6);
+    } finally {
+      await cluster.stop();
+    }
   });
 });
