@@ -19,12 +19,15 @@ async function runChaos(args: string[]) {
 }
 
 describe('outbox chaos', () => {
-  it('a short run with the default faults (apps killed or crashed, Redis down) ends with every invariant holding', async () => {
-    const { stderr, figures } = await runChaos(['--duration', '20s', '--rate', '300', '--kill-every', '1500ms', '--seed', '7']);
+  it('a short run with the default faults (apps killed or crashed, Redis down), records expiring and guards dropped, ends with every invariant holding', async () => {
+    // A 3 s dedupe window and a 10 s aggregate horizon: records are swept and idle guards dropped during the faults.
+    const window = ['--dedupe-window', '3s', '--aggregate-horizon', '10s'];
+    const { stderr, figures } = await runChaos(['--duration', '20s', '--rate', '300', '--kill-every', '1500ms', '--seed', '7', ...window]);
     assert.match(stderr, /^chaos \d+s\/20s +faults \d+/m);
     const injected = Object.values(figures.faults as Record<string, number>).reduce((a, b) => a + b, 0);
     assert.ok(injected >= 3, `only ${injected} faults took effect: ${JSON.stringify(figures.faults)}`);
     assert.ok(figures.outboxRows > 1000, `only ${figures.outboxRows} events`);
+    assert.ok(figures.swept > 0 && figures.droppedGuards > 0, `swept ${figures.swept}, dropped ${figures.droppedGuards}`);
     assert.equal(figures.processedUnique, figures.outboxRows);
     assert.ok(figures.enqueued >= figures.outboxRows);
     for (const key of ['lost', 'appliedTwice', 'outOfOrder', 'inventoryMismatches', 'parked']) assert.equal(figures[key], 0, key);

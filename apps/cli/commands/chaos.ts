@@ -8,6 +8,7 @@ import { CHAOS_TARGETS, DEFAULT_CHAOS_TARGETS, DEFAULT_SCALE_OUT_TARGETS, SCALE_
 import { CheckFailedError } from '../../../shared/outbox/errors/check-failed-error.js';
 import { InvalidInputError } from '../../../shared/outbox/errors/invalid-input-error.js';
 import { parseCount } from '../../../shared/lab/orders/validate.js';
+import { aggregateHorizon, dedupeWindow } from '../../../shared/runtime/config/consumer-config.js';
 import type { GlobalArgs } from '../options.js';
 
 interface Args extends GlobalArgs {
@@ -21,6 +22,8 @@ interface Args extends GlobalArgs {
   seed: string;
   json?: string;
   keep: boolean;
+  dedupeWindow: string;
+  aggregateHorizon: string;
 }
 
 export const command = 'chaos';
@@ -40,6 +43,8 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
     .option('seed', { type: 'string', default: '1', describe: 'seed of the fault schedule and the traffic (same seed, same schedule)' })
     .option('relays', { type: 'string', describe: 'on PostgreSQL (--database): relay apps [default 4]' })
     .option('consumers', { type: 'string', describe: 'on PostgreSQL (--database): consumer apps [default 3]' })
+    .option('dedupe-window', { type: 'string', default: '7d', describe: "the consumer's dedupe window: short, records expire during the faults" })
+    .option('aggregate-horizon', { type: 'string', default: 'off', describe: "the consumer's aggregate horizon (at least the window): short, guards are dropped during the run" })
     .option('json', { type: 'string', describe: 'also write the figures as JSON to this file' })
     .option('keep', { type: 'boolean', default: false, describe: 'keep the workspace (data, logs, Redis files) for a look afterwards' });
 
@@ -50,8 +55,13 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   // On app.db the run has one private Redis; on PostgreSQL it makes its own cluster and partitions.
   refusePartitioned(config, 'chaos', 'run it with one partition on one Redis, or give --database postgres://… for a run on its own Redis Cluster');
   const options = runOptions(argv, CHAOS_TARGETS, DEFAULT_CHAOS_TARGETS, '--targets');
+  const dedupeWindowMs = dedupeWindow.parse(argv.dedupeWindow, '--dedupe-window');
+  const aggregateHorizonMs = aggregateHorizon.parse(argv.aggregateHorizon, '--aggregate-horizon');
+  if (aggregateHorizonMs !== undefined && aggregateHorizonMs < dedupeWindowMs) {
+    throw new InvalidInputError(`--aggregate-horizon must be at least --dedupe-window, got ${argv.aggregateHorizon} and ${argv.dedupeWindow}`);
+  }
   const { runChaos } = await import('../../../shared/tooling/chaos/run-chaos.js');
-  const result = await runChaos({ ...options, progress: progressLine() });
+  const result = await runChaos({ ...options, dedupeWindowMs, aggregateHorizonMs, progress: progressLine() });
   const { ledger: _ledger, ...rest } = result;
   finish(argv, formatChaos(result), rest);
 }

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import { verifyStores, type Ledger } from '../../operations/verify/verify.js';
+import { readWindow } from '../../outbox/redis/dedupe-window.js';
 import { INVENTORY_CHECK, labVerifyChecks } from '../../lab/checks/verify-checks.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../outbox/consumer/consumer.js';
 import { HEARTBEAT_TTL_MS } from '../../outbox/consumer/heartbeats.js';
@@ -56,6 +57,9 @@ export interface ChaosOptions {
   drainTimeoutMs?: number;
   /** Keep the workspace (data, logs, Redis files) instead of deleting it. */
   keep?: boolean;
+  /** The consumer's dedupe window and aggregate horizon (ms): short ones expire records and drop guards during the faults. */
+  dedupeWindowMs?: number;
+  aggregateHorizonMs?: number;
   progress?: (line: string) => void;
 }
 
@@ -79,6 +83,9 @@ export interface ChaosResult {
   /** Messages pushed, summed over every Redis the run had (a wiped Redis starts again at 0). */
   enqueued: number;
   processedUnique: number;
+  /** Events whose records the dedupe window swept, and guards the aggregate horizon dropped, in the last Redis. */
+  swept: number;
+  droppedGuards: number;
   /** Summed over every Redis the run had, like `enqueued`. */
   duplicatesAbsorbed: number;
   /**
@@ -193,6 +200,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     OUTBOX_HANDLER_FAIL: '',
     OUTBOX_HANDLER_FAIL_FILE: handlerFailFile,
     OUTBOX_MAX_ATTEMPTS: String(DEFAULT_MAX_ATTEMPTS),
+    ...(options.dedupeWindowMs === undefined ? {} : { OUTBOX_DEDUPE_WINDOW: `${options.dedupeWindowMs}ms` }),
+    ...(options.aggregateHorizonMs === undefined ? {} : { OUTBOX_AGGREGATE_HORIZON: `${options.aggregateHorizonMs}ms` }),
   });
   const faults: Record<string, number> = {};
   const count = (kind: string) => (faults[kind] = (faults[kind] ?? 0) + 1);
@@ -357,6 +366,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       pruned: prunedRows,
       enqueued: wiped.enqueued + last.enqueued,
       processedUnique: f.processedUnique,
+      swept: f.swept,
+      droppedGuards: (await readWindow(client)).droppedGuards,
       duplicatesAbsorbed: wiped.duplicates + last.duplicates,
       appliedTwice,
       unrecoverable: f.unrecoverable,
