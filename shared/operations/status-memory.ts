@@ -4,13 +4,6 @@ import { isCluster, mastersOf, slotOf } from '../outbox/redis/cluster-client.js'
 import { keyPrefixOfConnection } from '../outbox/redis/scan-keys.js';
 import { readEnvelope } from '../outbox/redis/envelope.js';
 
-/**
- * Keys of the dedupe window (keys.appliedLog and keys.window in the window's work), named here so
- * that status reads them whether or not that work is in: absent, they count as 0 and "no window".
- */
-export const APPLIED_LOG_KEY = 'outbox:applied-log';
-export const WINDOW_KEY = 'outbox:window';
-
 /** Processed entries sampled (HRANDFIELD) for the apply rate; dedupe markers sampled among them. */
 const RATE_SAMPLE = 200;
 const MARKER_SAMPLE = 3;
@@ -126,7 +119,7 @@ function rateOf(sample: string[], applied: number, now: number): PartitionMemory
 export async function readPartitionMemory(redis: Redis, events: number, applied: number): Promise<PartitionMemory> {
   const [records, aggregates, aggregateBytes, parkedBytes, deadLetterBytes, firstDead, sample, window, time] =
     await Promise.all([
-      Promise.all([keys.processed, keys.applyCount, APPLIED_LOG_KEY].map((key) => usage(redis, key))),
+      Promise.all([keys.processed, keys.applyCount, keys.appliedLog].map((key) => usage(redis, key))),
       redis.hlen(keys.appliedSeq),
       usage(redis, keys.appliedSeq),
       usage(redis, keys.parked),
@@ -136,7 +129,7 @@ export async function readPartitionMemory(redis: Redis, events: number, applied:
       (redis.call('HRANDFIELD', keys.processed, String(RATE_SAMPLE), 'WITHVALUES') as Promise<unknown[]>).then(
         (reply) => reply.flat() as string[],
       ),
-      redis.hmget(WINDOW_KEY, 'sweptEvents', 'sweptThrough'),
+      redis.hmget(keys.window, 'sweptEvents', 'sweptThrough'),
       redis.time(),
     ]);
   const markers = await Promise.all(

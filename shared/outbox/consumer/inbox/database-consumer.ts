@@ -4,7 +4,7 @@ import { keys } from '../../redis/keys.js';
 import { deadLetter, moveToProcessing } from '../../redis/scripts.js';
 import type { Db } from '../../store/open-database.js';
 import type { OutboxEvent } from '../../store/events.js';
-import { DEFAULT_DEDUPE_WINDOW_MS, markerTtlOf } from '../../redis/dedupe-window.js';
+import { DEFAULT_DEDUPE_WINDOW_MS, markerTtlOf, sweepWindow } from '../../redis/dedupe-window.js';
 import { DEFAULT_MAX_ATTEMPTS, emptyStats, type ConsumeStats } from '../consumer.js';
 import { readEntry } from '../decode-entry.js';
 import { startHeartbeat } from '../heartbeats.js';
@@ -194,6 +194,8 @@ export function createDatabaseConsumer(redis: Redis, options: DatabaseConsumerOp
     const stats = emptyDatabaseStats();
     try {
       await driveRounds(redis, rounds, { until: 'empty', connect: () => takingConnection(redis), stats, onRound: () => onRound?.(stats) }).done;
+      // As the Redis-mode drain: it sweeps what the window has let go.
+      await sweepWindow(redis, options.dedupeWindowMs ?? DEFAULT_DEDUPE_WINDOW_MS);
       return stats;
     } finally {
       await stopHeartbeat();
