@@ -4,7 +4,7 @@ import { handlers } from '../shared/lab/orders/order-handlers.js';
 import { createDatabase } from '../shared/lab/init-stores.js';
 import { createOrderService } from '../shared/lab/orders/order-service.js';
 import { createConsumer } from '../shared/outbox/consumer/create-consumer.js';
-import { toMessage, type OutboxRow } from '../shared/outbox/store/events.js';
+import { toMessage } from '../shared/outbox/store/events.js';
 import { openDatabase } from '../shared/outbox/store/open-database.js';
 import { SCHEMA_VERSION } from '../shared/outbox/store/schema.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
@@ -12,7 +12,7 @@ import { runCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
 import { configOfEnv, orders } from './helpers/orders.js';
 import { withPartitions } from '../apps/cli/stores.js';
-import { readDb, tempDir } from './helpers/stores.js';
+import { tempDir, outboxRowOf } from './helpers/stores.js';
 
 // The aggregate horizon (issue 29): the seq guard of an aggregate idle past it is dropped, and the
 // aggregate's next event is still applied once and in order, by its predecessor's commit time.
@@ -36,14 +36,7 @@ async function untilGuardsDropped(): Promise<void> {
   await waitFor(async () => (await consume(), (await h.client.hlen('outbox:applied-seq')) === 0), { timeoutMs: 10_000, intervalMs: 200, message: 'the horizon dropped no guard' });
 }
 
-function rowOf(aggregate: string, seq: number): OutboxRow {
-  const db = readDb(h.env.dir);
-  try {
-    return db.prepare('SELECT * FROM outbox WHERE aggregate_id = ? AND seq = ?').get(aggregate, seq) as OutboxRow;
-  } finally {
-    db.close();
-  }
-}
+const rowOf = (aggregate: string, seq: number) => outboxRowOf(h.env.dir, aggregate, seq);
 
 const reserved = async () => Number(await h.client.hget('inventory:reserved', 'SKU-1'));
 

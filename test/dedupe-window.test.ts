@@ -7,12 +7,12 @@ import { createOrderService } from '../shared/lab/orders/order-service.js';
 import { createConsumer } from '../shared/outbox/consumer/create-consumer.js';
 import { connectRedis } from '../shared/outbox/redis/connect.js';
 import { sweepWindow } from '../shared/outbox/redis/dedupe-window.js';
-import { toMessage, type OutboxRow } from '../shared/outbox/store/events.js';
+import { toMessage } from '../shared/outbox/store/events.js';
 import { openDatabase } from '../shared/outbox/store/open-database.js';
 import { runCli, type CliResult } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
 import { orders } from './helpers/orders.js';
-import { readDb } from './helpers/stores.js';
+import { outboxRowOf } from './helpers/stores.js';
 
 // verify and --repair with the dedupe window (issue 29): beyond it an applied event keeps no
 // processed entry nor apply count, and its aggregate's seq guard is the evidence it was applied.
@@ -28,15 +28,7 @@ const SWEPT_4 = /^records swept by the dedupe window \(1s\) +- +4 events, applie
 /** `outbox consume --dedupe-window 1s`: drains, then sweeps what was applied a window ago. */
 const consume = () => h.cli('consume', '--dedupe-window', WINDOW);
 
-/** The store's row of an event of `aggregate` at `seq`. */
-function rowOf(aggregate: string, seq: number): OutboxRow {
-  const db = readDb(h.env.dir);
-  try {
-    return db.prepare('SELECT * FROM outbox WHERE aggregate_id = ? AND seq = ?').get(aggregate, seq) as OutboxRow;
-  } finally {
-    db.close();
-  }
-}
+const rowOf = (aggregate: string, seq: number) => outboxRowOf(h.env.dir, aggregate, seq);
 
 /** Waits until the window has passed since the last apply, then sweeps with a drain (nothing queued). */
 async function sweepAfterWindow(): Promise<void> {

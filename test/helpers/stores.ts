@@ -3,6 +3,7 @@ import { Redis } from 'ioredis';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { OutboxRow } from '../../shared/outbox/store/events.js';
 
 const created: string[] = [];
 process.on('exit', () => {
@@ -26,6 +27,16 @@ export function storeIdIn(dir: string): string {
   const db = readDb(dir);
   try {
     return db.prepare("SELECT value FROM outbox_meta WHERE key = 'store_id'").pluck().get() as string;
+  } finally {
+    db.close();
+  }
+}
+
+/** The outbox row of `aggregate`'s event at `seq` in `<dir>/app.db`. */
+export function outboxRowOf(dir: string, aggregate: string, seq: number): OutboxRow {
+  const db = readDb(dir);
+  try {
+    return db.prepare('SELECT * FROM outbox WHERE aggregate_id = ? AND seq = ?').get(aggregate, seq) as OutboxRow;
   } finally {
     db.close();
   }

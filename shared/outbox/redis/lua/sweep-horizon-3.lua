@@ -25,22 +25,15 @@ if wrongType then return wrongType end
 
 local clock = redis.call('TIME')
 local cutoff = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) - horizonMs
-local entries = redis.call('LRANGE', KEYS[1], 0, limit - 1)
-local aggregates, seqs, consumed, through = {}, {}, 0, nil
-for i, entry in ipairs(entries) do
-  local kind = string.sub(entry, 1, 1)
-  if kind == 't' then
-    local at = tonumber(string.sub(entry, 2))
-    if at and at > cutoff then break end
-    if at then through = at end
-  elseif kind == 'a' then
-    local space = string.find(entry, ' ', 2, true)
-    if space then
-      seqs[#seqs + 1] = string.sub(entry, 2, space - 1)
-      aggregates[#aggregates + 1] = string.sub(entry, space + 1)
-    end
+--- @include "includes/log-head.lua"
+local entries, consumed, through = readLogHead(KEYS[1], limit, cutoff)
+local aggregates, seqs = {}, {}
+for _, entry in ipairs(entries) do
+  local space = string.sub(entry, 1, 1) == 'a' and string.find(entry, ' ', 2, true)
+  if space then
+    seqs[#seqs + 1] = string.sub(entry, 2, space - 1)
+    aggregates[#aggregates + 1] = string.sub(entry, space + 1)
   end
-  consumed = i
 end
 
 local dropped = {}
@@ -56,8 +49,5 @@ for first = 1, #dropped, 500 do
 end
 if consumed > 0 then redis.call('LTRIM', KEYS[1], consumed, -1) end
 if #dropped > 0 then redis.call('HINCRBY', KEYS[3], 'droppedGuards', #dropped) end
-if through then
-  local before = tonumber(redis.call('HGET', KEYS[3], 'droppedThrough') or '0') or 0
-  if through > before then redis.call('HSET', KEYS[3], 'droppedThrough', string.format('%d', through)) end
-end
-return { #dropped, (consumed == limit and consumed == #entries) and 1 or 0 }
+raiseThrough(KEYS[3], 'droppedThrough', through)
+return { #dropped, consumed == limit and 1 or 0 }

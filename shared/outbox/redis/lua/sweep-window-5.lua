@@ -29,19 +29,11 @@ if wrongType then return wrongType end
 
 local clock = redis.call('TIME')
 local cutoff = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) - windowMs
-local entries = redis.call('LRANGE', KEYS[1], 0, limit - 1)
-local ids, consumed, through = {}, 0, nil
-for i, entry in ipairs(entries) do
-  local kind = string.sub(entry, 1, 1)
-  if kind == 't' then
-    local at = tonumber(string.sub(entry, 2))
-    if at and at > cutoff then break end
-    if at then through = at end
-  elseif kind == 'e' then
-    -- Ids at the head before any time belong to a batch an earlier call started on.
-    ids[#ids + 1] = string.sub(entry, 2)
-  end
-  consumed = i
+--- @include "includes/log-head.lua"
+local entries, consumed, through = readLogHead(KEYS[1], limit, cutoff)
+local ids = {}
+for _, entry in ipairs(entries) do
+  if string.sub(entry, 1, 1) == 'e' then ids[#ids + 1] = string.sub(entry, 2) end
 end
 
 for first = 1, #ids, 500 do
@@ -53,8 +45,5 @@ end
 if consumed > 0 then redis.call('LTRIM', KEYS[1], consumed, -1) end
 redis.call('HSET', KEYS[5], 'windowMs', ARGV[1])
 if #ids > 0 then redis.call('HINCRBY', KEYS[5], 'sweptEvents', #ids) end
-if through then
-  local before = tonumber(redis.call('HGET', KEYS[5], 'sweptThrough') or '0') or 0
-  if through > before then redis.call('HSET', KEYS[5], 'sweptThrough', string.format('%d', through)) end
-end
-return { #ids, (consumed == limit and consumed == #entries) and 1 or 0 }
+raiseThrough(KEYS[5], 'sweptThrough', through)
+return { #ids, consumed == limit and 1 or 0 }
