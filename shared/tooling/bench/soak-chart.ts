@@ -12,8 +12,10 @@ export function soakChart(figures: SoakFigures): string {
   const series: [string, string, (s: SoakSample) => number][] = [
     ['Redis used_memory', 'MiB', (s) => mb(s.redisBytes)],
     ['outbox rows', 'rows', (s) => s.outboxRows],
-    ['app.db + WAL', 'MiB', (s) => mb(s.storeBytes)],
-    ['log files', 'MiB', (s) => mb(s.logBytes)],
+    ['outbox table + indexes', 'MiB', (s) => mb(s.outboxBytes)],
+    ['app.db WAL', 'MiB', (s) => mb(s.walBytes)],
+    ['per-aggregate store rows', 'MiB', (s) => mb(s.perAggregateBytes)],
+    ['log files', 'KiB', (s) => s.logBytes / 1024],
     ...Object.keys(samples[0]?.rss ?? {}).map((app): [string, string, (s: SoakSample) => number] => [`${app} RSS`, 'MiB', (s) => mb(s.rss[app] ?? 0)]),
   ];
   const rows = Math.ceil(series.length / COLUMNS);
