@@ -149,6 +149,38 @@ describe('outbox bench', () => {
     }
   });
 
+  it('--quick --only verify runs verify over two bulk-made histories and reports RSS and Redis calls', async () => {
+    const out = tempDir();
+    const result = await runCli(['bench', '--quick', '--only', 'verify', '--out', out], env);
+    assert.equal(result.code, 0, result.stderr);
+    const [small, large] = [2_000, 20_000].map((events) => events.toLocaleString('en-US'));
+    for (const row of [
+      `verify over ${small} events \\| VERIFY OK`,
+      `verify over ${large} events \\| VERIFY OK`,
+      `verify peak RSS, ${large} events`,
+      `verify's slowest Redis call, ${small} events`,
+      `verify's slowest Redis call, ${large} events`,
+      `verify over ${large} events \\(10,000 swept\\) \\| VERIFY OK`,
+      `verify peak RSS, ${large} events \\(10,000 swept\\)`,
+    ]) {
+      assert.match(result.stdout, new RegExp(`^\\| ${row}`, 'm'), row);
+    }
+    const [file] = readdirSync(out);
+    const { verify, sizes } = JSON.parse(readFileSync(join(out, file), 'utf8'));
+    // The bulk-made stores and Redis agree: verify passes; the figures are there, not judged (no timing).
+    const runs = verify.runs.map((run: { events: number; sweptEvents: number }) => [run.events, run.sweptEvents]);
+    assert.deepEqual(runs, [[2_000, 0], [20_000, 0], [20_000, 10_000]]);
+    assert.deepEqual(sizes.verifyEvents, [2_000, 20_000]);
+    for (const run of verify.runs) {
+      assert.equal(run.ok, true, JSON.stringify(run.failed));
+      assert.equal(run.exitCode, 0);
+      for (const value of [run.wallMs, run.peakRssMb, run.redisCalls]) {
+        assert.ok(Number.isFinite(value) && value > 0, `${value}`);
+      }
+      assert.ok(Number.isFinite(run.slowestCallUs) && run.slowestCallUs >= 0, `${run.slowestCallUs}`);
+    }
+  });
+
   it('--only scale-out without a PostgreSQL server: one line saying what to do, exit 5', async () => {
     const result = await runCli(['bench', '--only', 'scale-out', '--postgres', 'postgres://postgres@127.0.0.1:1/postgres', '--out', tempDir()], env);
     assert.equal(result.code, 5, result.stderr);
@@ -159,6 +191,7 @@ describe('outbox bench', () => {
   it('rejects an unknown stage before measuring anything', async () => {
     const result = await runCli(['bench', '--only', 'relay,disk'], env);
     assert.equal(result.code, 2);
-    assert.match(result.stderr, /--only takes producer, relay, consumer, growth, e2e, cli, scale-out, got "relay,disk"/);
+    const stages = 'producer, relay, consumer, growth, e2e, cli, scale-out, soak, verify';
+    assert.match(result.stderr, new RegExp(`--only takes ${stages}, got "relay,disk"`));
   });
 });

@@ -21,7 +21,11 @@ export const describe = 'measure each stage against the raw limit and a naive im
 
 export const builder = (yargs: Argv<GlobalArgs>) =>
   yargs
-    .option('only', { type: 'string', default: DEFAULT_BENCH_STAGES.join(','), describe: `stages to run: ${BENCH_STAGES.join(',')} (soak only when named)` })
+    .option('only', {
+      type: 'string',
+      default: DEFAULT_BENCH_STAGES.join(','),
+      describe: `stages to run: ${BENCH_STAGES.join(',')} (soak and verify only when named)`,
+    })
     .option('quick', { type: 'boolean', default: false, describe: 'small sizes: a smoke run, not a measurement' })
     .option('out', { type: 'string', default: join(REPO_ROOT, 'bench', 'results'), describe: 'directory for the JSON figures' })
     .option('postgres', { type: 'string', default: DEFAULT_BENCH_POSTGRES, describe: 'PostgreSQL server for the scale-out stage: it creates a database of its own there (outbox_bench_*) and drops it' });

@@ -10,7 +10,7 @@ const met = (ok: boolean) => (ok ? 'yes' : '**no**');
 /** The markdown table of targets, measurements and ratios. */
 export function formatBench(r: BenchResult): string[] {
   const rows: Row[] = [];
-  const { producer, relay, consumer, growth, e2e, cli, scaleOut, soak } = r;
+  const { producer, relay, consumer, growth, e2e, cli, scaleOut, soak, verify } = r;
   if (producer) {
     const ratio = producer.perTransaction.perSecond / producer.rawPerTransaction.perSecond;
     rows.push(['producer, 1 order per transaction', perS(producer.perTransaction.perSecond, 'orders'), '≥ 90 % of raw', `raw better-sqlite3, same statements (order, seq, event): ${perS(producer.rawPerTransaction.perSecond, 'orders')}`, `${n(ratio * 100, 1)} %`, met(ratio >= 0.9)]);
@@ -128,10 +128,48 @@ export function formatBench(r: BenchResult): string[] {
   if (soak) {
     const setting = `${soak.rate} operations/s for ${n(soak.durationMs / 1000)} s, window ${n(soak.windowMs / 1000)} s, horizon ${n(soak.horizonMs / 1000)} s`;
     for (const g of soak.growth) {
-      rows.push([`soak: ${g.series}`, `last third max ${n(g.lastThirdMax)}`, 'flat (≤ 5 % over the second third)', `second third max ${n(g.secondThirdMax)}; ${setting}`, `${n(g.ratio, 3)}×`, met(g.bounded)]);
+      rows.push([`soak: ${g.series}`, `last third mean ${n(g.lastThird)}`, 'flat (≤ 5 % over the second third)', `second third mean ${n(g.secondThird)}; ${setting}`, `${n(g.ratio, 3)}×`, met(g.bounded)]);
     }
+    const [first, last] = [soak.samples[0], soak.samples[soak.samples.length - 1]];
+    const perAggregate = (last.perAggregateBytes - first.perAggregateBytes) / Math.max(1, last.aggregates - first.aggregates);
+    rows.push(['soak: store rows kept per aggregate', `${n(perAggregate)} bytes`, '', `outbox_aggregates and outbox_pruned, ${n(last.aggregates)} aggregates at the end`, '', '']);
     const failed = soak.verifyFailed.length === 0 ? 'VERIFY OK' : `failed: ${soak.verifyFailed.join(', ')}`;
     rows.push(['soak: verify at the end', failed, 'VERIFY OK', `${n(soak.events)} events applied`, '', met(soak.verifyFailed.length === 0)]);
+  }
+  if (verify) {
+    const base = verify.runs[0];
+    // The swept run holds as many events in app.db, half of them past the window with their records swept.
+    const events = (run: (typeof verify.runs)[number]) =>
+      `${n(run.events)} events${run.sweptEvents > 0 ? ` (${n(run.sweptEvents)} swept)` : ''}`;
+    for (const run of verify.runs) {
+      const outcome = run.ok ? 'VERIFY OK' : `exit ${run.exitCode}: ${run.failed.join('; ') || 'no VERIFY OK'}`;
+      const history = `${n(run.orders)} orders, Redis used_memory ${n(run.redisUsedMb)} MiB; `
+        + `bulk-made in ${n(run.seedMs / 1000, 1)} s`;
+      const measured = `${outcome} in ${n(run.wallMs / 1000, 1)} s`;
+      rows.push([`verify over ${events(run)}`, measured, 'VERIFY OK', history, '', met(run.ok)]);
+    }
+    for (const run of verify.runs.slice(1)) {
+      const ratio = run.peakRssMb / base.peakRssMb;
+      const compared = `over ${n(base.events)} events: ${n(base.peakRssMb)} MiB (VmHWM of the verify process)`;
+      const target = `≤ over ${n(base.events)} events`;
+      const measured = `${n(run.peakRssMb)} MiB`;
+      const stage = `verify peak RSS, ${events(run)}`;
+      rows.push([stage, measured, target, compared, `${n(ratio, 2)}×`, met(ratio <= 1)]);
+    }
+    for (const run of verify.runs) {
+      // SLOWLOG keeps calls of 1 ms or more: none kept means every call took less.
+      const slowest = run.slowCalls === 0
+        ? `< ${n(run.slowlogThresholdUs / 1000)} ms (none logged)`
+        : `${n(run.slowestCallUs / 1000, 2)} ms (${run.slowestCall})`;
+      const latency = run.latencyPeakMs === 0
+        ? 'no LATENCY event of 10 ms or more'
+        : `LATENCY LATEST peak ${n(run.latencyPeakMs)} ms`;
+      const compared = `${n(run.redisCalls)} Redis calls, ${n(run.slowCalls)} of 1 ms or more, `
+        + `${n(run.callsOver10Ms)} over 10 ms (SLOWLOG); ${latency}; heaviest on average: `
+        + `${run.heaviestCommand} ${n(run.heaviestMeanUs)} µs per call; load average ${n(run.loadAverage, 1)}`;
+      rows.push([`verify's slowest Redis call, ${events(run)}`, slowest, '≤ 10 ms', compared, '',
+        met(run.slowestCallUs <= 10_000)]);
+    }
   }
   const header: Row = ['stage', 'measured', 'target', 'compared with (same run)', 'ratio', 'met'];
   return [

@@ -12,6 +12,7 @@ import { benchRelay, type RelayFigures } from './relay-bench.js';
 import { benchScaleOut, type ScaleOutFigures } from './scale-out-bench.js';
 import { benchSoak, type SoakFigures, type SoakOptions } from './soak-bench.js';
 import type { BenchStage } from './stages.js';
+import { benchVerify, type VerifyFigures } from './verify-bench.js';
 import { benchSmallRun } from './partition-consumer-bench.js';
 import type { Rate } from './measure.js';
 
@@ -38,6 +39,8 @@ export interface BenchSizes {
   scaleOutRounds: number;
   /** The soak under pm2: its rate, length, window, horizon, prune age and period, and sampling period. */
   soak: SoakOptions;
+  /** `outbox verify` over bulk-made histories of these many events, in this order (the first is the baseline). */
+  verifyEvents: number[];
 }
 
 /** The sizes the issue asks for; --quick shrinks them for a smoke run. */
@@ -59,6 +62,7 @@ export const FULL: BenchSizes = {
   scaleOutConsumerEvents: 100_000,
   scaleOutRounds: 3,
   soak: { rate: 300, durationMs: 300_000, windowMs: 20_000, horizonMs: 40_000, pruneAfterMs: 20_000, pruneEveryMs: 5_000, sampleEveryMs: 10_000 },
+  verifyEvents: [100_000, 1_000_000],
 };
 
 export const QUICK: BenchSizes = {
@@ -79,6 +83,7 @@ export const QUICK: BenchSizes = {
   scaleOutConsumerEvents: 4_000,
   scaleOutRounds: 1,
   soak: { rate: 100, durationMs: 30_000, windowMs: 3_000, horizonMs: 6_000, pruneAfterMs: 3_000, pruneEveryMs: 1_000, sampleEveryMs: 2_000 },
+  verifyEvents: [2_000, 20_000],
 };
 
 export interface BenchResult {
@@ -96,6 +101,7 @@ export interface BenchResult {
   cli?: CliFigures;
   scaleOut?: ScaleOutFigures;
   soak?: SoakFigures;
+  verify?: VerifyFigures;
 }
 
 /**
@@ -139,6 +145,7 @@ export async function runBench(stages: BenchStage[], sizes: BenchSizes, postgres
       });
     }
     if (stages.includes('soak')) result.soak = await benchSoak(workspace, sizes.soak);
+    if (stages.includes('verify')) result.verify = await benchVerify(workspace, sizes.verifyEvents);
     return result;
   } finally {
     client.disconnect();
