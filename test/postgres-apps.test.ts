@@ -178,6 +178,40 @@ describe('the producer app on PostgreSQL', () => {
     await o.verify();
   });
 
+  it('answers 503 while PostgreSQL ends its sessions under load, and never crashes (issue 30)', async () => {
+    await o.init();
+    const port = await freePort();
+    const producer = startApp(h.env, PRODUCER, [], { ...pgEnv(), PORT: String(port) });
+    const statuses = new Map<number, number>();
+    try {
+      await waitFor(() => /"msg":"producer listening"/.test(producer.output()), { message: producer.output() });
+      const stop = new AbortController();
+      const post = async () => {
+        while (!stop.signal.aborted && producer.child.exitCode === null) {
+          const init = { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ sku: 'SKU-A', qty: 1 }) };
+          // 0: no answer (the connection reset, the producer gone).
+          const status = await fetch(`http://127.0.0.1:${port}/orders`, init).then((res) => res.status, () => 0);
+          statuses.set(status, (statuses.get(status) ?? 0) + 1);
+        }
+      };
+      const clients = Array.from({ length: 8 }, post);
+      // Ends the producer's sessions again and again, most of them checked out mid-transaction.
+      const terminate = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'outbox-producer'";
+      for (let i = 0; i < 20; i += 1) {
+        await db.scalar(terminate);
+        await waitFor(() => (statuses.get(201) ?? 0) > i * 5 || producer.child.exitCode !== null, { timeoutMs: 10_000 });
+      }
+      stop.abort();
+      await Promise.all(clients);
+      assert.equal(producer.child.exitCode, null, `the producer exited: ${producer.output().slice(-2000)}`);
+      assert.deepEqual([...statuses.keys()].filter((status) => status !== 201 && status !== 503), [], JSON.stringify([...statuses]));
+      assert.ok((statuses.get(503) ?? 0) > 0, `no request met an ended session: ${JSON.stringify([...statuses])}`);
+      assert.doesNotMatch(producer.output(), /uncaught/i);
+    } finally {
+      if (producer.child.exitCode === null) assert.equal((await stopApp(producer)).code, 0, producer.output());
+    }
+  });
+
   it('is attached to the store while it runs: init --force refuses (exit 4); a session PostgreSQL ends is registered again; a killed producer leaves nothing behind', async () => {
     await o.init();
     const producer = startApp(h.env, PRODUCER, [], { ...pgEnv(), PORT: String(await freePort()) });

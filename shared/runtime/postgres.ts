@@ -27,6 +27,9 @@ export async function openPg(url: string, { max = 4, name = 'outbox', connectTim
   const pool = new pg.Pool({ connectionString: url, max, application_name: name, connectionTimeoutMillis: connectTimeoutMs });
   // An idle connection the server ends (a restart) is replaced on the next query; the next query reports it.
   pool.on('error', () => {});
+  // So is one checked out when its session ends: its query fails (a 503), and the 'error' event the
+  // client emits then, unheard, would be an uncaught exception that ends the app.
+  pool.on('connect', (client) => client.on('error', () => {}));
   try {
     await pool.query('SELECT 1');
   } catch (error) {
