@@ -199,7 +199,7 @@ describe('a partition connection', () => {
         written.map((k) => k.key).sort(),
         [
           'outbox.events:processing:c1', // emptied by the apply: gone
-          keys.appliedSeq, keys.applyCount, keys.effectKeys, keys.enqueued, keys.meta, keys.stats, keys.processed, keys.processingLists,
+          keys.appliedLog, keys.appliedSeq, keys.applyCount, keys.effectKeys, keys.enqueued, keys.meta, keys.stats, keys.processed, keys.processingLists,
           keys.seen('e1'), keys.seen('e2'), 'tasks:open', 'tasks:all', 'task:task-2',
         ].filter((k) => k !== 'outbox.events:processing:c1').map((k) => partition + k).sort(),
       );
