@@ -24,7 +24,8 @@ const ALONE = ['chaos', 'payments-chaos', 'scale-out-chaos', 'system'];
  * group's tail.
  */
 const SLOWEST = [
-  'partitions-cli', 'partitions-cluster-cli', 'postgres-cli', 'readme', 'scale-out', 'data-faults', 'config', 'health', 'bench', 'cli', 'relay-lock', 'consumer', 'handler-failures',
+  'partitions-cli', 'partitions-cluster-cli', 'postgres-cli', 'readme', 'scale-out', 'data-faults', 'dedupe-window', 'prune-schedule', 'config', 'health', 'bench', 'cli',
+  'relay-lock', 'consumer', 'handler-failures', 'status-memory', 'log-rotation',
   'postgres-lab', 'redis-cluster', 'dashboard-stores', 'recovery', 'managed-redis', 'expected-errors', 'postgres-apps', 'guards', 'package', 'init-and-orders', 'redis-settings',
 ];
 

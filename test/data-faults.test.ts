@@ -74,7 +74,9 @@ describe('store identity', () => {
       const refused = await runCli(args, h.env);
       assert.equal(refused.code, 5, `${command}: ${refused.stderr}`);
       assert.equal(refused.stderr.trim().split('\n').length, 1);
-      assert.match(refused.stderr, new RegExp(`is store ${newStore}, but Redis at [^ ]+ serves store ${oldStore} .*outbox init --force`));
+      assert.match(refused.stderr, new RegExp(`is store ${newStore}, but Redis at [^ ]+ serves store ${oldStore} .*a namespace of its own`));
+      // Never the advice that would delete another deployment's keys (issue 30).
+      assert.doesNotMatch(refused.stderr, /init --force/);
     }
     assert.equal(await snapshotStores(h.env.dir, h.env.redisUrl), before, 'a refused command changed a store');
 

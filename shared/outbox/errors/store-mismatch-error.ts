@@ -1,6 +1,9 @@
 import { StoreRefusedError } from './store-refused-error.js';
 
-/** app.db and Redis belong to different stores (app.db recreated, or another deployment's Redis). Exit code 5. */
+/**
+ * app.db and Redis belong to different stores (app.db recreated, or another deployment's Redis). Exit
+ * code 5. The advice is a namespace, never init --force: that would delete the other deployment's keys.
+ */
 export class StoreMismatchError extends StoreRefusedError {
   constructor(
     readonly storeId: string,
@@ -9,8 +12,8 @@ export class StoreMismatchError extends StoreRefusedError {
   ) {
     super(
       `${where.database} is store ${storeId}, but ${where.redis} serves store ${servedStore} ` +
-        `(app.db was recreated, or this is another deployment's Redis): run "outbox init --force" to start both over, ` +
-        `or point --redis / REDIS_URL / --namespace / OUTBOX_NAMESPACE at the Redis of store ${storeId}`
+        `(another deployment's Redis, or app.db was recreated): give this store a namespace of its own ` +
+        `(--namespace / OUTBOX_NAMESPACE), or point --redis / REDIS_URL at the Redis of store ${storeId}`
     );
   }
 }
