@@ -4,6 +4,12 @@ import { runCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
 import { orders } from './helpers/orders.js';
 import { outboxRowOf } from './helpers/stores.js';
+import { handlers } from '../shared/lab/orders/order-handlers.js';
+import { createConsumer } from '../shared/outbox/consumer/create-consumer.js';
+import { createLogger } from '../shared/outbox/logger.js';
+import { connectRedis } from '../shared/outbox/redis/connect.js';
+import { consumerHealth } from '../shared/runtime/health/consumer-health.js';
+import { waitFor } from '../shared/tooling/local/wait-for.js';
 
 const h = useHarness();
 const o = orders(() => h.env);
@@ -87,6 +93,33 @@ describe('the apply script under corrupt Redis state', () => {
     assert.match(stderr, new RegExp(`bad state in Redis: outbox:apply-count field ${id} holds a non-integer: this application was not counted`));
     assert.equal(await h.client.llen(PROCESSING), 0);
     assert.match((await runCli(['verify'], h.env)).stdout, /corrupt entries in Redis \(not a number \/ not JSON\) +0 +1 +FAIL/);
+  });
+
+  it('the app tries refused events again once the state is fixed, its health saying why meanwhile (issue 30)', async () => {
+    o.place(3, { sku: 'SKU-X' });
+    await o.relay();
+    // Bad state: the lab's effect adds to a hash that is now a string.
+    await h.client.set('inventory:reserved', 'not a hash');
+    const redis = await connectRedis(h.redis.url);
+    const consumer = await createConsumer({ redis, handlers, consumerId: 'app' });
+    const running = consumer.start({ log: createLogger('test', () => {}), connectBlocking: () => connectRedis(h.redis.url), statsIntervalMs: 0 });
+    try {
+      await waitFor(() => running.consumerStats.snapshot().refusedWaiting === 3, { message: 'the 3 events were not refused' });
+      const health = await consumerHealth({ app: 'outbox-consumer', dir: h.env.dir, consumerId: 'app' }, redis, running.consumerStats);
+      assert.equal(health.ok, false);
+      assert.match(health.reason ?? '', /^stuck: 3 messages refused for bad state in Redis \(.*\(hincrby inventory:reserved\): the key holds a string, not a hash\)/);
+      assert.equal(await h.client.llen('outbox.events:processing:app'), 3);
+      await h.client.del('inventory:reserved');
+      await waitFor(async () => (await h.client.hlen('processed')) === 3, { timeoutMs: 10_000, message: 'the fixed state did not let them through' });
+      assert.equal(await h.client.llen('outbox.events:processing:app'), 0);
+      await waitFor(() => running.consumerStats.snapshot().refusedWaiting === 0);
+    } finally {
+      await running.stop();
+      await consumer.close();
+      redis.disconnect();
+    }
+    assert.equal(await h.client.hget('inventory:reserved', 'SKU-X'), '3');
+    await o.verify('0s');
   });
 
   it('seqs are exact integers: a parked field for seq 2^53-1 keeps every digit', async () => {

@@ -21,6 +21,7 @@ export function createConsumerStats(batchSize: number) {
   let waiting = false;
   let lastTakeAt: number | null = null;
   let heartbeatAt: number | null = null;
+  let refused = { waiting: 0, problem: '' };
 
   return {
     counters,
@@ -42,6 +43,10 @@ export function createConsumerStats(batchSize: number) {
     heartbeat(at: number): void {
       heartbeatAt = at;
     },
+    /** Events refused for bad state in Redis, waiting in the processing list to be tried again, and the last problem met. */
+    refused(waiting: number, problem: string): void {
+      refused = { waiting, problem: waiting > 0 ? problem : '' };
+    },
     lagMs(now = Date.now()): number {
       return waiting ? 0 : now - emptyAt;
     },
@@ -51,6 +56,8 @@ export function createConsumerStats(batchSize: number) {
         lagMs: waiting ? 0 : now - emptyAt,
         lastTakeAgeMs: lastTakeAt === null ? null : waiting ? 0 : now - lastTakeAt,
         heartbeatAgeMs: heartbeatAt === null ? null : now - heartbeatAt,
+        refusedWaiting: refused.waiting,
+        refusedProblem: refused.problem,
       };
     },
   };

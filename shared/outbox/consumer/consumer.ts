@@ -9,7 +9,7 @@ import { readEntry } from './decode-entry.js';
 import { driveRounds, takingConnection } from './drive-rounds.js';
 import { startHeartbeat } from './heartbeats.js';
 import type { EncodedEffect, HandlerResult } from './handler-result.js';
-import { backoffMs, createRetryQueue } from './retries.js';
+import { backoffMs, createRetryQueue, refusedBackoffMs } from './retries.js';
 
 export interface ConsumerOptions {
   /**
@@ -51,6 +51,12 @@ export interface ConsumerOptions {
    * always in the same lane, in order. Default 1.
    */
   lanes?: number;
+  /**
+   * Tries again, with a backoff, an event the apply script refused for bad state in Redis (it stays
+   * in the processing list meanwhile), so it is applied once an operator fixes the state. The app
+   * sets it; a drain leaves such events where they are and ends. Default false.
+   */
+  retryRefused?: boolean;
 }
 
 /** 'retry': the handler failed, the event waits in the processing list for its next attempt. */
@@ -100,6 +106,8 @@ export interface Handled {
   reason?: string;
   /** When it waits for a retry: in how many ms. */
   retryInMs?: number;
+  /** Refused for bad state in Redis: how many times in a row (`retryRefused`). */
+  refusals?: number;
   outcome?: Outcome;
 }
 
@@ -149,6 +157,8 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
   const maxAttempts = options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
   const processingList = keys.processing(consumerId);
   const waiting = createRetryQueue();
+  // Events refused for bad state in Redis that wait to be tried again, and how many times they were.
+  const refusedTries = new Map<string, number>();
 
   /** Dead-letters a message that sits in the processing list. */
   async function reject(raw: string | Buffer, reason: string): Promise<Outcome> {
@@ -271,6 +281,15 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
       handled.forEach((p, i) => (p.outcome = outcomes[i]));
       const now = Date.now();
       for (const p of handled) {
+        if (p.event && p.outcome !== 'invalid') refusedTries.delete(p.event.eventId);
+        if (p.outcome === 'invalid' && p.event && options.retryRefused) {
+          // The same attempt again, later: bad state in Redis is no failure of the handler's.
+          const tries = (refusedTries.get(p.event.eventId) ?? 0) + 1;
+          refusedTries.set(p.event.eventId, tries);
+          p.refusals = tries;
+          p.retryInMs = refusedBackoffMs(tries);
+          waiting.add({ raw: p.raw.toString(), event: p.event, attempts: p.attempt! - 1, dueAt: now + p.retryInMs });
+        }
         if (p.outcome !== 'retry') continue;
         p.retryInMs = backoffMs(p.attempt!);
         waiting.add({ raw: p.raw as string, event: p.event!, attempts: p.attempt!, dueAt: now + p.retryInMs });
@@ -291,7 +310,12 @@ export function createConsumerEngine(redis: Redis, options: ConsumerOptions) {
     sendRound,
     take,
     nextRetryInMs: () => waiting.nextDueInMs(Date.now()),
-    forgetRetries: () => waiting.clear(),
+    forgetRetries: () => {
+      waiting.clear();
+      refusedTries.clear();
+    },
+    /** Events refused for bad state in Redis, waiting to be tried again (`retryRefused`). */
+    refusedWaiting: () => refusedTries.size,
   };
 
   /**

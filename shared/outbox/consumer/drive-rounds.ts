@@ -19,6 +19,8 @@ export interface RoundEngine {
   nextRetryInMs(): number | null;
   /** Forgets the events waiting for a retry, before the processing list (which holds them) is read again. */
   forgetRetries(): void;
+  /** Events refused for bad state in Redis that wait to be tried again. */
+  refusedWaiting?(): number;
 }
 
 export interface DriveOptions {

@@ -54,6 +54,8 @@ export function startPartitionedConsumer(
         lagMs: worst((s) => s.lagMs, 0) ?? 0,
         lastTakeAgeMs: worst((s) => s.lastTakeAgeMs, leases.sinceTickMs()),
         heartbeatAgeMs: worst((s) => s.heartbeatAgeMs, leases.sinceTickMs()),
+        refusedWaiting: snaps.reduce((sum, s) => sum + s.refusedWaiting, 0),
+        refusedProblem: snaps.find((s) => s.refusedWaiting > 0)?.refusedProblem ?? '',
       };
     },
   } satisfies Pick<ConsumerStats, 'snapshot'>;

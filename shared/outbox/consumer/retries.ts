@@ -9,6 +9,11 @@ export function backoffMs(failedAttempts: number): number {
   return Math.min(RETRY_MAX_MS, RETRY_BASE_MS * 2 ** Math.max(0, failedAttempts - 1));
 }
 
+/** After the `tries`-th refusal for bad state in Redis: from 1 s, doubling, up to 30 s (an operator's fix takes a while). */
+export function refusedBackoffMs(tries: number): number {
+  return Math.min(30_000, 1000 * 2 ** Math.max(0, tries - 1));
+}
+
 /** An event whose handler failed: its message stays in the processing list until its next attempt. */
 export interface Waiting {
   raw: string;

@@ -62,14 +62,17 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
   const consumerStats: ConsumerStats = createConsumerStats(options.batchSize ?? 1000);
   // Each distinct problem once a minute: a corrupt field meets every round until an operator fixes it.
   const reported = new Map<string, number>();
+  let lastProblem = '';
   const onProblem = (problem: string) => {
+    lastProblem = problem;
     consumerStats.error();
     const now = Date.now();
     if ((reported.get(problem) ?? 0) > now - 60_000) return;
     reported.set(problem, now);
     log.error('bad state in Redis: the messages concerned stay in the processing list or go to the dead-letter list', { problem });
   };
-  const consumer: RoundEngine = 'engine' in options ? options.engine(onProblem) : createConsumerEngine(redis, { ...options, onProblem });
+  // The app tries a refused event again once the state is fixed; a drain leaves it and ends.
+  const consumer: RoundEngine = 'engine' in options ? options.engine(onProblem) : createConsumerEngine(redis, { ...options, onProblem, retryRefused: true });
   const { processingList } = consumer;
   const stats = consumerStats.counters;
   // A key of the wrong type fails every round and every take: logged once, until it works again.
@@ -81,8 +84,9 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
 
   function report(handled: RoundItem[]): void {
     applyFailures.clear();
+    consumerStats.refused(consumer.refusedWaiting?.() ?? 0, lastProblem);
     metrics?.roundAnswered(metricsId, handled);
-    for (const { outcome, event, raw, reason, attempt, retryInMs } of handled) {
+    for (const { outcome, event, raw, reason, attempt, retryInMs, refusals } of handled) {
       const ids = { eventId: event?.eventId, aggregateId: event?.aggregateId, seq: event?.seq };
       if (outcome === 'duplicate') log.debug('duplicate skipped', ids);
       else if (outcome === 'retry') log.warn('handler failed: the event waits in the processing list for its next attempt', { ...ids, attempt, error: reason, retryInMs });
@@ -90,7 +94,10 @@ export function startConsumer(redis: Redis, connectBlocking: () => Promise<Redis
       else if (outcome === 'dead') log.warn('dead-lettered', { reason, message: raw.toString().slice(0, 200) });
       else if (outcome === 'foreign') log.warn('dead-lettered: the event comes from another store than the one this Redis serves', { ...ids, storeId: event?.storeId });
       else if (outcome === 'busy') log.debug('claimed by another consumer: waits for its lease', { ...ids, retryInMs });
-      else if (outcome === 'invalid') log.error('event refused: Redis holds bad state it needs (see "bad state in Redis"); left in the processing list', ids);
+      else if (outcome === 'invalid' && (refusals ?? 1) === 1) {
+        // Once per event: it is tried again, with a backoff, until the state is fixed.
+        log.error('event refused: Redis holds bad state it needs (see "bad state in Redis"); it waits in the processing list and is tried again', { ...ids, retryInMs });
+      }
     }
   }
 

@@ -35,10 +35,14 @@ export async function consumerHealth(identity: AppIdentity & { consumerId: strin
   const loop: Check = sinceTake > TAKE_STALE_MS ? failed(`no take from the queue for ${Math.round(sinceTake / 1000)} s`, { lastTakeAgeMs }) : { ok: true, lastTakeAgeMs };
   // Over every partition (one Redis: its queue).
   const queued = redisCheck.ok ? await Promise.all(clients.map((client) => client.llen(keys.events))).then((lengths) => lengths.reduce((a, b) => a + b, 0)).catch(() => null) : null;
+  const { refusedWaiting, refusedProblem } = snapshot;
+  const refused: Check =
+    refusedWaiting > 0 ? failed(`stuck: ${refusedWaiting} messages refused for bad state in Redis (${refusedProblem}); tried again until it is fixed`, { refusedWaiting }) : { ok: true, refusedWaiting };
   return healthReport(identity, {
     redis: redisCheck,
     heartbeat: { ...heartbeat, consumerId: identity.consumerId },
     loop,
+    refused,
     lag: { ok: true, lagMs, queued, applied: snapshot.applied, duplicates: snapshot.duplicates, dead: snapshot.dead, errors: snapshot.errors },
   });
 }
