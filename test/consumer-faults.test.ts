@@ -122,6 +122,19 @@ describe('the apply script under corrupt Redis state', () => {
     await o.verify('0s');
   });
 
+  it('verify files a processed entry that is not JSON under corrupt entries, not out of seq order (issue 30)', async () => {
+    o.place(1, { sku: 'SKU-X' });
+    o.changeQty(1, 2);
+    await o.relay();
+    await o.consume();
+    const id = outboxRowOf(h.env.dir, 'order:1', 2).event_id;
+    await h.client.hset('processed', id, 'not json {');
+    const verify = await runCli(['verify', '--settle', '0s'], h.env);
+    assert.equal(verify.code, 1, verify.stdout + verify.stderr);
+    assert.match(verify.stdout, new RegExp(`corrupt entries in Redis \\(not a number / not JSON\\) +0 +1 +FAIL\\n +e\\.g\\. processed ${id} is not the JSON`));
+    assert.match(verify.stdout, /aggregates applied out of seq order +0 +0 +ok/);
+  });
+
   it('seqs are exact integers: a parked field for seq 2^53-1 keeps every digit', async () => {
     await h.client.hset('outbox:applied-seq', 'order:5', '9007199254740989');
     await h.client.rpush('outbox.events', message(5, '9007199254740991'));

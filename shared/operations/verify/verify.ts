@@ -30,13 +30,27 @@ function corruptEntries(counts: Record<string, Record<string, string>>, parked: 
   return found;
 }
 
+/** A processed entry's applyOrder (0 when it has none); null for no entry, 'corrupt' for one that is not a JSON object. */
+function processedOrder(value: string | null): number | null | 'corrupt' {
+  if (value === null) return null;
+  try {
+    const entry = JSON.parse(value) as unknown;
+    if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) return 'corrupt';
+    const order = (entry as { applyOrder?: unknown }).applyOrder;
+    return typeof order === 'number' ? order : 0;
+  } catch {
+    return 'corrupt';
+  }
+}
+
 /** Aggregates whose events were applied in another order than their seq (by the recorded applyOrder). */
-function outOfOrder(events: { aggregate_id: string; seq: number }[], processed: (string | null)[]): string[] {
+function outOfOrder(events: { aggregate_id: string; seq: number }[], orders: (number | null | 'corrupt')[]): string[] {
   const last = new Map<string, number>();
   const broken = new Set<string>();
   events.forEach((event, i) => {
-    const order = applyOrderOf(processed[i]);
-    if (order === null) return;
+    const order = orders[i];
+    // A corrupt entry is counted as such (corrupt entries), not as an order.
+    if (order === null || order === 'corrupt') return;
     if (order <= (last.get(event.aggregate_id) ?? 0)) broken.add(event.aggregate_id);
     last.set(event.aggregate_id, order);
   });
@@ -477,11 +491,15 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
     return id === undefined || !newerIds.has(id);
   }).length;
   // Each partition's own hashes: a sum would hide which one holds the entry.
-  const corrupt = o.partitionStates.flatMap((p, index) =>
-    corruptEntries({ [keys.appliedSeq]: p.appliedSeqs, ...p.counters, [keys.stats]: p.stats, [keys.applyCount]: p.applyCounts }, p.parked).map((entry) =>
-      o.partitionCount > 1 ? `partition ${index}: ${entry}` : entry,
+  const orders = o.processed.map(processedOrder);
+  const corrupt = [
+    ...o.partitionStates.flatMap((p, index) =>
+      corruptEntries({ [keys.appliedSeq]: p.appliedSeqs, ...p.counters, [keys.stats]: p.stats, [keys.applyCount]: p.applyCounts }, p.parked).map((entry) =>
+        o.partitionCount > 1 ? `partition ${index}: ${entry}` : entry,
+      ),
     ),
-  );
+    ...o.events.flatMap((e, i) => (orders[i] === 'corrupt' ? [`${keys.processed} ${e.event_id} is not the JSON the consumer writes`] : [])),
+  ];
 
   // A seq Redis applied as an event the store no longer holds (see `takenSeqs`): the store is behind
   // Redis, and its event there is not lost but would be skipped, however often it is republished.
@@ -543,7 +561,7 @@ async function judge(db: VerifyReads, redis: Redis | Partitions, o: Observation,
   const inboxed = options.consumer === undefined ? undefined : prunedWithInboxRow(options.consumer, o.prunedThrough);
   const effectsLost = inboxed === undefined ? unrecoverable + prunedLost : inboxed.missing;
   const processedForgotten = inboxed === undefined ? 0 : unrecoverable + prunedLost;
-  const disordered = outOfOrder(o.events, o.processed);
+  const disordered = outOfOrder(o.events, orders);
 
   // At the instant each applied seq was read: the snapshot's last seqs, raised by the newer events applied by then.
   const newerSeq = new Map<string, number>();
