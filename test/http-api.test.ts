@@ -1,11 +1,13 @@
 import assert from 'node:assert/strict';
 import { createServer, request, type Server } from 'node:http';
+import { connect } from 'node:net';
 import { after, before, describe, it } from 'node:test';
+import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { openDatabase, type Db } from '../shared/outbox/store/open-database.js';
 import { createDatabase } from '../shared/lab/init-stores.js';
 import { createLogger } from '../shared/outbox/logger.js';
 import { createOrderService } from '../shared/lab/orders/order-service.js';
-import { createOrderApi } from '../shared/lab/producer/http-api.js';
+import { boundConnections, createOrderApi } from '../shared/lab/producer/http-api.js';
 import { count, tempDir } from './helpers/stores.js';
 
 let server: Server;
@@ -33,6 +35,17 @@ async function call(method: string, path: string, body?: string, type = 'applica
 }
 
 const rows = () => [count(dir, 'SELECT COUNT(*) FROM orders'), count(dir, 'SELECT COUNT(*) FROM outbox')];
+
+/** Sends `text` on a socket of its own; resolves everything the server answered before it closed. */
+function raw(text: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect((server.address() as { port: number }).port, '127.0.0.1', () => socket.end(text));
+    let reply = '';
+    socket.on('data', (chunk) => (reply += chunk));
+    socket.on('close', () => resolve(reply));
+    socket.on('error', reject);
+  });
+}
 
 describe('producer HTTP API', () => {
   it('POST /orders places an order and its event in one transaction: 201', async () => {
@@ -94,6 +107,8 @@ describe('producer HTTP API', () => {
     ['qty beyond what a double holds', 'POST', '/orders', '{"sku":"SKU-A","qty":1e400}', 400, /qty must be a whole number from 1 to 1000000, got a number out of range/],
     ['a JSON-like content type', 'POST', '/orders', '{"sku":"SKU-A","qty":1}', 415, /content-type: application\/json/, 'application/json-patch+json'],
     ['a charset other than UTF-8', 'POST', '/orders', '{"sku":"SKU-A","qty":1}', 415, /charset utf-8/, 'application/json; charset=latin1'],
+    ['a key twice', 'POST', '/orders', '{"sku":"SKU-A","qty":1,"qty":2}', 400, /duplicate key "qty" in the JSON body/],
+    ['a key twice, escaped', 'POST', '/orders', '{"sku":"SKU-A","\\u0071ty":1,"qty":2}', 400, /duplicate key "qty" in the JSON body/],
   ];
   for (const [name, method, path, body, status, message, type] of rejected) {
     it(`${name}: ${status}, nothing written`, async () => {
@@ -119,6 +134,49 @@ describe('producer HTTP API', () => {
       req.end('"}');
     });
     assert.equal(status, 413);
+  });
+
+  it('a malformed request target is a 400, not logged as a failure (issue 30)', async () => {
+    const reply = await raw(`GET http://[ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
+    assert.match(reply, /^HTTP\/1\.1 400 /);
+    assert.match(reply, /malformed request target/);
+    assert.ok(!logged.some((line) => /"msg":"request failed"/.test(line)));
+  });
+
+  it('a client that aborts mid-body is logged at debug, not as a failure (issue 30)', async () => {
+    const lines: string[] = [];
+    const api = createOrderApi(createOrderService(db), createLogger('test', (line) => lines.push(line), { level: 'debug' }));
+    const own = createServer(api);
+    await new Promise<void>((resolve) => own.listen(0, '127.0.0.1', resolve));
+    try {
+      const socket = connect((own.address() as { port: number }).port, '127.0.0.1');
+      const requested = new Promise((resolve) => own.once('request', resolve));
+      socket.write('POST /orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"sku":');
+      await requested;
+      socket.destroy();
+      await waitFor(() => lines.some((line) => /"msg":"request aborted by the client"/.test(line)), { message: lines.join('') });
+      assert.ok(!lines.some((line) => /"level":"error"/.test(line)), lines.join(''));
+    } finally {
+      own.close();
+    }
+  });
+
+  it('idle connections are closed after the idle timeout and capped, so /healthz stays reachable (issue 30)', async () => {
+    const own = createServer(createOrderApi(createOrderService(db), createLogger('test', () => {})));
+    boundConnections(own, { idleTimeoutMs: 300, maxConnections: 20 });
+    await new Promise<void>((resolve) => own.listen(0, '127.0.0.1', resolve));
+    const port = (own.address() as { port: number }).port;
+    try {
+      // 50 clients that connect and send nothing: 20 are held, the rest refused, all closed soon.
+      let closed = 0;
+      for (let i = 0; i < 50; i += 1) connect(port, '127.0.0.1').on('error', () => {}).once('close', () => (closed += 1));
+      await waitFor(() => closed === 50, { timeoutMs: 5000, message: `${closed} of 50 idle connections closed` });
+      const health = await fetch(`http://127.0.0.1:${port}/healthz`);
+      assert.equal(health.status, 200);
+    } finally {
+      own.close();
+      own.closeAllConnections();
+    }
   });
 
   it('an unexpected error is a 500 without details, and is logged', async () => {

@@ -9,7 +9,7 @@ import { producerSettings } from '../../shared/runtime/config/producer-config.js
 import { watchDatabase } from '../../shared/outbox/store/live-database.js';
 import { ConfigError } from '../../shared/outbox/errors/config-error.js';
 import { attachApp } from '../../shared/runtime/attached-apps.js';
-import { createOrderApi, type OrderApiService } from '../../shared/lab/producer/http-api.js';
+import { boundConnections, createOrderApi, type OrderApiService } from '../../shared/lab/producer/http-api.js';
 import { createLiveOrderService } from '../../shared/lab/producer/live-order-service.js';
 import { producerHealth } from '../../shared/runtime/health/producer-health.js';
 import { startTraffic } from '../../shared/lab/producer/traffic.js';
@@ -30,6 +30,7 @@ runApp('outbox-producer', producerSettings, async (config, log) => {
   const { port, host } = config;
   // Listening first: a port that is taken refuses the start before app.db is touched.
   const server = createServer();
+  boundConnections(server, config);
   await new Promise<void>((resolve, reject) => {
     server.once('error', (error) => reject(listenError(error, host, port)));
     server.listen(port, host, resolve);

@@ -1,4 +1,4 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { ConflictError } from '../../outbox/errors/conflict-error.js';
 import { InvalidInputError } from '../../outbox/errors/invalid-input-error.js';
 import { NotFoundError } from '../../outbox/errors/not-found-error.js';
@@ -47,6 +47,34 @@ function send(res: ServerResponse, status: number, body: unknown): void {
 /** `application/json`, nothing else (not `application/json-patch+json`); the body is read as UTF-8. */
 const JSON_TYPE = /^application\/json\s*(;\s*charset\s*=\s*("utf-8"|utf-8)\s*)?$/i;
 
+/** The first key a JSON text repeats in one object (at any depth), or undefined: JSON.parse keeps the last silently. */
+export function duplicateKey(text: string): string | undefined {
+  // Per open container: the keys of an object, null for an array.
+  const open: (Set<string> | null)[] = [];
+  let expectKey = false;
+  for (let i = 0; i < text.length; i += 1) {
+    const c = text[i];
+    if (c === '{' || c === '[') {
+      open.push(c === '{' ? new Set() : null);
+      expectKey = c === '{';
+    } else if (c === '}' || c === ']') open.pop();
+    else if (c === ',') expectKey = open[open.length - 1] instanceof Set;
+    else if (c === '"') {
+      let end = i + 1;
+      while (end < text.length && text[end] !== '"') end += text[end] === '\\' ? 2 : 1;
+      const keys = open[open.length - 1];
+      if (expectKey && keys) {
+        const key = JSON.parse(text.slice(i, end + 1)) as string;
+        if (keys.has(key)) return key;
+        keys.add(key);
+      }
+      expectKey = false;
+      i = end;
+    }
+  }
+  return undefined;
+}
+
 async function readJson(req: IncomingMessage, maxBytes: number): Promise<Record<string, unknown>> {
   if (!JSON_TYPE.test(req.headers['content-type'] ?? '')) {
     throw new HttpError(415, 'send a JSON body with content-type: application/json (charset utf-8, if any)');
@@ -60,12 +88,15 @@ async function readJson(req: IncomingMessage, maxBytes: number): Promise<Record<
     chunks.push(chunk as Buffer);
   }
   let body: unknown;
+  const text = Buffer.concat(chunks).toString('utf8');
   try {
-    body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    body = JSON.parse(text);
   } catch {
     throw new HttpError(400, 'body is not valid JSON');
   }
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new HttpError(400, 'body must be a JSON object');
+  const repeated = duplicateKey(text);
+  if (repeated !== undefined) throw new HttpError(400, `duplicate key ${JSON.stringify(repeated)} in the JSON body`);
   return body as Record<string, unknown>;
 }
 
@@ -82,6 +113,27 @@ function number(body: Record<string, unknown>, name: string): unknown {
     throw new InvalidInputError(`${name} must be a JSON number, got ${JSON.stringify(body[name])}`);
   }
   return body[name];
+}
+
+/** The path of a request target; a malformed one (`http://[`) is a 400, not a failure. */
+function pathOf(target: string): string {
+  try {
+    return new URL(target, 'http://localhost').pathname;
+  } catch {
+    throw new HttpError(400, `malformed request target ${JSON.stringify(target.slice(0, 100))}`);
+  }
+}
+
+/**
+ * Bounds what idle or slow clients hold: a connection idle (or sending its request slowly) for
+ * `idleTimeoutMs` is closed, and past `maxConnections` new ones are refused, so /healthz stays reachable.
+ */
+export function boundConnections(server: Server, { idleTimeoutMs, maxConnections }: { idleTimeoutMs: number; maxConnections: number }): void {
+  server.timeout = idleTimeoutMs;
+  server.keepAliveTimeout = Math.min(5000, idleTimeoutMs);
+  server.headersTimeout = idleTimeoutMs;
+  server.requestTimeout = Math.max(idleTimeoutMs, 30_000);
+  server.maxConnections = maxConnections;
 }
 
 function decodePathPart(part: string): string {
@@ -121,7 +173,7 @@ export function createOrderApi(service: OrderApiService, log: Logger, options: O
   const maxBodyBytes = options.maxBodyBytes ?? 16_384;
 
   async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const path = new URL(req.url ?? '/', 'http://localhost').pathname;
+    const path = pathOf(req.url ?? '/');
     const method = req.method ?? 'GET';
     // HEAD is answered wherever GET is, with the same status and headers (node sends no body).
     const allow = (methods: string) => {
@@ -167,6 +219,11 @@ export function createOrderApi(service: OrderApiService, log: Logger, options: O
     try {
       await route(req, res);
     } catch (error) {
+      // The client went away mid-request (an abort, a reset): nothing to answer, nothing wrong here.
+      if ((error as { code?: string }).code === 'ECONNRESET') {
+        log.debug('request aborted by the client', { method: req.method, url: req.url });
+        return;
+      }
       const status = error instanceof HttpError ? error.status : STATUS_OF.get((error as Error).constructor);
       if (status) return send(res, status, { error: (error as Error).message });
       log.error('request failed', { method: req.method, url: req.url, error, stack: (error as Error).stack });
