@@ -7,6 +7,10 @@ import { readRefusals } from '../shared/runtime/refusals.js';
 import { RedisServer, testClient } from '../shared/tooling/local/redis-server.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { useHarness } from './helpers/harness.js';
+import { createLogger } from '../shared/outbox/logger.js';
+import { connectRedis } from '../shared/outbox/redis/connect.js';
+import { watchRedisMemory } from '../shared/outbox/redis/settings.js';
+import { checkRedis } from '../shared/runtime/health/checks.js';
 import { runCli } from './helpers/cli.js';
 import { snapshotStores, tempDir } from './helpers/stores.js';
 
@@ -134,6 +138,49 @@ describe('outbox status shows how Redis keeps its data', () => {
       assert.deepEqual([json.redis.aofEnabled, json.warnings], [true, []]);
     } finally {
       await persistent.destroy();
+    }
+  });
+});
+
+describe('Redis memory settings changed while the apps run (issue 30)', () => {
+  it('health fails for an evicting policy and for a full Redis, and passes once they are right again', async () => {
+    const redis = await connectRedis(h.redis.url);
+    try {
+      assert.equal((await checkRedis(redis)).ok, true);
+      await h.client.config('SET', 'maxmemory-policy', 'allkeys-lru');
+      const evicting = await checkRedis(redis);
+      assert.equal(evicting.ok, false);
+      assert.match(evicting.reason ?? '', new RegExp(`^Redis ${EVICTS}$`));
+      await h.client.config('SET', 'maxmemory-policy', 'noeviction');
+      await h.client.config('SET', 'maxmemory', '1mb');
+      await h.client.set('filler', 'x'.repeat(2_000_000)).catch(() => {});
+      const full = await checkRedis(redis);
+      assert.equal(full.ok, false);
+      assert.match(full.reason ?? '', /^Redis is full \(used_memory \d+ of maxmemory 1048576\): it refuses writes/);
+      await h.client.config('SET', 'maxmemory', '0');
+      assert.equal((await checkRedis(redis)).ok, true);
+    } finally {
+      await h.client.config('SET', 'maxmemory', '0');
+      await h.client.config('SET', 'maxmemory-policy', 'noeviction');
+      redis.disconnect();
+    }
+  });
+
+  it('a running app says so in its log once per incident, and when it is right again', async () => {
+    const lines: string[] = [];
+    const stop = watchRedisMemory(h.client, createLogger('test', (line) => lines.push(line)), 20);
+    try {
+      await h.client.config('SET', 'maxmemory-policy', 'allkeys-lru');
+      await waitFor(() => lines.some((line) => /"level":"error".*maxmemory-policy allkeys-lru/.test(line)), { message: lines.join('') });
+      // Several more looks at the same incident: still one line.
+      const after = lines.length;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      assert.equal(lines.length, after, lines.join(''));
+      await h.client.config('SET', 'maxmemory-policy', 'noeviction');
+      await waitFor(() => lines.some((line) => /right again/.test(line)), { message: lines.join('') });
+    } finally {
+      stop();
+      await h.client.config('SET', 'maxmemory-policy', 'noeviction');
     }
   });
 });

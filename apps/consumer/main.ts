@@ -2,6 +2,7 @@ import { consumerSettings } from '../../shared/runtime/config/consumer-config.js
 import { handlerFaultSource } from '../../shared/outbox/consumer/handler-fault.js';
 import { createConsumer } from '../../shared/outbox/index.js';
 import { closePartitions, connectTargetPartitions, connectTargetUntilReady } from '../../shared/outbox/redis/connect-partitions.js';
+import { watchRedisMemory } from '../../shared/outbox/redis/settings.js';
 import { runApp } from '../../shared/runtime/run-app.js';
 import { consumerHealth } from '../../shared/runtime/health/consumer-health.js';
 import { healthEndpointOf, HEALTH_PORT_SETTINGS } from '../../shared/runtime/health/health-settings.js';
@@ -15,6 +16,8 @@ runApp('outbox-consumer', consumerSettings, async (config, log, signal) => {
   const { handlerTimeoutMs, cpuCostMs, threads } = config;
   // One connection per partition (one in all without partitions), each also used for the blocking takes' own.
   const partitions = await connectTargetPartitions(config, (options) => connectTargetUntilReady(config, { name: 'outbox-consumer', log, signal, requireNoEviction: true, ...options }));
+  // A policy switched to eviction at run time, or a full Redis, said once per incident.
+  const stopMemoryWatch = partitions.clients.map((client) => watchRedisMemory(client, log));
   const connectBlocking = (partition: string) => connectTargetUntilReady(config, { name: 'outbox-consumer-take', log, signal, reconnect: false, partition });
   let health: Awaited<ReturnType<typeof startHealthServer>> | undefined;
   const { consumerId } = config;
@@ -53,6 +56,7 @@ runApp('outbox-consumer', consumerSettings, async (config, log, signal) => {
     ...(config.handlerFaultFile ? { injectedHandlerFailuresFile: config.handlerFaultFile } : {}),
   });
   return async () => {
+    for (const stop of stopMemoryWatch) stop();
     await health?.close();
     await consumer.stop();
     await outboxConsumer.close();

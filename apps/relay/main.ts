@@ -10,6 +10,7 @@ import { checkPgStore } from '../../shared/runtime/health/checks.js';
 import { watchDatabase } from '../../shared/outbox/store/live-database.js';
 import { attachApp } from '../../shared/runtime/attached-apps.js';
 import { closePartitions, connectTargetPartitions, connectTargetUntilReady } from '../../shared/outbox/redis/connect-partitions.js';
+import { watchRedisMemory } from '../../shared/outbox/redis/settings.js';
 import { checkPartitionLayout } from '../../shared/outbox/redis/partition-layout.js';
 import { startPruneWorker } from '../../shared/operations/prune/prune-worker.js';
 import { startRelayWorker } from '../../shared/outbox/relay/relay-worker.js';
@@ -30,6 +31,8 @@ runApp('outbox-relay', relaySettings, async (config, log, signal) => {
   // Configured for another number of partitions than Redis holds: refused at start, not relayed.
   await checkPartitionLayout(partitions);
   const redis = partitions.clients[0];
+  // A policy switched to eviction at run time, or a full Redis, said once per incident.
+  const stopMemoryWatch = partitions.clients.map((client) => watchRedisMemory(client, log));
   const healthEndpoint = healthEndpointOf('relay', config.healthPort, config.healthHost);
   // /metrics is served next to /healthz, on the same listener: none when that is off.
   const metrics = healthEndpoint === null ? undefined : await appMetrics('outbox-relay');
@@ -67,6 +70,7 @@ runApp('outbox-relay', relaySettings, async (config, log, signal) => {
     ...(pruneOlderThanMs === undefined ? {} : { pruneEveryMs: config.pruneEveryMs }),
   });
   return async () => {
+    for (const stop of stopMemoryWatch) stop();
     await health.close();
     await pruner?.close();
     await worker.close();
@@ -105,6 +109,8 @@ async function startOnPostgres(config: RelayConfig, log: Logger, signal: AbortSi
   const partitions = await connectTargetPartitions(config, (options) => connectTargetUntilReady(config, { name: 'outbox-relay', log, signal, requireNoEviction: true, ...options }));
   await checkPartitionLayout(partitions);
   const redis = partitions.clients[0];
+  // A policy switched to eviction at run time, or a full Redis, said once per incident.
+  const stopMemoryWatch = partitions.clients.map((client) => watchRedisMemory(client, log));
   const healthEndpoint = healthEndpointOf('relay', config.healthPort, config.healthHost);
   const metrics = healthEndpoint === null ? undefined : await appMetrics('outbox-relay');
   metrics?.watchStore(pool);
@@ -134,6 +140,7 @@ async function startOnPostgres(config: RelayConfig, log: Logger, signal: AbortSi
     ...(pruneOlderThanMs === undefined ? {} : { pruneEveryMs: config.pruneEveryMs }),
   });
   return async () => {
+    for (const stop of stopMemoryWatch) stop();
     await health.close();
     await pruner?.close();
     await loop.close();

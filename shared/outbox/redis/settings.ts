@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import { redactUrl } from '../config.js';
 import { RedisSettingsError } from '../errors/redis-settings-error.js';
+import type { Logger } from '../logger.js';
 
 /** The Redis settings that decide whether outbox's state survives memory pressure and a restart. */
 export interface RedisSettings {
@@ -46,6 +47,43 @@ export async function readRedisSettings(redis: Redis): Promise<RedisSettings> {
 /** What to tell an operator whose Redis may evict keys (after "Redis" or "Redis at <url>"). */
 export function evictionProblem(policy: string): string {
   return `may evict keys (maxmemory-policy ${policy}): outbox needs noeviction: run "redis-cli CONFIG SET maxmemory-policy noeviction" and set it in redis.conf`;
+}
+
+/** What Redis's memory says now is wrong for outbox (an evicting policy, or full), or undefined when nothing is. */
+export async function memoryProblem(redis: Redis): Promise<string | undefined> {
+  const memory = await redis.info('memory');
+  const policy = infoField(memory, 'maxmemory_policy') ?? 'unknown';
+  if (policy !== 'noeviction') return evictionProblem(policy);
+  const used = Number(infoField(memory, 'used_memory'));
+  const max = Number(infoField(memory, 'maxmemory'));
+  if (max > 0 && used >= max) {
+    return `is full (used_memory ${used} of maxmemory ${max}): it refuses writes until it has room: raise maxmemory, or lower the dedupe window`;
+  }
+  return undefined;
+}
+
+/** How often a running app looks at Redis's memory settings again. */
+export const SETTINGS_WATCH_MS = 10_000;
+
+/**
+ * Looks at Redis's memory every `everyMs` for as long as the app runs: a policy switched to eviction
+ * at run time, or a full Redis, is logged at error once per incident, and its end at info.
+ */
+export function watchRedisMemory(redis: Redis, log: Logger, everyMs = SETTINGS_WATCH_MS): () => void {
+  let said: string | undefined;
+  const timer = setInterval(() => {
+    memoryProblem(redis).then(
+      (problem) => {
+        if (problem === said) return;
+        if (problem) log.error(`Redis ${problem}`);
+        else log.info('Redis memory settings are right again (noeviction, room left)');
+        said = problem;
+      },
+      () => {},
+    );
+  }, everyMs);
+  timer.unref();
+  return () => clearInterval(timer);
 }
 
 /**

@@ -5,6 +5,7 @@ import type { DatabaseWatch } from '../../outbox/store/live-database.js';
 import { storeIdOf } from '../../outbox/store/store-meta.js';
 import { sqliteBusyCode, withBusyTimeout } from '../../outbox/store/sqlite-busy.js';
 import { explainError } from '../../outbox/errors/explain-error.js';
+import { memoryProblem } from '../../outbox/redis/settings.js';
 import { failed, type Check } from './health-report.js';
 import type { Queryable } from '../../outbox/postgres/pg-schema.js';
 import { pgReason } from '../../outbox/postgres/pg-errors.js';
@@ -30,7 +31,10 @@ export async function checkRedis(redis: Redis, timeoutMs = REDIS_PING_TIMEOUT_MS
         timer = setTimeout(() => reject(new Error(`no PONG within ${timeoutMs} ms`)), timeoutMs);
       }),
     ]);
-    return { ok: true, pingMs: Number((performance.now() - started).toFixed(2)) };
+    const pingMs = Number((performance.now() - started).toFixed(2));
+    // An evicting policy set at run time, or a full Redis: answering, but not fit for outbox.
+    const problem = await memoryProblem(redis);
+    return problem ? failed(`Redis ${problem}`, { pingMs }) : { ok: true, pingMs };
   } catch (error) {
     return failed(`Redis unreachable (${messageOf(error)})`);
   } finally {
