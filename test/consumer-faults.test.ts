@@ -4,6 +4,7 @@ import { runCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
 import { orders } from './helpers/orders.js';
 import { outboxRowOf } from './helpers/stores.js';
+import { toMessage } from '../shared/outbox/store/events.js';
 import { handlers } from '../shared/lab/orders/order-handlers.js';
 import { createConsumer } from '../shared/outbox/consumer/create-consumer.js';
 import { createLogger } from '../shared/outbox/logger.js';
@@ -133,6 +134,25 @@ describe('the apply script under corrupt Redis state', () => {
     assert.equal(verify.code, 1, verify.stdout + verify.stderr);
     assert.match(verify.stdout, new RegExp(`corrupt entries in Redis \\(not a number / not JSON\\) +0 +1 +FAIL\\n +e\\.g\\. processed ${id} is not the JSON`));
     assert.match(verify.stdout, /aggregates applied out of seq order +0 +0 +ok/);
+  });
+
+  it('dead-letter drop --stale drops the entries whose event was applied since, and only those (issue 30)', async () => {
+    o.place(2, { sku: 'SKU-X' });
+    await o.relay();
+    await o.consume();
+    // As a wipe leaves them: messages in flight dead-lettered, their events applied again by the rebuild.
+    const applied = toMessage(outboxRowOf(h.env.dir, 'order:1', 1), h.storeId);
+    const notApplied = message(2, 5);
+    for (const m of [applied, notApplied]) {
+      await h.client.rpush('outbox.events:dead', JSON.stringify({ reason: 'this Redis serves no store', message: m, deadAt: Date.now() }));
+    }
+    const dropped = await runCli(['dead-letter', 'drop', '--stale', '--yes'], h.env);
+    assert.equal(dropped.code, 0, dropped.stderr);
+    assert.match(dropped.stdout, /^1 dead-letter entr\(ies\) dropped \(stale: their events are applied\)$/m);
+    assert.deepEqual((await h.client.lrange('outbox.events:dead', 0, -1)).map((entry) => JSON.parse(entry).message), [notApplied]);
+    const refused = await runCli(['parked', 'drop', '--stale'], h.env);
+    assert.equal(refused.code, 2);
+    assert.match(refused.stderr, /--stale goes with "outbox dead-letter drop"/);
   });
 
   it('seqs are exact integers: a parked field for seq 2^53-1 keeps every digit', async () => {

@@ -1,5 +1,15 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { assertAllDone, dropHeld, listHeld, retryHeld, selectHeld, type HeldKind, type HeldMessage } from '../../../shared/operations/recovery/held-messages.js';
+import {
+  assertAllDone,
+  dropHeld,
+  listHeld,
+  retryHeld,
+  selectHeld,
+  selectStaleDeadLetters,
+  type HeldKind,
+  type HeldMessage,
+} from '../../../shared/operations/recovery/held-messages.js';
+import { InvalidInputError } from '../../../shared/outbox/errors/invalid-input-error.js';
 import { guard, guardOptions, SHOWN, withMore, type GuardArgs } from '../confirm.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { withPartitions } from '../stores.js';
@@ -8,6 +18,7 @@ export interface Args extends GlobalArgs, GuardArgs {
   action: 'list' | 'retry' | 'drop';
   id: string[];
   all: boolean;
+  stale: boolean;
   json: boolean;
 }
 
@@ -21,6 +32,7 @@ export function heldCommand(kind: HeldKind, what: string, idHelp: string, retryH
         .positional('action', { choices: ['list', 'retry', 'drop'] as const, describe: `list; retry: ${retryHelp}; drop: delete for good` })
         .option('id', { type: 'string', array: true, default: [] as string[], describe: idHelp })
         .option('all', { type: 'boolean', default: false, describe: 'every entry' })
+        .option('stale', { type: 'boolean', default: false, describe: 'dead-letter drop: the entries whose event Redis has applied since (a wipe leaves such)' })
         .option('json', { type: 'boolean', default: false, describe: 'list as JSON' })
         .options(guardOptions),
     async handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
@@ -32,7 +44,9 @@ export function heldCommand(kind: HeldKind, what: string, idHelp: string, retryH
           for (const h of held) console.log(heldLine(h));
           return;
         }
-        const held = await selectHeld(partitions, kind, argv.id, argv.all);
+        if (argv.stale && (kind !== 'dead-letter' || argv.action !== 'drop')) throw new InvalidInputError('--stale goes with "outbox dead-letter drop"');
+        const held = argv.stale ? await selectStaleDeadLetters(partitions) : await selectHeld(partitions, kind, argv.id, argv.all);
+        if (argv.stale && held.length === 0) return console.log('no stale dead-letter entries');
         const goOn = await guard(argv, {
           command: `${kind} ${argv.action}`,
           change: argv.action === 'retry' ? `put ${held.length} ${kind} entr(ies) back on outbox.events` : `drop ${held.length} ${kind} entr(ies) for good`,
@@ -47,7 +61,7 @@ export function heldCommand(kind: HeldKind, what: string, idHelp: string, retryH
           assertAllDone(kind, 'retry', held.length, result);
         } else {
           const result = await dropHeld(partitions, kind, held);
-          console.log(`${result.done} ${kind} entr(ies) dropped`);
+          console.log(`${result.done} ${kind} entr(ies) dropped${argv.stale ? ' (stale: their events are applied)' : ''}`);
           assertAllDone(kind, 'drop', held.length, result);
         }
       });

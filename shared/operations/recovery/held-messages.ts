@@ -5,6 +5,7 @@ import { readEnvelope, type Envelope } from '../../outbox/redis/envelope.js';
 import { keys } from '../../outbox/redis/keys.js';
 import { requeueDeadLetter, requeueParked } from '../../outbox/redis/scripts.js';
 import { partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
+import { parseMessage } from '../../outbox/store/parse-message.js';
 
 /** A message the consumer set aside: dead-lettered (id = list index) or parked (id = "<aggregate>:<seq>"). */
 export interface HeldMessage {
@@ -68,6 +69,29 @@ export async function selectHeld(redis: Redis | Partitions, kind: HeldKind, ids:
   const unknown = ids.filter((id) => !byId.has(id));
   if (unknown.length > 0) throw new InvalidInputError(`no ${kind} entry ${unknown.join(', ')} (see "outbox ${kind} list")`);
   return ids.map((id) => byId.get(id)!);
+}
+
+/**
+ * The dead letters whose event this Redis has applied since (its store's, at or below its aggregate's
+ * applied seq, or with a processed entry): a wipe dead-letters the messages in flight ("this Redis
+ * serves no store"), and the rebuild applies their events again, so those entries only mislead.
+ */
+export async function selectStaleDeadLetters(redis: Redis | Partitions): Promise<HeldMessage[]> {
+  const partitions = partitionsOf(redis);
+  const held = await listHeld(partitions, 'dead-letter');
+  const stale: HeldMessage[] = [];
+  for (const h of held) {
+    let event;
+    try {
+      event = parseMessage(h.message);
+    } catch {
+      continue;
+    }
+    const client = partitions.clients[partitions.count === 1 ? 0 : partitions.indexOf(event.aggregateId)];
+    const [store, seq, processed] = await Promise.all([client.hget(keys.meta, 'store'), client.hget(keys.appliedSeq, event.aggregateId), client.hexists(keys.processed, event.eventId)]);
+    if (store === event.storeId && (processed === 1 || Number(seq ?? 0) >= event.seq)) stale.push(h);
+  }
+  return stale;
 }
 
 /** What a retry or drop did to the selected entries. */
