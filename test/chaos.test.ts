@@ -63,8 +63,17 @@ describe('outbox chaos', () => {
     assert.equal(figures.ok, true);
   });
 
+  it('a short run that corrupts Redis state for seconds at a time ends with every refused event applied once (issue 30)', async () => {
+    // The lab's effect hash a string for 3 s, again and again: the consumer refuses, then retries.
+    const { figures } = await runChaos(['--duration', '10s', '--rate', '300', '--kill-every', '2s', '--seed', '3', '--targets', 'consumer,corrupt-state']);
+    assert.ok(figures.faults['corrupt state'] >= 1, `no corrupt state: ${JSON.stringify(figures.faults)}`);
+    assert.equal(figures.processedUnique, figures.outboxRows);
+    for (const key of ['lost', 'appliedTwice', 'outOfOrder', 'inventoryMismatches', 'parked', 'deadLettered']) assert.equal(figures[key], 0, key);
+    assert.equal(figures.ok, true);
+  });
+
   for (const [args, message] of [
-    [['--targets', 'relay,database'], /--targets takes a comma-separated list of relay, consumer, producer, redis, redis-wipe, prune, pause, sqlite-lock, handler-fail/],
+    [['--targets', 'relay,database'], /--targets takes a comma-separated list of relay, consumer, producer, redis, redis-wipe, prune, pause, sqlite-lock, handler-fail, corrupt-state/],
     [['--duration', 'forever'], /--duration must be a duration like 60s/],
     [['--kill-every', '10ms'], /--kill-every must be at least 100ms/],
   ] as const) {

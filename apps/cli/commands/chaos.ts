@@ -38,7 +38,7 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
       type: 'string',
       defaultDescription: DEFAULT_CHAOS_TARGETS.join(','),
       describe: `what to hit, from ${CHAOS_TARGETS.join(',')}; with --database (PostgreSQL, a private Redis Cluster): from ${SCALE_OUT_TARGETS.join(',')}, default ${DEFAULT_SCALE_OUT_TARGETS.join(',')} (redis-wipe: Redis restarts without its data; prune: prune --older-than 1s; pause: SIGSTOP a relay or the consumer; ` +
-        `sqlite-lock: app.db's write lock held; handler-fail: every handler attempt fails for a while)`,
+        `sqlite-lock: app.db's write lock held; handler-fail: every handler attempt fails for a while; corrupt-state: the lab's effect hash a string for 3 s)`,
     })
     .option('seed', { type: 'string', default: '1', describe: 'seed of the fault schedule and the traffic (same seed, same schedule)' })
     .option('relays', { type: 'string', describe: 'on PostgreSQL (--database): relay apps [default 4]' })

@@ -107,6 +107,11 @@ export interface ChaosResult {
   ledger: Ledger['checks'];
 }
 
+/** The corrupt-state fault: the lab's effect hash, where it waits meanwhile, and for how long. */
+const LAB_EFFECT_KEY = 'inventory:reserved';
+const CORRUPT_ASIDE = 'chaos:inventory-aside';
+const CORRUPT_STATE_MS = 3000;
+
 const APP_OF: Record<'relay' | 'consumer' | 'producer', string> = {
   relay: 'outbox-relay',
   consumer: 'outbox-consumer',
@@ -311,6 +316,15 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
           count('handler fail');
           await sleep(HANDLER_FAIL_MS);
           rmSync(handlerFailFile, { force: true });
+          continue;
+        }
+        if (target === 'corrupt-state') {
+          // The lab's effect hash swapped for a string, atomically and back: events refused meanwhile
+          // must be applied once it is right again, none lost or applied twice.
+          await client.multi().rename(LAB_EFFECT_KEY, CORRUPT_ASIDE).set(LAB_EFFECT_KEY, 'corrupt').exec();
+          count('corrupt state');
+          await sleep(CORRUPT_STATE_MS);
+          await client.multi().del(LAB_EFFECT_KEY).rename(CORRUPT_ASIDE, LAB_EFFECT_KEY).exec();
           continue;
         }
         if (target === 'redis') {
