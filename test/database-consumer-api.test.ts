@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import Database from 'better-sqlite3';
@@ -80,6 +81,28 @@ describe('createConsumer with a database handler set (database mode)', () => {
     assert.deepEqual(balances(db), { 3: 210 });
     assert.equal(await redis.llen('outbox.events:processing:ledger'), 0);
     db.close();
+  });
+
+  it('stops writing once its database file is deleted under it, and says why (issue 30)', async () => {
+    const db = consumerDb();
+    db.close();
+    const path = join(h.env.dir, 'ledger.db');
+    const lines: string[] = [];
+    const consumer = await createConsumer({ redis, handlers: ledgerHandlers, database: path, consumerId: 'ledger' });
+    const running = consumer.start({ log: createLogger('test', (line) => lines.push(line)), connectBlocking: () => connectRedis(h.redis.url), statsIntervalMs: 0 });
+    try {
+      await redis.rpush('outbox.events', message(4, 1, 'Deposited', { amount: 1 }));
+      await waitFor(async () => (await redis.hlen('processed')) === 1, { message: 'the first event was not applied' });
+      for (const suffix of ['', '-wal', '-shm']) rmSync(`${path}${suffix}`, { force: true });
+      await redis.rpush('outbox.events', message(4, 2, 'Deposited', { amount: 2 }));
+      await waitFor(() => lines.some((line) => /ledger\.db was deleted or replaced under the consumer: it writes no more/.test(line)), { message: lines.join('') });
+      // Not recorded as applied into a file nobody will read: it waits in the processing list.
+      assert.equal(await redis.hlen('processed'), 1);
+      assert.equal(await redis.llen('outbox.events:processing:ledger'), 1);
+    } finally {
+      await running.stop();
+      await consumer.close();
+    }
   });
 
   it('refuses a database set without database, and database or leaseMs with a Redis set, with one line', async () => {

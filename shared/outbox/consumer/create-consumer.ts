@@ -4,6 +4,7 @@ import { ConfigError } from '../errors/config-error.js';
 import type { Logger } from '../logger.js';
 import type { OutboxEvent } from '../store/events.js';
 import { DEFAULT_DEDUPE_WINDOW_MS } from '../redis/dedupe-window.js';
+import { identityOf, same } from '../store/file-identity.js';
 import { createConsumerEngine, DEFAULT_MAX_ATTEMPTS, emptyStats, type ConsumeStats, type ConsumerOptions } from './consumer.js';
 import type { HandlerFault } from './handler-fault.js';
 import { decodeResults, encodeEvents, type HandlerTask } from './handler-worker.js';
@@ -298,6 +299,10 @@ async function databaseConsumer(options: CreateConsumerOptions, set: DatabaseHan
   const [{ createDatabaseConsumer }, { openConsumerDatabase }] = await Promise.all([import('./inbox/database-consumer.js'), import('./inbox/consumer-database.js')]);
   // Opened now, so that a bad path fails here, in one line (StoreUnavailableError), not at the first round.
   const owned = typeof options.database === 'string' ? openConsumerDatabase(options.database) : undefined;
+  // The file it opened: a round writes nothing once the path names another file, or none.
+  const path = typeof options.database === 'string' ? options.database : undefined;
+  const opened = path === undefined ? undefined : identityOf(path);
+  const isLive = path === undefined ? undefined : () => same(opened, identityOf(path));
   const db = owned ?? (options.database as Database);
   await checkPartitionLayout(partitions).catch((error: unknown) => {
     owned?.close();
@@ -317,6 +322,8 @@ async function databaseConsumer(options: CreateConsumerOptions, set: DatabaseHan
       dedupeWindowMs: options.dedupeWindowMs ?? DEFAULT_DEDUPE_WINDOW_MS,
       leaseMs: options.leaseMs,
       onProblem,
+      isLive,
+      databasePath: path,
     });
   return {
     consumerId,

@@ -1,5 +1,6 @@
-import { existsSync, statSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { databasePath } from '../config.js';
+import { identityOf, same } from './file-identity.js';
 import { StoreUnavailableError } from '../errors/store-unavailable-error.js';
 import type { Logger } from '../logger.js';
 import { openDatabase, type Db, type OpenDatabaseOptions } from './open-database.js';
@@ -20,14 +21,7 @@ export interface LiveDatabase {
   close(): void;
 }
 
-type Identity = { dev: number; ino: number } | undefined;
 
-function identityOf(path: string): Identity {
-  const stats = statSync(path, { throwIfNoEntry: false });
-  return stats && { dev: stats.dev, ino: stats.ino };
-}
-
-const same = (a: Identity, b: Identity) => a !== undefined && b !== undefined && a.dev === b.dev && a.ino === b.ino;
 
 /** Opens `<dir>/app.db` like `openDatabase` (same errors) and remembers the file it opened. */
 export function openLiveDatabase(dir: string, options: OpenDatabaseOptions = {}): LiveDatabase {

@@ -1,3 +1,4 @@
+import { StoreUnavailableError } from '../../errors/store-unavailable-error.js';
 import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import { keys } from '../../redis/keys.js';
@@ -42,6 +43,13 @@ export interface DatabaseConsumerOptions {
    */
   leaseMs?: number;
   onProblem?: (problem: string) => void;
+  /**
+   * Whether the database file is still the one opened (not deleted or replaced): a round writes
+   * nothing while it is not, its messages stay in the processing list. Default: always.
+   */
+  isLive?: () => boolean;
+  /** The database's path, named when it is no longer the live file. */
+  databasePath?: string;
 }
 
 /** The engine's counters, plus events found claimed by another (maybe dead) process, waiting for its lease. */
@@ -140,6 +148,13 @@ export function createDatabaseConsumer(redis: Redis, options: DatabaseConsumerOp
    * event that failed or found another's claim waits in the retry queue (and the processing list).
    */
   async function handleRound(entries: Buffer[], stats: AnyStats, { recovered = false } = {}): Promise<InboxItem[]> {
+    // SQLite goes on writing into a deleted or replaced file, and nobody would read it again.
+    if (options.isLive && !options.isLive()) {
+      throw new StoreUnavailableError(
+        `the consumer database ${options.databasePath ?? ''} was deleted or replaced under the consumer: it writes no more; ` +
+          'stop it, put the file back or start it on a new one, then run "outbox verify --consumer-db <file>"',
+      );
+    }
     const { items: taken, bad } = parse(entries);
     if (recovered) await loadAttempts(taken);
     const retries = waiting.removeDue(Date.now()).map((w): InboxItem => ({ raw: w.raw, event: w.event, attempt: w.attempts + 1 }));
