@@ -50,13 +50,7 @@ runApp('outbox-relay', relaySettings, async (config, log, signal) => {
   const identity = { app: 'outbox-relay', dir: config.dir, namespace: config.namespace };
   const health = await startHealthServer(healthEndpoint, HEALTH_PORT_SETTINGS.relay.env, () => relayHealth(identity, database, redis, worker.stats), log, metrics);
   const pruneOlderThanMs = config.pruneOlderThanMs;
-  const pruner =
-    pruneOlderThanMs === undefined
-      ? undefined
-      : await startPruneWorker(database, partitions, config.redisUrl, log, {
-          olderThanMs: pruneOlderThanMs,
-          everyMs: config.pruneEveryMs,
-        });
+  const pruner = await startConfiguredPrune(database, partitions, config, log, false);
   log.info('relay started', {
     redis: config.redisUrl,
     partitions: config.partitions,
@@ -121,14 +115,7 @@ async function startOnPostgres(config: RelayConfig, log: Logger, signal: AbortSi
   const health = await startHealthServer(healthEndpoint, HEALTH_PORT_SETTINGS.relay.env, () => relayHealth(identity, () => checkPgStore(store), redis, loop.stats), log, metrics);
   const pruneOlderThanMs = config.pruneOlderThanMs;
   // On a Redis Cluster the schedule is a timer in each relay (BullMQ's connections reach one Redis).
-  const pruner =
-    pruneOlderThanMs === undefined
-      ? undefined
-      : await startPruneWorker(store, partitions, config.redisUrl, log, {
-          olderThanMs: pruneOlderThanMs,
-          everyMs: config.pruneEveryMs,
-          cluster: Boolean(config.redisCluster),
-        });
+  const pruner = await startConfiguredPrune(store, partitions, config, log, Boolean(config.redisCluster));
   log.info('relay started', {
     redis: config.redisCluster || config.redisUrl,
     partitions: config.partitions,
@@ -148,4 +135,16 @@ async function startOnPostgres(config: RelayConfig, log: Logger, signal: AbortSi
     await store.end();
     await detach();
   };
+}
+
+/** The prune schedule the settings ask for (OUTBOX_PRUNE_OLDER_THAN, OUTBOX_PRUNE_EVERY); none when it is off. */
+async function startConfiguredPrune(
+  store: Parameters<typeof startPruneWorker>[0],
+  partitions: Parameters<typeof startPruneWorker>[1],
+  config: { pruneOlderThanMs?: number; pruneEveryMs: number; redisUrl: string },
+  log: Logger,
+  cluster: boolean,
+) {
+  if (config.pruneOlderThanMs === undefined) return undefined;
+  return startPruneWorker(store, partitions, config.redisUrl, log, { olderThanMs: config.pruneOlderThanMs, everyMs: config.pruneEveryMs, ...(cluster ? { cluster } : {}) });
 }

@@ -1,3 +1,4 @@
+import { readWindow } from '../outbox/redis/dedupe-window.js';
 import type { Cluster, Redis } from 'ioredis';
 import { keys } from '../outbox/redis/keys.js';
 import { isCluster, mastersOf, slotOf } from '../outbox/redis/cluster-client.js';
@@ -129,7 +130,7 @@ export async function readPartitionMemory(redis: Redis, events: number, applied:
       (redis.call('HRANDFIELD', keys.processed, String(RATE_SAMPLE), 'WITHVALUES') as Promise<unknown[]>).then(
         (reply) => reply.flat() as string[],
       ),
-      redis.hmget(keys.window, 'sweptEvents', 'sweptThrough'),
+      readWindow(redis),
       redis.time(),
     ]);
   const markers = await Promise.all(
@@ -153,7 +154,7 @@ export async function readPartitionMemory(redis: Redis, events: number, applied:
     oldestDeadAt: deadAt ? deadAt : null,
     applied,
     rate: rateOf(sample, applied, now),
-    windowFull: Number(window[0] ?? 0) > 0 || Number(window[1] ?? 0) > 0,
+    windowFull: window.sweptEvents > 0 || window.sweptThrough > 0,
     now,
   };
 }

@@ -9,7 +9,7 @@ import { readEnvelope } from '../../outbox/redis/envelope.js';
 import { readList, readListBackwards } from '../../outbox/redis/read-list.js';
 import { byPartition, partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
 import { sqliteHistory, type StoreHistory } from '../../outbox/relay/store-pairing.js';
-import { guardDropped, mayBeSwept, WINDOW_FIELDS, windowStateOf, type WindowState } from '../../outbox/redis/dedupe-window.js';
+import { guardDropped, mayBeSwept, readWindow, WINDOW_FIELDS, windowStateOf, type WindowState } from '../../outbox/redis/dedupe-window.js';
 
 const CHUNK = 1000;
 
@@ -343,8 +343,6 @@ export interface ConsumerState {
   window: WindowState;
 }
 
-/** A window hash's WINDOW_FIELDS as read by HMGET. */
-const windowOf = windowStateOf;
 
 /** Every field of a hash by HSCAN (COUNT 1000 a call: no call holds Redis long). */
 async function scanHash(redis: Redis, key: string): Promise<Record<string, string>> {
@@ -398,7 +396,7 @@ async function readConsumerState(
     parked,
     dead,
     appliedCounter: appliedCounterOf(stats.applied),
-    window: windowOf(window),
+    window: windowStateOf(window),
   };
 }
 
@@ -598,8 +596,7 @@ export async function observe(store: Db | VerifyReads, redis: Redis | Partitions
   const eventIds = s1.events.map((e) => e.event_id);
   const counts = await Promise.all(partitions.clients.map((client) => readApplyCounts(client, eventIds)));
   counts.forEach((c, index) => (states[index].applyCounts = c));
-  const readWindowOf = async (client: Redis) => windowOf(await client.hmget(keys.window, ...WINDOW_FIELDS));
-  const windows = await Promise.all(clients.map(readWindowOf));
+  const windows = await Promise.all(clients.map(readWindow));
   const state = mergeStates(partitions, states, counterHashes);
   const swept = s1.events.map((e, i) => {
     const index = partitions.count === 1 ? 0 : partitions.indexOf(e.aggregate_id);
@@ -684,7 +681,7 @@ async function whereIsAmong(redis: Redis, events: Whereabouts[], processing: str
       for (const list of lists) multi.lpos(list, e.message);
     }
     const replies = await execAll(multi, (i) => (i === 0 ? keys.window : i === 1 ? keys.meta : read[(i - 2) % per]));
-    const window = windowOf(replies[0] as (string | null)[]);
+    const window = windowStateOf(replies[0] as (string | null)[]);
     const served = replies[1] !== null;
     chunk.forEach((e, j) => {
       const [applied, parked, counted, appliedSeq, ...positions] = replies.slice(2 + j * per, 2 + (j + 1) * per);
