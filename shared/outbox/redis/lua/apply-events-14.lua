@@ -67,9 +67,9 @@
                   lost) puts the seq guard back at its seq and re-queues its parked successors, as
                   an applied one does.
                   One behind the seq guard with no processed entry, no marker and no apply count,
-                  committed after the window's sweeps reached, was never applied: another event took its seq (the store that sent it went back
-                  in time, e.g. restored from an older backup). It is acked as a duplicate all the
-                  same, and recorded in the meta hash (KEYS[7], 'taken…'), where the relay, status
+                  committed after the window's sweeps reached, was never applied: another event
+                  took its seq (the store that sent it went back in time, e.g. restored from an
+                  older backup). It is acked as a duplicate all the same, and recorded in the meta hash (KEYS[7], 'taken…'), where the relay, status
                   and prune look (store-pairing.ts) if the store holds that event
       'parked'    seq > last applied + 1: acked and parked until the gap is filled
       'applied'   effects applied, counted, recorded in processed, acked; its parked successors (seq + 1,
