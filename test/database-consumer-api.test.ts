@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
-import { rmSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import Database from 'better-sqlite3';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
-import { createConsumer, defineDatabaseHandlers, defineEvents, defineRedisHandlers, ConfigError, StoreUnavailableError } from '../shared/outbox/index.js';
+import { createConsumer, createConsumerDatabase, defineDatabaseHandlers, defineEvents, defineRedisHandlers, ConfigError, StoreUnavailableError } from '../shared/outbox/index.js';
 import { connectRedis } from '../shared/outbox/redis/connect.js';
 import { createLogger } from '../shared/outbox/logger.js';
 import { startHeartbeat } from '../shared/outbox/consumer/heartbeats.js';
@@ -32,7 +32,9 @@ function message(account: number, seq: number, type: string, payload: object): s
 }
 
 function consumerDb(): Database.Database {
-  const db = new Database(join(h.env.dir, 'ledger.db'));
+  // Created once, as a setup step does: the consumer never creates it (issue 30).
+  const path = join(h.env.dir, 'ledger.db');
+  const db = existsSync(path) ? new Database(path) : createConsumerDatabase(path);
   db.exec('CREATE TABLE IF NOT EXISTS ledger (account TEXT NOT NULL, seq INTEGER NOT NULL, amount INTEGER NOT NULL)');
   return db;
 }
@@ -114,10 +116,10 @@ describe('createConsumer with a database handler set (database mode)', () => {
     const redisSet = defineRedisHandlers(accountEvents, { Deposited: () => [], Withdrawn: () => [] });
     await assert.rejects(createConsumer({ redis, handlers: redisSet, database: 'x.db' }), /database and leaseMs are for a database handler set/);
     await assert.rejects(createConsumer({ redis, handlers: ledgerHandlers, database: 'x.db', leaseMs: 0 }), /leaseMs must be an integer from 1 to 86400000, got 0/);
-    // A path it cannot open fails at createConsumer, in one line, before anything is taken.
+    // A path with no file fails at createConsumer, in one line, before anything is taken: never created (issue 30).
     await assert.rejects(createConsumer({ redis, handlers: ledgerHandlers, database: join(h.env.dir, 'no-such-dir', 'ledger.db') }), (error: Error) => {
       assert.ok(error instanceof StoreUnavailableError);
-      assert.match(error.message, /^cannot open the consumer database .*no-such-dir\/ledger\.db \(.*\): check the path and its permissions$/);
+      assert.match(error.message, /^no consumer database at .*no-such-dir\/ledger\.db: the consumer never creates it on its own: /);
       return true;
     });
   });

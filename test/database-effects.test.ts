@@ -128,7 +128,7 @@ describe('database mode: effects in the consumer’s own SQLite, with an inbox',
     assert.match(verify.stdout, new RegExp(`inbox rows / of them committed, completion pending +- +${events} / 0 +info`));
     const missing = await runCli(['verify', '--consumer-db', join(h.env.dir, 'nothing.db')], h.env);
     assert.equal(missing.code, 5);
-    assert.match(missing.stderr, /^outbox: no consumer database at .*nothing\.db \(--consumer-db\): pass the file the database-mode consumer writes\n$/);
+    assert.match(missing.stderr, /^outbox: no consumer database at .*nothing\.db \(--consumer-db\): if the database-mode consumer's file was lost, stop the consumers and rebuild it from the store with "outbox verify --repair --consumer-db .*nothing\.db"; otherwise pass the file it writes\n$/);
     const foreign = await runCli(['verify', '--consumer-db', join(h.env.dir, 'app.db')], h.env);
     assert.equal(foreign.code, 5);
     assert.match(foreign.stderr, /^outbox: --consumer-db .*app\.db is not a consumer database with an inbox \(no such table: outbox_inbox\): pass the file the database-mode consumer writes\n$/);

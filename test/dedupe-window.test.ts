@@ -2,9 +2,11 @@ import assert from 'node:assert/strict';
 import { setPriority } from 'node:os';
 import { describe, it } from 'node:test';
 import { join } from 'node:path';
+import { existsSync } from 'node:fs';
 import { orderDatabaseHandlers } from '../shared/lab/orders/order-database-handlers.js';
 import { createOrderService } from '../shared/lab/orders/order-service.js';
 import { createConsumer } from '../shared/outbox/consumer/create-consumer.js';
+import { createConsumerDatabase } from '../shared/outbox/consumer/inbox/consumer-database.js';
 import { connectRedis } from '../shared/outbox/redis/connect.js';
 import { sweepWindow } from '../shared/outbox/redis/dedupe-window.js';
 import { toMessage } from '../shared/outbox/store/events.js';
@@ -166,6 +168,8 @@ describe('verify with the dedupe window', () => {
     // The library's consumer with the lab's database handlers and a 1 s window; a drain sweeps at its end.
     const drain = async () => {
       const redis = await connectRedis(h.env.redisUrl);
+      // Created the first time, as a setup step does: the consumer never creates it (issue 30).
+      if (!existsSync(consumerDb)) createConsumerDatabase(consumerDb).close();
       const options = { redis, handlers: orderDatabaseHandlers, database: consumerDb, consumerId: 'db' };
       const consumer = await createConsumer({ ...options, dedupeWindowMs: 1000 });
       try {

@@ -125,6 +125,9 @@ describe('examples/payments apps (what examples/payments/ecosystem.config.cjs ru
         await createRelay(service.db, redis).relayAll();
       };
       await traffic(60);
+      // The example's setup step makes the ledger once: the consumer never creates it (issue 30).
+      const init = spawnSync(process.execPath, ['dist/examples/payments/init-ledger.js', join(h.env.dir, 'ledger.db')], { cwd: REPO_ROOT, encoding: 'utf8' });
+      assert.equal(init.status, 0, init.stderr);
       const consumer = startApp(h.env, CONSUMER, [], { OUTBOX_NAMESPACE: NAMESPACE, PAYMENTS_BATCH_SIZE: '10' });
       await waitFor(async () => (await h.client.hlen(key('processed'))) === events, { timeoutMs: 15_000, message: 'the consumer did not book the events' });
       // Long-running: what arrives later is booked too.

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, it } from 'node:test';
@@ -11,10 +12,13 @@ import { startScript, type CliResult } from './helpers/cli.js';
 // The payments database is the store here (no `outbox init`): its first relay claims the Redis.
 const h = useHarness({ init: false });
 const CONSUME = fileURLToPath(new URL('../examples/payments/consume.js', import.meta.url));
+const INIT_LEDGER = fileURLToPath(new URL('../examples/payments/init-ledger.js', import.meta.url));
 const paymentsPath = () => join(h.env.dir, 'payments.db');
 const ledgerPath = () => join(h.env.dir, 'ledger.db');
 
-function consume(env: Record<string, string> = {}): Promise<CliResult> {
+/** Drains into the ledger; the example's setup step (init-ledger.js) makes it first, once: the consumer never creates it (issue 30). */
+async function consume(env: Record<string, string> = {}): Promise<CliResult> {
+  if (!existsSync(ledgerPath())) assert.equal((await startScript(INIT_LEDGER, [ledgerPath()], {}).done).code, 0);
   return startScript(CONSUME, [ledgerPath()], { REDIS_URL: h.env.redisUrl, ...env }).done;
 }
 

@@ -37,6 +37,8 @@ async function paymentsDrained(): Promise<number> {
   } finally {
     service.close();
   }
+  // The example's setup step makes the ledger once: the consumer never creates it (issue 30).
+  assert.equal((await startScript(fileURLToPath(new URL('../examples/payments/init-ledger.js', import.meta.url)), [ledgerPath()], {}).done).code, 0);
   const consumed = await startScript(CONSUME, [ledgerPath()], { REDIS_URL: h.env.redisUrl }).done;
   assert.equal(consumed.code, 0, consumed.stderr);
   return events;

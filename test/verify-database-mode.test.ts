@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { copyFileSync, rmSync } from 'node:fs';
+import { copyFileSync, existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import Database from 'better-sqlite3';
@@ -9,6 +9,7 @@ import { orderDatabaseHandlers, reservedInDatabase } from '../shared/lab/orders/
 import { connectRedis } from '../shared/outbox/redis/connect.js';
 import { createRelay } from '../shared/outbox/relay/relay.js';
 import { createConsumer } from '../shared/outbox/consumer/create-consumer.js';
+import { createConsumerDatabase } from '../shared/outbox/consumer/inbox/consumer-database.js';
 import { useHarness } from './helpers/harness.js';
 import { readDb } from './helpers/stores.js';
 import { runCli } from './helpers/cli.js';
@@ -46,6 +47,8 @@ async function seedLabEvents(orders: number): Promise<number> {
 /** Drains outbox.events through the public createConsumer with the lab's database handler set. */
 async function drainInDatabaseMode(): Promise<number> {
   const redis = await connectRedis(h.env.redisUrl);
+  // Created the first time, as a setup step does: the consumer never creates it (issue 30).
+  if (!existsSync(consumerDb())) createConsumerDatabase(consumerDb()).close();
   const consumer = await createConsumer({ redis, handlers: orderDatabaseHandlers, database: consumerDb(), consumerId: 'db' });
   try {
     return (await consumer.drain()).applied;

@@ -16,6 +16,11 @@ type Level = (typeof LEVELS)[number];
 /** A setting the app cannot run with: one line, exit 78. */
 export class SettingError extends Error {}
 
+/** What to do about a ledger that is missing (or not one init-ledger.js made): one line's tail. */
+export const missingLedgerAdvice = (path: string) =>
+  `the consumer never creates it; the first time, run "node dist/examples/payments/init-ledger.js ${path}"; ` +
+  `if it was lost or replaced, stop the consumers, rebuild it from the store with "outbox verify --repair --dir <PAYMENTS_DIR> --namespace payments --consumer-db ${path}", then start them`;
+
 /** JSON lines on stdout (pm2 writes them to the app's log file), at `level` and above. */
 export function jsonLogger(app: string, level: Level = 'info'): Logger {
   const min = LEVELS.indexOf(level);

@@ -2,6 +2,7 @@
 // mode, then prints its counters as JSON. Usage: REDIS_URL=... node consume.js <ledger.db>
 // (LEASE_MS and BATCH_SIZE optional.)
 import Database from 'better-sqlite3';
+import { existsSync } from 'node:fs';
 import { connectRedis, createConsumer } from 'outbox';
 import { ledgerHandlers, LEDGER_SCHEMA } from './ledger.js';
 
@@ -12,7 +13,12 @@ if (!path || !process.env.REDIS_URL) {
 }
 // The consumer's own database, opened here (so its tables exist before the first event): WAL, and a
 // busy timeout for the other consumers that share the file.
-const db = new Database(path);
+// Never created here (init-ledger.js makes it once): a missing ledger is refused, exit 5.
+if (!existsSync(path)) {
+  process.stderr.write(`no ledger at ${path}: run "node dist/examples/payments/init-ledger.js ${path}" the first time, or rebuild a lost one with "outbox verify --repair --consumer-db ${path}"\n`);
+  process.exit(5);
+}
+const db = new Database(path, { fileMustExist: true });
 db.pragma('journal_mode = WAL');
 db.pragma('synchronous = NORMAL');
 db.pragma('busy_timeout = 5000');

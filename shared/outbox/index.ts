@@ -31,6 +31,7 @@ export { ConfigError } from './errors/config-error.js';
 export { createConsumer, checkConsumerOptions, type CreateConsumerOptions, type OutboxConsumer, type StartOptions } from './consumer/create-consumer.js';
 export type { ConsumeStats } from './consumer/consumer.js';
 export { effect, type RedisEffect, type RedisEffectOp } from './consumer/effects.js';
+export { createConsumerDatabase } from './consumer/inbox/consumer-database.js';
 export {
   defineRedisHandlers,
   defineDatabaseHandlers,

@@ -1,14 +1,14 @@
 import type { ArgumentsCamelCase, Argv } from 'yargs';
-import { existsSync } from 'node:fs';
 import type { Partitions } from '../../../shared/outbox/redis/partitions.js';
 import { formatDuration, parseDuration } from '../../../shared/outbox/duration.js';
 import { formatChecks, verifyStores, type Ledger } from '../../../shared/operations/verify/verify.js';
 import { verifyReadsOf } from '../../../shared/operations/verify/observe.js';
 import type { Db } from '../../../shared/outbox/store/open-database.js';
-import { StoreUnavailableError } from '../../../shared/outbox/errors/store-unavailable-error.js';
 import { inboxChecks } from '../../../shared/operations/verify/inbox-checks.js';
 import { CheckFailedError } from '../../../shared/outbox/errors/check-failed-error.js';
 import { describeRebuild, sqliteRecovery, type RecoveryStore } from '../../../shared/operations/recovery/repair.js';
+import type { ConsumerDbStore } from '../../../shared/operations/recovery/consumer-db.js';
+import { createMissingConsumerDb, openConsumerDb, repairConsumerDb, type ConsumerDbArg } from '../consumer-db-repair.js';
 import { guard, guardOptions, idRange, SHOWN, rowLine, withMore, type GuardArgs, type Plan } from '../confirm.js';
 import { configOf, type GlobalArgs } from '../options.js';
 import { loadCheckSet } from '../../../shared/operations/verify/load-check-set.js';
@@ -43,7 +43,9 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
     .option('consumer-db', {
       type: 'string',
       requiresArg: true,
-      describe: "database mode: the consumer's own SQLite file; check that every processed event has its inbox row there (and not the Redis inventory, which database mode does not write)",
+      describe:
+        "database mode: the consumer's own SQLite file; check that every processed event has its inbox row there (and not the Redis inventory, which database mode does not write); " +
+        'with --repair, rebuild it from the store when it was lost or replaced (the events its inbox lacks applied again)',
     })
     .option('checks', {
       type: 'string',
@@ -61,12 +63,12 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
     const problem = checkSetStoreProblem(userChecks, onPostgres(config) ? 'postgres' : 'sqlite');
     if (problem !== undefined) throw new InvalidInputError(`--checks ${argv.checks}: ${problem}: add one to verify this store`);
   }
-  await withVerifyStores(config, userChecks, async ({ store, redis, checkSet, recovery }) => {
-    const consumerDb = argv.consumerDb === undefined ? undefined : await openConsumerDb(argv.consumerDb);
+  await withVerifyStores(config, userChecks, async ({ store, redis, checkSet, recovery, consumerDbStore }) => {
+    const consumer = argv.consumerDb === undefined ? undefined : await openConsumerDb(argv.consumerDb, argv.repair);
     try {
-      await judge(store, redis, argv, settleMs, checkSet, consumerDb, recovery);
+      await judge(store, redis, argv, settleMs, checkSet, consumer, recovery, consumerDbStore);
     } finally {
-      consumerDb?.close();
+      consumer?.db.close();
     }
   });
 }
@@ -77,6 +79,8 @@ interface VerifyStores {
   redis: Partitions;
   checkSet: VerifyCheckSet<any> | undefined;
   recovery: RecoveryStore;
+  /** What `--repair --consumer-db` reads of the store. */
+  consumerDbStore: ConsumerDbStore;
 }
 
 /**
@@ -89,13 +93,20 @@ async function withVerifyStores<T>(config: OutboxConfig, userChecks: VerifyCheck
   if (onPostgres(config)) {
     const { pgVerifyReads } = await import('../../../shared/operations/verify/pg-verify-reads.js');
     const { pgRecovery } = await import('../../../shared/operations/recovery/pg-repair.js');
+    const { pgConsumerDbStore } = await import('../../../shared/operations/recovery/consumer-db.js');
     const { isLabPgDatabase, labVerifyChecks } = await import('../../../shared/lab/checks/verify-checks.js');
     return withPgPartitionStores(config, async (pool, redis) => {
       const checkSet = userChecks ?? ((await isLabPgDatabase(pool)) ? (labVerifyChecks as VerifyCheckSet<any>) : undefined);
-      return fn({ store: pgVerifyReads(pool), redis, checkSet, recovery: pgRecovery(pool) });
+      return fn({ store: pgVerifyReads(pool), redis, checkSet, recovery: pgRecovery(pool), consumerDbStore: pgConsumerDbStore(pool) });
     });
   }
-  return withPartitionStores(config, async (db, redis) => fn({ store: db, redis, checkSet: userChecks ?? (await labChecksFor(db)), recovery: sqliteRecovery(db) }), {}, { outboxOnly: true });
+  const { sqliteConsumerDbStore } = await import('../../../shared/operations/recovery/consumer-db.js');
+  return withPartitionStores(
+    config,
+    async (db, redis) => fn({ store: db, redis, checkSet: userChecks ?? (await labChecksFor(db)), recovery: sqliteRecovery(db), consumerDbStore: sqliteConsumerDbStore(db) }),
+    {},
+    { outboxOnly: true },
+  );
 }
 
 /**
@@ -120,9 +131,11 @@ async function judge(
   argv: ArgumentsCamelCase<Args>,
   settleMs: number,
   checkSet: VerifyCheckSet<any> | undefined,
-  consumerDb: Db | undefined,
+  consumer: ConsumerDbArg | undefined,
   recovery: RecoveryStore,
+  consumerDbStore: ConsumerDbStore,
 ): Promise<void> {
+  const consumerDb = consumer?.db;
   const ledger = await verifyStores(store, redis, {
     settleMs,
     checks: checkSet,
@@ -134,12 +147,26 @@ async function judge(
   const { checks, lost, figures } = ledger;
   if (consumerDb) checks.push(...(await inboxChecks(consumerDb, redis, verifyReadsOf(store))));
   console.log(formatChecks(checks).join('\n'));
+  // Database mode, a consumer database lost or replaced: what its inbox lacks is applied again
+  // (a rebuild of Redis below delivers every event again anyway, and the inbox decides).
+  const rebuilding = figures.ahead.length > 0 || figures.redisStateLost;
+  const consumerRepaired = argv.repair && consumer && !rebuilding ? await repairConsumerDb(argv, consumer, redis, recovery, consumerDbStore) : 'nothing';
   if (argv.repair && figures.ahead.length > 0) {
     const partitionsAheadOf = await aheadPartitions(redis, figures.ahead);
-    if (await guard(argv, await resetPlan(recovery, partitionsAheadOf, consumerDb !== undefined))) return reset(recovery, redis, partitionsAheadOf);
+    if (await guard(argv, await resetPlan(recovery, partitionsAheadOf, consumerDb !== undefined))) {
+      await reset(recovery, redis, partitionsAheadOf);
+      if (consumer) await createMissingConsumerDb(consumer);
+      return;
+    }
   } else if (argv.repair && (figures.redisStateLost || lost.length > 0 || figures.prunedBehind.length > 0 || figures.seqBehind.length > 0 || figures.releasable.length > 0)) {
-    if (await guard(argv, await repairPlan(recovery, ledger, await lostPartitions(redis)))) return repair(recovery, redis, ledger);
-  } else if (argv.repair) {
+    if (await guard(argv, await repairPlan(recovery, ledger, await lostPartitions(redis)))) {
+      await repair(recovery, redis, ledger);
+      if (consumer && rebuilding) await createMissingConsumerDb(consumer);
+      return;
+    }
+  } else if (argv.repair && consumerRepaired === 'changed') {
+    return;
+  } else if (argv.repair && consumerRepaired === 'nothing') {
     console.log('repair: no event is lost, nothing to republish');
   }
   const failed = checks.filter((c) => c.status === 'FAIL').length;
@@ -151,21 +178,6 @@ async function labChecksFor(db: Db): Promise<VerifyCheckSet<any> | undefined> {
   // Loaded here, not at the top: --help loads every command and must not load the lab (zod).
   const { isLabDatabase, labVerifyChecks } = await import('../../../shared/lab/checks/verify-checks.js');
   return isLabDatabase(db) ? labVerifyChecks : undefined;
-}
-
-/** Database mode: the consumer's file, opened read-only (never created), for the inbox checks and the check set. */
-async function openConsumerDb(path: string): Promise<Db> {
-  if (!existsSync(path)) throw new StoreUnavailableError(`no consumer database at ${path} (--consumer-db): pass the file the database-mode consumer writes`);
-  // Loaded here, not at the top: --help loads every command and must not load better-sqlite3.
-  const { default: Database } = await import('better-sqlite3');
-  let consumerDb: Db;
-  try {
-    consumerDb = new Database(path, { readonly: true, fileMustExist: true });
-    consumerDb.prepare('SELECT event_id FROM outbox_inbox');
-  } catch (error) {
-    throw new StoreUnavailableError(`--consumer-db ${path} is not a consumer database with an inbox (${(error as Error).message}): pass the file the database-mode consumer writes`);
-  }
-  return consumerDb;
 }
 
 /** What `--repair` would change: the rows a rebuild sets back to PENDING, or the lost events' rows. */

@@ -64,8 +64,11 @@ export interface CreateConsumerOptions {
   onProblem?: (problem: string) => void;
   /**
    * Database mode (a `defineDatabaseHandlers` set; required there, refused otherwise): the
-   * consumer's own SQLite file (created if missing, WAL) or a better-sqlite3 connection to it. Each
-   * handler writes there inside the transaction that records its event in the inbox table.
+   * consumer's own SQLite file (opened with WAL) or a better-sqlite3 connection to it. Each handler
+   * writes there inside the transaction that records its event in the inbox table. It is never
+   * created here: a missing file, or a database without the inbox table, is refused
+   * (StoreUnavailableError); `createConsumerDatabase` makes it the first time, and `outbox verify
+   * --repair --consumer-db <file>` rebuilds a lost one from the store.
    */
   database?: string | Database;
   /**
@@ -296,9 +299,10 @@ export async function createConsumer(options: CreateConsumerOptions) {
 async function databaseConsumer(options: CreateConsumerOptions, set: DatabaseHandlerSet, consumerId: string) {
   const partitions = partitionsOf(options.redis);
   // Imported here: a Redis-mode consumer (and the CLI's --help) does not load better-sqlite3.
-  const [{ createDatabaseConsumer }, { openConsumerDatabase }] = await Promise.all([import('./inbox/database-consumer.js'), import('./inbox/consumer-database.js')]);
-  // Opened now, so that a bad path fails here, in one line (StoreUnavailableError), not at the first round.
-  const owned = typeof options.database === 'string' ? openConsumerDatabase(options.database) : undefined;
+  const [{ createDatabaseConsumer }, { openConsumerDatabase, requireInbox }] = await Promise.all([import('./inbox/database-consumer.js'), import('./inbox/consumer-database.js')]);
+  // Opened now, so that a bad path, a missing file or a database without its inbox fails here, in
+  // one line (StoreUnavailableError), not at the first round. Never created: see createConsumerDatabase.
+  const owned = typeof options.database === 'string' ? openConsumerDatabase(options.database) : requireInbox(options.database as Database) && undefined;
   // The file it opened: a round writes nothing once the path names another file, or none.
   const path = typeof options.database === 'string' ? options.database : undefined;
   const opened = path === undefined ? undefined : identityOf(path);

@@ -4,6 +4,7 @@ import Database from 'better-sqlite3';
 import { handlers } from '../../lab/orders/order-handlers.js';
 import { orderDatabaseHandlers, reservedInDatabase } from '../../lab/orders/order-database-handlers.js';
 import { createConsumer } from '../../outbox/consumer/create-consumer.js';
+import { createConsumerDatabase } from '../../outbox/consumer/inbox/consumer-database.js';
 import { seededRandom } from '../../lab/random.js';
 import { keys } from '../../outbox/redis/keys.js';
 import { INVENTORY_KEY } from '../../lab/orders/order-keys.js';
@@ -207,6 +208,7 @@ export async function benchConsumer(redis: Redis, redisUrl: string, workspace: s
     await clearConsumerState(redis);
     await fill(redis, messages);
     const path = join(workspace, `consumer-bench-${round}.db`);
+    createConsumerDatabase(path).close();
     const consumer = await createConsumer({ redis, handlers: orderDatabaseHandlers, database: path, consumerId: 'bench', batchSize: 1000 });
     try {
       inDatabase.push(await timed(events, () => consumer.drain((stats) => bar.set(done + stats.received))));

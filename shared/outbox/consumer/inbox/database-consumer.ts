@@ -11,14 +11,14 @@ import { readEntry } from '../decode-entry.js';
 import { startHeartbeat } from '../heartbeats.js';
 import { driveRounds, takingConnection } from '../drive-rounds.js';
 import { createRetryQueue } from '../retries.js';
-import { ensureInbox, openConsumerDatabase } from './consumer-database.js';
+import { openConsumerDatabase, requireInbox } from './consumer-database.js';
 import { deliverByType, type DatabaseHandlerSet, type Delivery } from './database-handlers.js';
 import { aggregateKeyOf, executeLane, laneOf, type InboxContext, type InboxItem, type InboxOutcome } from './execute-lane.js';
 
 export const DEFAULT_LEASE_MS = 30_000;
 
 export interface DatabaseConsumerOptions {
-  /** The consumer's own SQLite database: a path (created if missing) or a connection the caller opened. */
+  /** The consumer's own SQLite database, with its inbox table (createConsumerDatabase): a path (never created here) or a connection the caller opened. */
   database: string | Db;
   /**
    * How an event reaches its handler: the handler and the event as it gets it, or why it is poison.
@@ -108,8 +108,8 @@ export function createDatabaseConsumer(redis: Redis, options: DatabaseConsumerOp
   const lanes = Math.max(1, options.lanes ?? 1);
   const processingList = keys.processing(consumerId);
   const ownsDb = typeof options.database === 'string';
-  // A connection the caller opened keeps its own settings; it gets the inbox table if it lacks it.
-  const db = typeof options.database === 'string' ? openConsumerDatabase(options.database) : ensureInbox(options.database);
+  // A connection the caller opened keeps its own settings; one without the inbox table is refused.
+  const db = typeof options.database === 'string' ? openConsumerDatabase(options.database) : requireInbox(options.database);
   const waiting = createRetryQueue();
   const context: InboxContext = {
     redis,
