@@ -1,4 +1,5 @@
 import Database from 'better-sqlite3';
+import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -6,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
 import { seededRandom } from '../../lab/random.js';
 import { sleep } from '../../outbox/sleep.js';
-import { Pm2 } from '../local/pm2.js';
+import { Pm2, REPO_ROOT } from '../local/pm2.js';
 import { RedisServer, testClient } from '../local/redis-server.js';
 import { waitFor } from '../local/wait-for.js';
 import { closeRedis, connectRedis } from '../../outbox/redis/connect.js';
@@ -41,8 +42,14 @@ export interface PaymentsChaosOptions {
   leaseMs?: number;
   /** Seed of the fault moments and targets. Default 11. */
   seed?: number;
-  /** How long the apps may take to apply every event once traffic stopped (ms). Default 30000. */
+  /** How long the apps may take to apply every event once traffic stopped (ms). Default 30000 (60000 with consumerDbLoss). */
   drainTimeoutMs?: number;
+  /**
+   * Also the `consumer-db-loss` fault, once, halfway through: the ledger's files deleted under
+   * traffic, then the repair an operator runs (stop the consumers, `outbox verify --repair
+   * --consumer-db`, start them). Default false.
+   */
+  consumerDbLoss?: boolean;
   progress?: (line: string) => void;
 }
 
@@ -51,7 +58,7 @@ export interface PaymentsChaosResult {
   events: number;
   captures: number;
   refunds: number;
-  /** Faults that took effect, by kind: "kill consumer", "kill relay", "pause consumer", "crash <point>". */
+  /** Faults that took effect, by kind: "kill consumer", "kill relay", "pause consumer", "crash <point>", "consumer-db-loss". */
   faults: Record<string, number>;
   /** Crashes that fired at another point than the one armed. */
   misfired: number;
@@ -131,7 +138,11 @@ export async function runPaymentsChaos(options: PaymentsChaosOptions): Promise<P
   const count = (kind: string) => (faults[kind] = (faults[kind] ?? 0) + 1);
   const crashes = () => (existsSync(crashLog) ? readFileSync(crashLog, 'utf8').split('\n').filter(Boolean) : []);
   let misfired = 0;
+  const ledgerPath = join(dataDir, 'ledger.db');
   try {
+    // The example's setup step: the consumer never creates its ledger (issue 30).
+    const init = spawnSync(process.execPath, ['dist/examples/payments/init-ledger.js', ledgerPath], { cwd: REPO_ROOT, encoding: 'utf8' });
+    if (init.status !== 0) throw new Error(`init-ledger failed: ${init.stderr}`);
     const started = await pm2.run('start', 'examples/payments/ecosystem.config.cjs');
     if (started.code !== 0) throw new Error(`pm2 start failed: ${started.stderr || started.stdout}`);
     await waitFor(async () => (await pm2.list()).filter((p) => p.pm2_env.status === 'online').length === 5, { timeoutMs: 20_000, message: 'the payments apps did not come online' });
@@ -146,8 +157,16 @@ export async function runPaymentsChaos(options: PaymentsChaosOptions): Promise<P
       return running.length === 0 ? undefined : running[Math.floor(random() * running.length)];
     };
     const faultsStarted = Date.now();
+    let ledgerLost = !options.consumerDbLoss;
     for (let i = 0; Date.now() - faultsStarted < options.durationMs; i += 1) {
       await sleep(faultEveryMs * (0.5 + random()));
+      if (!ledgerLost && Date.now() - faultsStarted >= options.durationMs / 2) {
+        ledgerLost = true;
+        await loseLedger(pm2, ledgerPath, { dataDir, redisUrl: redis.url, progress });
+        count('consumer-db-loss');
+        progress(`payments chaos ${Math.round((Date.now() - faultsStarted) / 1000)}s: consumer-db-loss, repaired, processed ${await client.hlen(key('processed'))}`);
+        continue;
+      }
       const fault = SCHEDULE[i % SCHEDULE.length];
       const target = await pick(fault.includes('relay') ? 'payments-relay' : 'payments-consumer');
       if (!target) continue;
@@ -180,7 +199,7 @@ export async function runPaymentsChaos(options: PaymentsChaosOptions): Promise<P
     if (stopped.code !== 0) throw new Error(`pm2 stop payments-producer failed: ${stopped.stderr}`);
     for (const point of crashes()) count(`crash ${point}`);
     const payments = new Database(join(dataDir, 'app.db'), { readonly: true, fileMustExist: true });
-    const ledger = new Database(join(dataDir, 'ledger.db'), { readonly: true, fileMustExist: true });
+    const ledger = new Database(ledgerPath, { readonly: true, fileMustExist: true });
     try {
       const events = payments.prepare('SELECT event_id AS id FROM outbox').pluck().all() as string[];
       const drainStarted = Date.now();
@@ -190,7 +209,8 @@ export async function runPaymentsChaos(options: PaymentsChaosOptions): Promise<P
           const inProcessing = lists.length === 0 ? 0 : (await Promise.all(lists.map((list) => client.llen(list)))).reduce((a, b) => a + b, 0);
           return processed >= events.length && queued === 0 && inProcessing === 0;
         },
-        { timeoutMs: options.drainTimeoutMs ?? 30_000, intervalMs: 200, message: 'the consumers did not apply every event' },
+        // The consumer-db-loss fault leaves the events applied before it to apply again: more time.
+        { timeoutMs: options.drainTimeoutMs ?? (options.consumerDbLoss ? 60_000 : 30_000), intervalMs: 200, message: 'the consumers did not apply every event' },
       );
       const drainMs = Date.now() - drainStarted;
 
@@ -254,6 +274,33 @@ export async function runPaymentsChaos(options: PaymentsChaosOptions): Promise<P
     await redis.stop();
     rmSync(workspace, { recursive: true, force: true });
   }
+}
+
+/**
+ * The consumer-db-loss fault: the ledger's files deleted under traffic (the consumers stop writing:
+ * the file they opened is not the live one), then what an operator does: stop the consumers,
+ * `outbox verify --repair --consumer-db` (it creates the ledger and republishes what Redis recorded
+ * applied that it lacks), start them (they create the ledger's own tables and apply those events
+ * again, each once, in order).
+ */
+async function loseLedger(pm2: Pm2, ledgerPath: string, { dataDir, redisUrl, progress }: { dataDir: string; redisUrl: string; progress: (line: string) => void }): Promise<void> {
+  for (const suffix of ['', '-wal', '-shm']) rmSync(ledgerPath + suffix, { force: true });
+  // Under traffic a while: the consumers take events and write none of them.
+  await sleep(1000);
+  const stopped = await pm2.run('stop', 'payments-consumer');
+  if (stopped.code !== 0) throw new Error(`pm2 stop payments-consumer failed: ${stopped.stderr}`);
+  const env = { ...process.env, REDIS_URL: redisUrl, OUTBOX_DIR: dataDir, OUTBOX_NAMESPACE: NAMESPACE };
+  const repair = spawnSync(process.execPath, ['dist/apps/cli/main.js', 'verify', '--repair', '--yes', '--settle', '0s', '--consumer-db', ledgerPath], { cwd: REPO_ROOT, env, encoding: 'utf8' });
+  if (repair.status !== 0 || !/^repair: the consumer database lacked \d+ event/m.test(repair.stdout)) {
+    throw new Error(`outbox verify --repair --consumer-db did not rebuild the ledger (exit ${repair.status}): ${repair.stdout}${repair.stderr}`);
+  }
+  progress(`payments chaos: ${repair.stdout.split('\n').find((line) => line.startsWith('repair: the consumer database lacked'))}`);
+  const restarted = await pm2.run('restart', 'payments-consumer');
+  if (restarted.code !== 0) throw new Error(`pm2 restart payments-consumer failed: ${restarted.stderr}`);
+  await waitFor(async () => (await pm2.list()).filter((p) => p.name === 'payments-consumer' && p.pm2_env.status === 'online').length === 2, {
+    timeoutMs: 20_000,
+    message: 'the consumers did not come back after the repair',
+  });
 }
 
 /** The figures as a few lines, for a person. */
