@@ -13,6 +13,7 @@ import { useHarness } from './helpers/harness.js';
 import { configOfEnv, orders } from './helpers/orders.js';
 import { withPartitions } from '../apps/cli/stores.js';
 import { tempDir, outboxRowOf } from './helpers/stores.js';
+import { guardCount, guardOf } from './helpers/guards.js';
 
 // The aggregate horizon (issue 29): the seq guard of an aggregate idle past it is dropped, and the
 // aggregate's next event is still applied once and in order, by its predecessor's commit time.
@@ -33,7 +34,7 @@ async function consume(): Promise<void> {
 
 /** Drains (and so sweeps) until the horizon has dropped every guard: the horizon is time, so this waits for it. */
 async function untilGuardsDropped(): Promise<void> {
-  await waitFor(async () => (await consume(), (await h.client.hlen('outbox:applied-seq')) === 0), { timeoutMs: 10_000, intervalMs: 200, message: 'the horizon dropped no guard' });
+  await waitFor(async () => (await consume(), (await guardCount(h.client)) === 0), { timeoutMs: 10_000, intervalMs: 200, message: 'the horizon dropped no guard' });
 }
 
 const rowOf = (aggregate: string, seq: number) => outboxRowOf(h.env.dir, aggregate, seq);
@@ -55,13 +56,13 @@ describe('the aggregate horizon', () => {
     await o.relay();
     await consume();
     assert.equal(await reserved(), 7, 'order 1 went from 1 to 5: applied once');
-    assert.equal(await h.client.hget('outbox:applied-seq', 'order:1'), '2');
+    assert.equal(await guardOf(h.client, 'order:1'), '2');
 
     // order:2's first event again, its record and guard both gone: committed before the drops reached.
     await h.client.rpush('outbox.events', toMessage(rowOf('order:2', 1), h.storeId));
     await consume();
     assert.equal(await reserved(), 7, 'the old event was not applied again');
-    assert.equal(await h.client.hget('outbox:applied-seq', 'order:2'), null);
+    assert.equal(await guardOf(h.client, 'order:2'), null);
     assert.equal(await h.client.hget('outbox:meta', 'takenEvent'), null, 'no taken seq alarm');
     await o.verify('0s');
   });
@@ -83,7 +84,7 @@ describe('the aggregate horizon', () => {
     await h.client.rpush('outbox.events', second);
     await consume();
     assert.equal(await reserved(), 6, 'seq 2 then seq 3, each once');
-    assert.equal(await h.client.hget('outbox:applied-seq', 'order:1'), '3');
+    assert.equal(await guardOf(h.client, 'order:1'), '3');
     assert.equal(await h.client.hlen('outbox.events:parked'), 0);
   });
 

@@ -1,7 +1,7 @@
 /**
  * Adversarial tests of the batched apply script (apply-events-14.lua), the one-script take
  * (move-to-processing-2.lua) and database mode's claim and complete (claim-event-11.lua,
- * complete-event-11.lua): calls whose events are NOT independent (the same event twice,
+ * complete-event-12.lua): calls whose events are NOT independent (the same event twice,
  * successive seqs, effects on one key), bad state it must refuse before its first write, and
  * data faults. Real redis-server, real scripts through their wrappers.
  */
@@ -12,6 +12,8 @@ import { z } from 'zod';
 import { createConsumer, defineEvents, defineRedisHandlers, effect } from '../shared/outbox/index.js';
 import { applyEvents, claimEvents, completeEvents, defineScripts, moveToProcessing, raiseAppliedSeq, requeueDeadLetter, requeueParked, type EventToApply, type EventToClaim } from '../shared/outbox/redis/scripts.js';
 import { useHarness } from './helpers/harness.js';
+import { guardOf, setGuard } from './helpers/guards.js';
+import { guardKeyOf } from '../shared/outbox/redis/guards.js';
 
 const h = useHarness();
 const LIST = 'outbox.events:processing:review';
@@ -68,14 +70,14 @@ describe('events of one call that depend on each other', () => {
     assert.equal(await h.client.hget('bal', 'a'), '5');
     assert.equal(await h.client.hget('outbox:apply-count', 'e1'), '1');
     assert.equal(await h.client.llen(LIST), 0);
-    assert.equal(await h.client.hget('outbox:applied-seq', 'a'), '1');
+    assert.equal(await guardOf(h.client, 'a'), '1');
   });
 
   it('seqs n and n+1 of one aggregate in one call are both applied, effects on one field cumulative', async () => {
     const r = await apply([ev('e1', 'a', 1, [['hincrby', 'bal', 'a', '5']]), ev('e2', 'a', 2, [['hincrby', 'bal', 'a', '-2'], ['hincrby', 'bal', 'a', '10']])]);
     assert.deepEqual(r.outcomes, ['applied', 'applied']);
     assert.equal(await h.client.hget('bal', 'a'), '13');
-    assert.equal(await h.client.hget('outbox:applied-seq', 'a'), '2');
+    assert.equal(await guardOf(h.client, 'a'), '2');
     assert.deepEqual(await h.client.hgetall('outbox:apply-count'), { e1: '1', e2: '1' });
   });
 
@@ -101,7 +103,7 @@ describe('events of one call that depend on each other', () => {
     assert.deepEqual(await h.client.lrange('outbox.events', 0, -1), [ev('e2', 'a', 2).raw, ev('e3', 'a', 3).raw, ev('q1', 'b', 1).raw]);
     await moveToProcessing(redis, LIST, 2);
     assert.deepEqual((await applyEvents(redis, LIST, [ev('e2', 'a', 2), ev('e3', 'a', 3)], 60)).outcomes, ['applied', 'applied']);
-    assert.equal(await h.client.hget('outbox:applied-seq', 'a'), '3');
+    assert.equal(await guardOf(h.client, 'a'), '3');
     assert.deepEqual(await h.client.hgetall('outbox:stats'), { applied: '3', parked: '2', unparked: '2' });
   });
 
@@ -118,7 +120,7 @@ describe('events of one call that depend on each other', () => {
     assert.equal(await h.client.hlen('outbox.events:parked'), 0);
     await moveToProcessing(redis, LIST, 1000);
     assert.ok((await applyEvents(redis, LIST, chain.slice(256), 60)).outcomes.every((o) => o === 'applied'));
-    assert.equal(await h.client.hget('outbox:applied-seq', 'a'), '301');
+    assert.equal(await guardOf(h.client, 'a'), '301');
     assert.equal(await h.client.hget('sum', 'a'), String((301 * 302) / 2));
     assert.deepEqual(await h.client.hgetall('outbox:stats'), { applied: '301', parked: '300', unparked: '300' });
     assert.equal(await h.client.llen(LIST), 0);
@@ -237,8 +239,8 @@ describe('bad state and bad input: refused before the first write', () => {
     assert.deepEqual(await snapshot(), before);
   });
 
-  it('processed hash or applied-seq hash of another type: the call fails and Redis is unchanged', async () => {
-    for (const key of ['processed', 'outbox:applied-seq']) {
+  it('processed hash, a guard bucket or the old applied-seq hash of another type: the call fails and Redis is unchanged', async () => {
+    for (const key of ['processed', guardKeyOf('a'), 'outbox:applied-seq']) {
       await h.client.flushall();
       await h.client.hset('outbox:meta', 'store', h.storeId);
       await h.client.set(key, 'corrupt');
@@ -357,7 +359,7 @@ describe('database mode\'s claim and complete: bad state refused before the firs
   }
 
   it('claim: an apply-count hash of another type leaves the claims as they were and says why an event behind the seq guard was not checked for a taken seq', async () => {
-    await h.client.hset('outbox:applied-seq', 'a', '1');
+    await setGuard(h.client, 'a', '1');
     await h.client.set('outbox:apply-count', 'corrupt');
     const r = await claim([ce('e1', 'a', 1), ce('e2', 'b', 1)]);
     assert.deepEqual(r.outcomes, ['duplicate', 'claimed']);
@@ -375,22 +377,22 @@ describe('database mode\'s claim and complete: bad state refused before the firs
   });
 
   it('complete: an aggregate whose applied seq went back since the claim and whose marker is gone (Redis rebuilt meanwhile) is not jumped: the event is left in the processing list, and its redelivery waits behind the events before it; with its marker there it is recorded', async () => {
-    await h.client.hset('outbox:applied-seq', 'a', '2');
+    await setGuard(h.client, 'a', '2');
     assert.deepEqual((await claim([ce('e3', 'a', 3)])).outcomes, ['claimed']);
     // Only the applied seq went back (its marker, the claim, still there): recorded, as before.
-    await h.client.hset('outbox:applied-seq', 'a', '0');
+    await setGuard(h.client, 'a', '0');
     const kept = await completeEvents(redis, LIST, [ce('e3', 'a', 3)], 60);
     assert.deepEqual(kept.outcomes, ['applied']);
-    assert.equal(await h.client.hget('outbox:applied-seq', 'a'), '3');
+    assert.equal(await guardOf(h.client, 'a'), '3');
     await h.client.del('processed', 'outbox:apply-count');
     await h.client.rpush(LIST, ce('e3', 'a', 3).raw);
     // A rebuilt Redis: the claim's marker gone, the aggregate's applied seq back at 0, its events 1 and 2 delivered again.
     await h.client.del('outbox:seen:e3');
-    await h.client.hset('outbox:applied-seq', 'a', '0');
+    await setGuard(h.client, 'a', '0');
     const r = await completeEvents(redis, LIST, [ce('e3', 'a', 3)], 60);
     assert.deepEqual(r.outcomes, ['invalid']);
     assert.deepEqual(r.problems, ['event e3 completed at seq 3 while outbox:applied-seq field a held 0: left in the processing list, to wait behind the events before it']);
-    assert.equal(await h.client.hget('outbox:applied-seq', 'a'), '0');
+    assert.equal(await guardOf(h.client, 'a'), '0');
     assert.equal(await h.client.hexists('processed', 'e3'), 0);
     assert.deepEqual(await h.client.lrange(LIST, 0, -1), [ce('e3', 'a', 3).raw]);
     // Its redelivery is parked; seqs 1 and 2 are claimed, not skipped (nor taken for events at a seq another took).
@@ -439,7 +441,7 @@ describe('data faults', () => {
     const r = await apply([ev('e5', 'a', 5, [['hincrby', 'c', 'x', '1']]), ev('e4', 'a', 4, [['hincrby', 'c', 'x', '1']])]);
     assert.deepEqual(r.outcomes, ['duplicate', 'duplicate']);
     assert.equal(await h.client.exists('c'), 0);
-    assert.equal(await h.client.hget('outbox:applied-seq', 'a'), '5');
+    assert.equal(await guardOf(h.client, 'a'), '5');
   });
 
   it('processed entry gone but marker alive, for one event among new ones: only that one skipped', async () => {
@@ -450,7 +452,7 @@ describe('data faults', () => {
   });
 
   it('applied seq not an integer: that aggregate invalid with a problem, the others applied', async () => {
-    await h.client.hset('outbox:applied-seq', 'a', 'x');
+    await setGuard(h.client, 'a', 'x');
     const r = await apply([ev('e1', 'a', 1), ev('e2', 'b', 1)]);
     assert.deepEqual(r.outcomes, ['invalid', 'applied']);
     assert.match(r.problems.join('\n'), /field a holds "x"/);

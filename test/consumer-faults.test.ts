@@ -11,6 +11,8 @@ import { createLogger } from '../shared/outbox/logger.js';
 import { connectRedis } from '../shared/outbox/redis/connect.js';
 import { consumerHealth } from '../shared/runtime/health/consumer-health.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
+import { dropAllGuards, guardOf, setGuard } from './helpers/guards.js';
+import { guardKeyOf } from '../shared/outbox/redis/guards.js';
 
 const h = useHarness();
 const o = orders(() => h.env);
@@ -44,7 +46,7 @@ describe('the apply script under corrupt Redis state', () => {
   });
 
   for (const [what, key, field] of [
-    ['a non-numeric applied seq', 'outbox:applied-seq', 'order:1'],
+    ['a non-numeric applied seq', guardKeyOf('order:1'), 'order:1'],
     ['a non-numeric inventory field', 'inventory:reserved', 'SKU-X'],
   ] as const) {
     it(`${what}: that event stays in the processing list, the others are applied, verify names the field`, async () => {
@@ -156,7 +158,7 @@ describe('the apply script under corrupt Redis state', () => {
   });
 
   it('seqs are exact integers: a parked field for seq 2^53-1 keeps every digit', async () => {
-    await h.client.hset('outbox:applied-seq', 'order:5', '9007199254740989');
+    await setGuard(h.client, 'order:5', '9007199254740989');
     await h.client.rpush('outbox.events', message(5, '9007199254740991'));
     assert.match((await consume()).stdout, /parked 1/);
     const [field] = await h.client.hkeys('outbox.events:parked');
@@ -172,14 +174,15 @@ describe('double effects', () => {
     await o.relay();
     await o.consume();
     const markers = await h.client.keys('outbox:seen:*');
-    await h.client.del(...markers, 'outbox:applied-seq');
+    await h.client.del(...markers);
+    await dropAllGuards(h.client);
     await h.cli('replay', '--from', '1');
     await o.relay();
     assert.match((await h.cli('consume')).stdout, /applied 0, duplicates skipped 2/);
     assert.equal(await h.client.hget('inventory:reserved', 'SKU-A'), '5');
     assert.deepEqual(Object.values(await h.client.hgetall('outbox:apply-count')), ['1', '1']);
     // The duplicates put the lost seq guard back.
-    assert.equal(await h.client.hget('outbox:applied-seq', 'order:1'), '2');
+    assert.equal(await guardOf(h.client, 'order:1'), '2');
     await o.verify();
   });
 
@@ -190,7 +193,7 @@ describe('double effects', () => {
     await o.consume();
     const [first] = await h.client.hkeys('processed');
     await h.client.hdel('processed', first);
-    await h.client.del('outbox:applied-seq');
+    await dropAllGuards(h.client);
     await h.cli('replay', '--from', '1');
     await o.relay();
     // The marker of the one, the processed entry of the other: both skipped, in one call.
@@ -204,7 +207,8 @@ describe('double effects', () => {
     await o.relay();
     await o.consume();
     const [eventId] = await h.client.hkeys('processed');
-    await h.client.del(...(await h.client.keys('outbox:seen:*')), 'outbox:applied-seq');
+    await h.client.del(...(await h.client.keys('outbox:seen:*')));
+    await dropAllGuards(h.client);
     await h.client.hdel('processed', eventId);
     await h.cli('replay', '--from', '1');
     await o.relay();

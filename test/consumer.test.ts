@@ -13,6 +13,7 @@ import { orders } from './helpers/orders.js';
 import { RedisServer, testClient } from '../shared/tooling/local/redis-server.js';
 import { readDb } from './helpers/stores.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
+import { guardOf, guardsOf } from './helpers/guards.js';
 
 const h = useHarness();
 const o = orders(() => h.env);
@@ -84,7 +85,7 @@ describe('outbox consume', () => {
     assert.match(result.stdout, /received 7 \(0 recovered from outbox\.events:processing:cli\): applied 6, duplicates skipped 1, parked 0, dead-lettered 0/);
     assert.match(result.stdout, /HLEN processed = 6/);
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), { 'SKU-A': '3', 'SKU-B': '6' });
-    assert.deepEqual(await h.client.hgetall('outbox:applied-seq'), { 'order:1': '2', 'order:2': '2', 'order:3': '1', 'order:4': '1' });
+    assert.deepEqual(await guardsOf(h.client), { 'order:1': '2', 'order:2': '2', 'order:3': '1', 'order:4': '1' });
     await assertAppliedExactlyOnce(6);
     const verify = await h.cli('verify');
     assert.match(verify.stdout, /VERIFY OK/);
@@ -117,7 +118,7 @@ describe('outbox consume', () => {
     await h.client.rpush('outbox.events', placed);
     assert.match((await h.cli('consume')).stdout, /applied 3/);
     assert.equal(await h.client.hlen('outbox.events:parked'), 0);
-    assert.equal(await h.client.hget('outbox:applied-seq', 'order:7'), '3');
+    assert.equal(await guardOf(h.client, 'order:7'), '3');
     assert.equal(await h.client.hget('inventory:reserved', 'SKU-G'), '0');
     assert.equal(await h.client.hget('outbox:stats', 'unparked'), '2');
   });

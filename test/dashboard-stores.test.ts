@@ -21,6 +21,7 @@ import { useHarness } from './helpers/harness.js';
 import { usePostgres } from './helpers/postgres.js';
 import { startRedisCluster } from './helpers/redis-cluster.js';
 import { count } from './helpers/stores.js';
+import { guardOf } from './helpers/guards.js';
 
 // Issue 12: the dashboard app (its HTTP API: the page draws what /api/state answers) across
 // partitions on one Redis, and on the PostgreSQL store.
@@ -115,7 +116,7 @@ describe('the dashboard across partitions', () => {
       assert.equal((await post(dashboard.port, '/api/dead-letter/retry', { key: `0:${dead.key.slice(2)}` }, { authorization: `Bearer ${token}` })).status, 404, 'the key names its partition');
       const retried = await post(dashboard.port, '/api/dead-letter/retry', { key: dead.key }, { authorization: `Bearer ${token}` });
       assert.equal(retried.status, 200, await retried.clone().text());
-      await waitFor(async () => (await parts!.clients[2].hget(keys.appliedSeq, `order:${failing}`)) === '2', { message: 'the retried dead letter was not applied' });
+      await waitFor(async () => (await guardOf(parts!.clients[2], `order:${failing}`)) === '2', { message: 'the retried dead letter was not applied' });
       await stateWhere(dashboard, (s) => s.pipeline.applied === total && s.deadLetters.length === 0 && s.parked.length === 0 && s.partitions?.[2].deadLettered === 0, 'the retry is not shown');
       const verify = await runCli(['verify'], { ...h.env, env: { OUTBOX_PARTITIONS: String(PARTITIONS) } });
       assert.equal(verify.code, 0, verify.stdout + verify.stderr);

@@ -16,6 +16,7 @@ import { closeChromium, launchChromium } from './helpers/browser.js';
 import { runCli } from './helpers/cli.js';
 import { runLoad } from './helpers/http-load.js';
 import { count, storeIdIn, tempDir } from './helpers/stores.js';
+import { guardOf } from './helpers/guards.js';
 
 // Issue 13, part 2: the dashboard page, run by pm2 from ecosystem.config.cjs and driven in a real
 // headless Chromium.
@@ -226,7 +227,7 @@ describe('the dashboard page in a real Chromium', () => {
     await setToken(token);
     await page.click('#dead-letters tbody tr[data-key] button.retry');
     await waitFor(async () => (await text('#action-result')) === 'dead-letter 0: put back on the queue', { message: 'the retry was not done' });
-    await waitFor(async () => (await client.hget('outbox:applied-seq', 'order:1')) === '2', { message: 'order 1 was not applied after the retry' });
+    await waitFor(async () => (await guardOf(client, 'order:1')) === '2', { message: 'order 1 was not applied after the retry' });
     await waitFor(async () => (await text('#dead-letters tbody')) === 'no dead letters' && (await text('#parked tbody')) === 'nothing parked', { message: 'the tables still list them' });
     assert.equal(await number('#dead-count'), 0);
     await screenshot('3-retried');

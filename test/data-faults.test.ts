@@ -14,6 +14,7 @@ import { runCli, startCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
 import { orders } from './helpers/orders.js';
 import { count, snapshotStores, storeIdIn } from './helpers/stores.js';
+import { dropAllGuards, dropGuard, guardOf, guardsOf, setGuard } from './helpers/guards.js';
 
 const h = useHarness();
 const o = orders(() => h.env);
@@ -244,13 +245,15 @@ describe('Redis that lost its state', () => {
     assert.deepEqual(await h.client.smembers('outbox:effect-keys'), ['inventory:reserved']);
     // The inventory and processed survive while the applied seqs and dedupe markers go ...
     const markers = await h.client.keys('outbox:seen:*');
-    await h.client.del('outbox:meta', 'outbox:applied-seq', ...markers);
+    await h.client.del('outbox:meta', ...markers);
+    await dropAllGuards(h.client);
     await o.relay();
     await o.consume();
     await o.verify();
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
     // ... or the dedupe markers survive while the effects go.
-    await h.client.del('outbox:meta', 'processed', 'inventory:reserved', 'outbox:applied-seq');
+    await h.client.del('outbox:meta', 'processed', 'inventory:reserved');
+    await dropAllGuards(h.client);
     await o.relay();
     assert.match((await h.cli('consume')).stdout, /applied 7, duplicates skipped 0, parked 0/);
     await o.verify();
@@ -259,7 +262,7 @@ describe('Redis that lost its state', () => {
 
   it("the applied seqs lost alone (the meta hash and processed kept): the aggregates' next events park; verify names each, --repair raises it to what processed shows applied and they apply, none twice", async () => {
     await applyLifecycle();
-    await h.client.del('outbox:applied-seq');
+    await dropAllGuards(h.client);
     // Orders keep coming: order 1's seq 4 and order 3's seq 2 wait for seqs Redis applied already; a new order applies.
     o.changeQty(1, 6);
     o.changeQty(3, 4);
@@ -275,11 +278,11 @@ describe('Redis that lost its state', () => {
     const plan = await runCli(['verify', '--repair', '--dry-run', '--settle', '0s'], h.env);
     assert.match(plan.stdout, /^verify --repair would raise the applied seq of 4 aggregate\(s\) that Redis lost/m);
     assert.match(plan.stdout, /^ +order:1 applied seq 0 -> 3$/m);
-    assert.deepEqual(await h.client.hgetall('outbox:applied-seq'), { 'order:5': '1' }, 'the dry run changed nothing');
+    assert.deepEqual(await guardsOf(h.client), { 'order:5': '1' }, 'the dry run changed nothing');
     const repaired = await h.cli('verify', '--repair', '--yes', '--settle', '0s');
     assert.match(repaired.stdout, /^repair: 4 aggregate\(s\) given back the applied seq their processed entries show; 2 parked event\(s\) queued again$/m);
     assert.match((await h.cli('consume')).stdout, /applied 2, duplicates skipped 0, parked 0,/);
-    assert.deepEqual(await h.client.hgetall('outbox:applied-seq'), { 'order:1': '4', 'order:2': '2', 'order:3': '2', 'order:4': '1', 'order:5': '1' });
+    assert.deepEqual(await guardsOf(h.client), { 'order:1': '4', 'order:2': '2', 'order:3': '2', 'order:4': '1', 'order:5': '1' });
     await o.verify('0s');
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
   });
@@ -291,36 +294,36 @@ describe('Redis that lost its state', () => {
     await o.relay();
     await o.consume();
     // Order 1's seqs 1-3 are pruned, its seq 4 applied and kept; then its applied seq goes, and seq 5 parks.
-    await h.client.hdel('outbox:applied-seq', 'order:1');
+    await dropGuard(h.client, 'order:1');
     o.changeQty(1, 7);
     await o.relay();
     assert.match((await h.cli('consume')).stdout, /applied 0, duplicates skipped 0, parked 1,/);
     await repairsPrunedPrefixAsApplied(/^aggregates whose applied seq != last seq +0 +1 +FAIL\n +e\.g\. order:1: applied seq 0 in Redis, its events applied through seq 4 /m, 1);
-    assert.equal(await h.client.hget('outbox:applied-seq', 'order:1'), '5');
+    assert.equal(await guardOf(h.client, 'order:1'), '5');
   });
 
   it('the applied seqs lost after a prune of every event of the aggregates: the last pruned event\'s processed entry shows them applied, so they count as applied, not as lost effects, and --repair raises each seq to the pruned one', async () => {
     await applyLifecycle();
     assert.match((await h.cli('prune', '--older-than', '0s')).stdout, /^pruned 7 PUBLISHED row/m);
-    await h.client.del('outbox:applied-seq');
+    await dropAllGuards(h.client);
     // Order 1's seqs 1-3 are all pruned; its seq 4 parks, waiting for seq 1.
     o.changeQty(1, 6);
     await o.relay();
     assert.match((await h.cli('consume')).stdout, /applied 0, duplicates skipped 0, parked 1,/);
     await repairsPrunedPrefixAsApplied(/^aggregates whose applied seq != last seq +0 +4 +FAIL\n +e\.g\. order:1: applied seq 0 in Redis, its events applied through seq 3 /m, 4);
-    assert.deepEqual(await h.client.hgetall('outbox:applied-seq'), { 'order:1': '4', 'order:2': '2', 'order:3': '1', 'order:4': '1' });
+    assert.deepEqual(await guardsOf(h.client), { 'order:1': '4', 'order:2': '2', 'order:3': '1', 'order:4': '1' });
   });
 
   it('the applied seqs lost alone, then the applied events replayed: each duplicate whose processed entry shows it applied puts the seq guard back and releases the event parked behind it', async () => {
     await applyLifecycle();
-    await h.client.del('outbox:applied-seq');
+    await dropAllGuards(h.client);
     o.changeQty(1, 6);
     await o.relay();
     assert.match((await h.cli('consume')).stdout, /applied 0, duplicates skipped 0, parked 1,/);
     assert.match((await h.cli('replay', '--from', '1', '--to', '7')).stdout, /^7 row\(s\) set back to PENDING/m);
     await o.relay();
     assert.match((await h.cli('consume')).stdout, /applied 1, duplicates skipped 7, parked 0,/);
-    assert.equal(await h.client.hget('outbox:applied-seq', 'order:1'), '4');
+    assert.equal(await guardOf(h.client, 'order:1'), '4');
     assert.equal(await h.client.hlen('outbox.events:parked'), 0);
     await o.verify('0s');
     assert.deepEqual(await h.client.hgetall('inventory:reserved'), liveReserved());
@@ -328,12 +331,12 @@ describe('Redis that lost its state', () => {
 
   it('a parked event whose aggregate\'s applied seq was put back without releasing it (by hand, as database mode\'s claim did before it released them too) is named, and --repair queues it again', async () => {
     await applyLifecycle();
-    await h.client.hdel('outbox:applied-seq', 'order:1');
+    await dropGuard(h.client, 'order:1');
     o.changeQty(1, 6);
     await o.relay();
     assert.match((await h.cli('consume')).stdout, /applied 0, duplicates skipped 0, parked 1,/);
     // The seq guard back at 3, order 1's seq 4 still parked.
-    await h.client.hset('outbox:applied-seq', 'order:1', '3');
+    await setGuard(h.client, 'order:1', '3');
     const broken = await runCli(['verify', '--settle', '0s'], h.env);
     assert.equal(broken.code, 1);
     assert.match(broken.stdout, /^parked events \(waiting for a gap\) +0 +1 +FAIL\n +e\.g\. order:1:4: its aggregate's applied seq has reached the seq before it, it waits for nothing; outbox verify --repair queues it again$/m);
@@ -425,7 +428,7 @@ describe('Redis that lost its state', () => {
     assert.match(after.stdout, /pruned events Redis lost \(effects cannot be rebuilt\) +0 +1 +FAIL/);
     assert.match(after.stdout, /aggregates whose applied seq != last seq +0 +0 +ok/);
     assert.match(after.stdout, /parked events \(waiting for a gap\) +0 +0 +ok/);
-    assert.equal(await h.client.hget('outbox:applied-seq', 'order:3'), '3');
+    assert.equal(await guardOf(h.client, 'order:3'), '3');
   });
 
   it('Redis restored after a prune from a copy taken while an applied seq was lost: only the pruned events after the last one the copy shows applied count as lost', async () => {
@@ -434,7 +437,7 @@ describe('Redis that lost its state', () => {
     await o.relay();
     await o.consume();
     // The copy: order 1's seqs 1-2 applied (their processed entries and effects), its applied seq gone.
-    await h.client.hdel('outbox:applied-seq', 'order:1');
+    await dropGuard(h.client, 'order:1');
     const copy = await Promise.all((await h.client.keys('*')).map(async (key) => ({ key, value: await h.client.dumpBuffer(key), ttl: await h.client.pttl(key) })));
     // Then its seq 3 applies (after --repair raised the seq), and all three are pruned.
     o.changeQty(1, 3);
@@ -449,7 +452,7 @@ describe('Redis that lost its state', () => {
     assert.equal(broken.code, 1);
     assert.match(broken.stdout, /^pruned events Redis lost \(effects cannot be rebuilt\) +0 +1 +FAIL\n +e\.g\. order:1 seq 3-3: applied seq behind the prune/m);
     assert.match((await h.cli('verify', '--repair', '--yes', '--settle', '0s')).stdout, /^repair: 1 aggregate\(s\) given their pruned seq \(1 pruned event\(s\) whose effects Redis lost, counted as unrecoverable\)/m);
-    assert.equal(await h.client.hget('outbox:applied-seq', 'order:1'), '3');
+    assert.equal(await guardOf(h.client, 'order:1'), '3');
     assert.equal(await h.client.hget('outbox:meta', 'unrecoverable'), '1');
   });
 

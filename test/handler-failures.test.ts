@@ -17,6 +17,7 @@ import { createConsumer } from '../shared/outbox/index.js';
 import { runCli } from './helpers/cli.js';
 import { useHarness } from './helpers/harness.js';
 import { orders } from './helpers/orders.js';
+import { guardOf } from './helpers/guards.js';
 
 const h = useHarness();
 const o = orders(() => h.env);
@@ -129,15 +130,15 @@ describe('consumer app: a failing handler is retried, a poison event dead-letter
     try {
       // Taken in the same round as seq 2, seq 3 is parked behind it; order 2 flows on.
       await waitFor(async () => (await parkedFields()).includes('order:1:3'), { message: 'seq 3 was not parked behind the waiting seq 2' });
-      await waitFor(async () => (await h.client.hget('outbox:applied-seq', 'order:2')) === '2');
-      assert.equal(await h.client.hget('outbox:applied-seq', 'order:1'), '1');
+      await waitFor(async () => (await guardOf(h.client, 'order:2')) === '2');
+      assert.equal(await guardOf(h.client, 'order:1'), '1');
       assert.ok(Number(await h.client.hget('outbox:attempts', (await eventIdOf(1, 2))!)) >= 1, 'the failed attempts are counted in Redis');
       assert.equal(await h.client.llen('outbox.events:processing:consumer-0'), 1, 'the waiting event stays in the processing list');
       // seq 4 arrives in a later round while seq 2 still waits: parked too.
       await writeAndRelay((orders) => orders.cancelOrder(1));
       await waitFor(async () => (await parkedFields()).includes('order:1:4'), { message: 'seq 4 was not parked behind the waiting seq 2' });
-      assert.equal(await h.client.hget('outbox:applied-seq', 'order:1'), '1', 'seq 2 still waits (the test must reach this before its retry succeeds)');
-      await waitFor(async () => (await h.client.hget('outbox:applied-seq', 'order:1')) === '4', { message: 'order 1 was not released' });
+      assert.equal(await guardOf(h.client, 'order:1'), '1', 'seq 2 still waits (the test must reach this before its retry succeeds)');
+      await waitFor(async () => (await guardOf(h.client, 'order:1')) === '4', { message: 'order 1 was not released' });
     } finally {
       assert.equal(await stop(app), 0);
     }
@@ -230,7 +231,7 @@ describe('consumer app: a failing handler is retried, a poison event dead-letter
     assert.equal(await h.client.exists('outbox:attempts'), 0, 'the count is cleared once dead-lettered');
     assert.equal(await h.client.hget('outbox:stats', 'handlerFailures'), '5');
     assert.deepEqual(await parkedFields(), ['order:1:3', 'order:1:4']);
-    assert.equal(await h.client.hget('outbox:applied-seq', 'order:1'), '1');
+    assert.equal(await guardOf(h.client, 'order:1'), '1');
     assert.deepEqual(await appliedSeqs(2), [1, 2], 'other orders are applied');
     assert.deepEqual(await appliedSeqs(3), [1, 2]);
     assert.match(sick.output(), /"msg":"dead-lettered","reason":"handler failed 5 times: /);

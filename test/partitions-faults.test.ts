@@ -24,6 +24,7 @@ import { slotOf } from '../shared/outbox/redis/cluster-client.js';
 import { before } from 'node:test';
 import { createPgLabSchema, createPgOrderService } from '../shared/lab/orders/pg-order-service.js';
 import { usePostgres } from './helpers/postgres.js';
+import { guardsOf } from './helpers/guards.js';
 
 // Faults against the partition leases (app.db, one Redis, 3 partitions, real app processes and
 // real signals): a consumer frozen past its lease, two consumers with one id, a consumer dead right
@@ -445,19 +446,19 @@ describe('pairing when some partitions lost their state', () => {
     const db = openDatabase(h.env.dir);
     db.prepare('INSERT INTO outbox_pruned (aggregate_id, through_seq, events) VALUES (?, 7, 7), (?, 4, 4)').run(prunedIn1, prunedIn0);
     db.close();
-    const kept = await Promise.all([0, 2].map((p) => Promise.all([partitions().clients[p].hgetall(keys.appliedSeq), partitions().clients[p].hgetall(keys.applyCount), partitions().clients[p].hgetall(keys.meta)])));
+    const kept = await Promise.all([0, 2].map((p) => Promise.all([guardsOf(partitions().clients[p]), partitions().clients[p].hgetall(keys.applyCount), partitions().clients[p].hgetall(keys.meta)])));
     await unlinkAll(partitions().clients[1], scanKeys(partitions().clients[1], '*'));
     const again = [relayApp(), consumerApp('one')];
     try {
       for (const app of again) await started(app);
       await waitFor(() => /Redis lost its state \(partition 1\)/.test(again[0].output()), { timeoutMs: 15_000, message: again[0].output() });
       await assertLedger();
-      const applied1 = await partitions().clients[1].hgetall(keys.appliedSeq);
+      const applied1 = await guardsOf(partitions().clients[1]);
       assert.equal(applied1[prunedIn1], '7');
       assert.equal(applied1[prunedIn0], undefined, "partition 0's pruned aggregate is not written into partition 1");
       assert.equal(await partitions().clients[1].hget(keys.meta, 'unrecoverable'), '7');
       assert.equal(await partitions().clients[1].hget(keys.meta, 'partition'), `1/${PARTITIONS}`);
-      const now = await Promise.all([0, 2].map((p) => Promise.all([partitions().clients[p].hgetall(keys.appliedSeq), partitions().clients[p].hgetall(keys.applyCount), partitions().clients[p].hgetall(keys.meta)])));
+      const now = await Promise.all([0, 2].map((p) => Promise.all([guardsOf(partitions().clients[p]), partitions().clients[p].hgetall(keys.applyCount), partitions().clients[p].hgetall(keys.meta)])));
       assert.deepEqual(now, kept, 'partitions 0 and 2 untouched by the rebuild');
     } finally {
       await stopApps(again);

@@ -10,6 +10,7 @@ import { useHarness } from './helpers/harness.js';
 import { usePostgres } from './helpers/postgres.js';
 import { orders } from './helpers/orders.js';
 import { pgAttachedApps } from '../shared/runtime/pg-attached-apps.js';
+import { guardsOf } from './helpers/guards.js';
 
 // The relay app on the PostgreSQL store: several at once, no BullMQ job between them.
 const db = usePostgres();
@@ -87,7 +88,7 @@ describe('the relay app on PostgreSQL', () => {
     assert.deepEqual(new Set(Object.values(await h.client.hgetall('outbox:apply-count'))), new Set(['1']), 'no event applied twice');
     assert.equal(await h.client.hlen('outbox:parked'), 0);
     const lastSeqs = (await db.pool(1).query('SELECT aggregate_id, last_seq::int FROM outbox_aggregates')).rows;
-    const applied = await h.client.hgetall('outbox:applied-seq');
+    const applied = await guardsOf(h.client);
     for (const { aggregate_id, last_seq } of lastSeqs) assert.equal(Number(applied[aggregate_id]), last_seq, aggregate_id);
     // In seq order: per order, the apply order the consumer recorded rises with the seq.
     const events = (await db.pool(1).query('SELECT event_id, aggregate_id, seq::int FROM outbox ORDER BY aggregate_id, seq')).rows;

@@ -15,6 +15,7 @@ import { usePostgres } from './helpers/postgres.js';
 import { tempDir } from './helpers/stores.js';
 import { handlers as accountHandlers } from './fixtures/account-handlers.js';
 import { depositEvents } from './fixtures/pg-accounts.js';
+import { guardOf } from './helpers/guards.js';
 
 const h = useHarness({ init: false });
 const db = usePostgres();
@@ -66,7 +67,7 @@ async function assertAppliedOncePerSeq(pool: pg.Pool): Promise<void> {
   for (const [aggregate, orders] of perAggregate) {
     assert.deepEqual(orders, [...orders].sort((a, b) => a - b), `${aggregate}: applied in seq order`);
     assert.equal(Number(balances[aggregate.slice('account:'.length)]), orders.length, `${aggregate}: each deposit counted once`);
-    assert.equal(Number(await h.client.hget('outbox:applied-seq', aggregate)), orders.length);
+    assert.equal(Number(await guardOf(h.client, aggregate)), orders.length);
   }
 }
 

@@ -15,6 +15,7 @@ import { connectTarget, connectTargetPartitions, closePartitions } from '../shar
 import type { Partitions } from '../shared/outbox/redis/partitions.js';
 import { openDatabase, WAL_SIZE_LIMIT } from '../shared/outbox/store/open-database.js';
 import { relayConfig } from '../shared/runtime/config/relay-config.js';
+import { guardCount } from './helpers/guards.js';
 
 // The relay app prunes by default, also across partitions, and prune counts an event whose records
 // the dedupe window swept as applied (its seq guard is the evidence): the store stays bounded.
@@ -90,7 +91,7 @@ describe('prune with the dedupe window and partitions', () => {
     after(async () => (await consumer.close(), redis.disconnect()));
     await consumer.drain();
     // The horizon is time: drains (each ends with a sweep) until it has dropped every guard.
-    const dropped = async () => (await consumer.drain(), (await h.client.hlen('outbox:applied-seq')) === 0);
+    const dropped = async () => (await consumer.drain(), (await guardCount(h.client)) === 0);
     await waitFor(dropped, { timeoutMs: 10_000, intervalMs: 200 });
     // A new order, relayed and not applied: no guard either, but committed after the drops.
     o.place(1);
@@ -114,7 +115,7 @@ describe('prune with the dedupe window and partitions', () => {
     p.changeQty(1, 5);
     await p.relay();
     const spread = await withPartitions(3, async (partitions) =>
-      Promise.all(partitions.clients.map(async (client) => client.hlen('outbox:applied-seq'))),
+      Promise.all(partitions.clients.map(async (client) => guardCount(client))),
     );
     assert.ok(spread.filter((n) => n > 0).length >= 2, `the aggregates are in several partitions: ${spread.join(',')}`);
 

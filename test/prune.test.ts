@@ -14,6 +14,7 @@ import { createOrderService } from '../shared/lab/orders/order-service.js';
 import { connectRedis } from '../shared/outbox/redis/connect.js';
 import { prune, sqlitePruneRows } from '../shared/operations/prune/prune.js';
 import { parseReplayRange, replay } from '../shared/operations/recovery/repair.js';
+import { dropGuard } from './helpers/guards.js';
 
 const h = useHarness();
 const o = orders(() => h.env);
@@ -111,7 +112,7 @@ describe('outbox prune', () => {
     o.place(3);
     await o.relay();
     await o.consume();
-    await h.client.hdel('outbox:applied-seq', 'order:2');
+    await dropGuard(h.client, 'order:2');
     const result = await h.cli('prune', '--older-than', '0s');
     assert.match(result.stdout, /^pruned 1 PUBLISHED row/);
     assert.equal(kept(result.stdout), 2);

@@ -26,6 +26,7 @@ import { freePort, RedisServer } from '../shared/tooling/local/redis-server.js';
 import { waitFor } from '../shared/tooling/local/wait-for.js';
 import { startRedisCluster, type RedisCluster } from './helpers/redis-cluster.js';
 import { lastAckedMessage, reachableHere, writeWhileSyncing } from './helpers/aof.js';
+import { guardKeyOf } from '../shared/outbox/redis/guards.js';
 
 let cluster: RedisCluster;
 /** Plain clients, one per master, for assertions (no prefix, no redirects). */
@@ -199,7 +200,7 @@ describe('a partition connection', () => {
         written.map((k) => k.key).sort(),
         [
           'outbox.events:processing:c1', // emptied by the apply: gone
-          keys.appliedLog, keys.appliedSeq, keys.applyCount, keys.effectKeys, keys.enqueued, keys.meta, keys.stats, keys.processed, keys.processingLists,
+          keys.appliedLog, guardKeyOf('task-1'), guardKeyOf('task-2'), keys.window, keys.applyCount, keys.effectKeys, keys.enqueued, keys.meta, keys.stats, keys.processed, keys.processingLists,
           keys.seen('e1'), keys.seen('e2'), 'tasks:open', 'tasks:all', 'task:task-2',
         ].filter((k) => k !== 'outbox.events:processing:c1').map((k) => partition + k).sort(),
       );

@@ -17,6 +17,7 @@ import { prune } from '../shared/operations/prune/prune.js';
 import { inboxChecks } from '../shared/operations/verify/inbox-checks.js';
 import { sqliteVerifyReads } from '../shared/operations/verify/observe.js';
 import { orders } from './helpers/orders.js';
+import { dropAllGuards, guardOf, guardsOf } from './helpers/guards.js';
 
 const h = useHarness();
 /** The relay and consume steps before a test's subject, in this process (helpers/orders.ts). */
@@ -311,7 +312,7 @@ describe('verify in database mode (--consumer-db)', () => {
     const order3 = queued.filter((m) => (JSON.parse(m) as { aggregate_id: string }).aggregate_id === 'order:3');
     assert.equal(order3.length, 2, 'order 3 has two events, seqs 1 and 2');
     await drainInDatabaseMode();
-    await h.client.del('outbox:applied-seq');
+    await dropAllGuards(h.client);
     // Its seq 3 parks: with the guard lost, the claim expects seq 1.
     o.changeQty(3, 5);
     await o.relay();
@@ -321,7 +322,7 @@ describe('verify in database mode (--consumer-db)', () => {
     // at 2), and order 3's seq 3 released and completed.
     await h.client.rpush('outbox.events', ...queued);
     assert.equal(await drainInDatabaseMode(), 1);
-    assert.equal(await h.client.hget('outbox:applied-seq', 'order:3'), '3');
+    assert.equal(await guardOf(h.client, 'order:3'), '3');
     assert.equal(await h.client.hlen('outbox.events:parked'), 0);
     assert.equal(await h.client.hget('outbox:stats', 'unparked'), '1');
     const db = new Database(consumerDb(), { readonly: true });
@@ -337,7 +338,7 @@ describe('verify in database mode (--consumer-db)', () => {
     await seedLabEvents(3);
     await drainInDatabaseMode();
     assert.match((await h.cli('prune', '--older-than', '0s')).stdout, /^pruned 6 PUBLISHED row/m);
-    await h.client.del('outbox:applied-seq');
+    await dropAllGuards(h.client);
     o.changeQty(3, 5);
     await o.relay();
     assert.equal(await drainInDatabaseMode(), 0);
@@ -349,7 +350,7 @@ describe('verify in database mode (--consumer-db)', () => {
       /^repair: 3 aggregate\(s\) given back the applied seq their processed entries show; 1 parked event\(s\) queued again$/m,
     );
     assert.equal(await drainInDatabaseMode(), 1);
-    assert.deepEqual(await h.client.hgetall('outbox:applied-seq'), { 'order:1': '3', 'order:2': '1', 'order:3': '3' });
+    assert.deepEqual(await guardsOf(h.client), { 'order:1': '3', 'order:2': '1', 'order:3': '3' });
     assert.match((await h.cli('verify', '--settle', '0s', '--consumer-db', consumerDb())).stdout, /^VERIFY OK$/m);
   });
 

@@ -1,6 +1,7 @@
 import { readWindow } from '../outbox/redis/dedupe-window.js';
 import type { Cluster, Redis } from 'ioredis';
 import { keys } from '../outbox/redis/keys.js';
+import { countGuards, guardBytesPerAggregate } from '../outbox/redis/guards.js';
 import { isCluster, mastersOf, slotOf } from '../outbox/redis/cluster-client.js';
 import { keyPrefixOfConnection } from '../outbox/redis/scan-keys.js';
 import { readEnvelope } from '../outbox/redis/envelope.js';
@@ -116,13 +117,26 @@ function rateOf(sample: string[], applied: number, now: number): PartitionMemory
   return { perSec: ((applied - oldest.applyOrder) * 1000) / overMs, overMs };
 }
 
+/** The aggregates the sampled processed entries name (field, value, field, value…). */
+function aggregatesOf(sample: string[]): string[] {
+  const found = new Set<string>();
+  for (let i = 1; i < sample.length; i += 2) {
+    try {
+      const { aggregate } = JSON.parse(sample[i]) as { aggregate?: unknown };
+      if (typeof aggregate === 'string') found.add(aggregate);
+    } catch {
+      // A corrupt entry (verify names it) names no aggregate.
+    }
+  }
+  return [...found];
+}
+
 /** Reads one partition's figures; no call walks a big key (MEMORY USAGE samples 5, HRANDFIELD 200). */
 export async function readPartitionMemory(redis: Redis, events: number, applied: number): Promise<PartitionMemory> {
-  const [records, aggregates, aggregateBytes, parkedBytes, deadLetterBytes, firstDead, sample, window, time] =
+  const [records, aggregates, parkedBytes, deadLetterBytes, firstDead, sample, window, time] =
     await Promise.all([
       Promise.all([keys.processed, keys.applyCount, keys.appliedLog].map((key) => usage(redis, key))),
-      redis.hlen(keys.appliedSeq),
-      usage(redis, keys.appliedSeq),
+      countGuards(redis),
       usage(redis, keys.parked),
       usage(redis, keys.deadLetter),
       redis.lindex(keys.deadLetter, 0),
@@ -140,6 +154,7 @@ export async function readPartitionMemory(redis: Redis, events: number, applied:
       .map((id) => usage(redis, keys.seen(id))),
   );
   const found = markers.filter((bytes) => bytes > 0);
+  const perGuard = await guardBytesPerAggregate(redis, aggregatesOf(sample));
   const now = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000);
   const deadAt = firstDead === null ? undefined : readEnvelope(firstDead)?.at;
   return {
@@ -148,7 +163,7 @@ export async function readPartitionMemory(redis: Redis, events: number, applied:
     eventRecordBytes: records.reduce((a, b) => a + b, 0),
     markerBytes: found.length === 0 ? null : found.reduce((a, b) => a + b, 0) / found.length,
     aggregates,
-    aggregateBytes,
+    aggregateBytes: aggregates * (perGuard ?? 0),
     parkedBytes,
     deadLetterBytes,
     oldestDeadAt: deadAt ? deadAt : null,

@@ -11,6 +11,7 @@ import { pgHasPublished, pgStoreIdOf } from '../outbox/postgres/pg-store-meta.js
 import { parseMessage } from '../outbox/store/parse-message.js';
 import { readEnvelope } from '../outbox/redis/envelope.js';
 import { keys } from '../outbox/redis/keys.js';
+import { readGuards } from '../outbox/redis/guards.js';
 import { namespacePrefixOfConnection } from '../outbox/redis/scan-keys.js';
 import { recordedProcessingLists } from '../outbox/redis/processing-lists.js';
 import { mastersOf } from '../outbox/redis/cluster-client.js';
@@ -157,7 +158,7 @@ async function blockedAggregates(redis: Redis, servedStore: string | undefined):
   const aggregates = [...deadSeqsOf.keys()];
   for (let start = 0; start < aggregates.length; start += CHUNK) {
     const chunk = aggregates.slice(start, start + CHUNK);
-    const applied = await redis.hmget(keys.appliedSeq, ...chunk);
+    const applied = await readGuards(redis, chunk);
     chunk.forEach((aggregate, i) => {
       const next = deadSeqsOf.get(aggregate)!.filter((seq) => seq > Number(applied[i] ?? 0));
       if (next.length > 0) deadSeqOf.set(aggregate, Math.min(...next));

@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Db } from '../../outbox/store/open-database.js';
 import { keys } from '../../outbox/redis/keys.js';
+import { readGuards } from '../../outbox/redis/guards.js';
 import { byPartition, partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
 import { guardDropped, mayBeSwept, readWindow } from '../../outbox/redis/dedupe-window.js';
 import { assertNotBehind, describeEvidence, sqliteHistory, type BehindEvidence, type StoreHistory } from '../../outbox/relay/store-pairing.js';
@@ -196,7 +197,8 @@ function takeWhile<T>(items: T[], keep: (item: T) => boolean): T[] {
 async function lookUp(redis: Redis, hash: string, fields: string[]): Promise<(string | null)[]> {
   const chunks: Promise<(string | null)[]>[] = [];
   for (let i = 0; i < fields.length; i += LOOKUP_CHUNK) {
-    chunks.push(redis.hmget(hash, ...fields.slice(i, i + LOOKUP_CHUNK)));
+    const slice = fields.slice(i, i + LOOKUP_CHUNK);
+    chunks.push(hash === keys.appliedSeq ? readGuards(redis, slice) : redis.hmget(hash, ...slice));
   }
   return (await Promise.all(chunks)).flat();
 }

@@ -5,7 +5,7 @@ import type { AppliedSeqBehind } from '../verify/verify.js';
 /**
  * Gives each aggregate whose applied seq Redis lost while keeping its events' processed entries
  * (`Ledger.figures.seqBehind`) the last seq those entries show applied, and queues the event parked
- * right after it again, its own successors following it as it is applied (lua/raise-applied-seq-3.lua:
+ * right after it again, its own successors following it as it is applied (lua/raise-applied-seq-4.lua:
  * one atomic step, which never lowers an applied seq a consumer raised meanwhile). Nothing is
  * applied again: the processed entries are the effects' own record, written in the same script.
  */

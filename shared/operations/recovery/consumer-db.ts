@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Pool } from 'pg';
 import { keys } from '../../outbox/redis/keys.js';
+import { queueGuardChange, readGuards } from '../../outbox/redis/guards.js';
 import { partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
 import type { Db } from '../../outbox/store/open-database.js';
 import type { RecoveryStore } from './repair.js';
@@ -75,12 +76,12 @@ export function pgConsumerDbStore(pool: Pool): ConsumerDbStore {
   };
 }
 
-// The seq guards, read and lowered here only (the layout is the applied-seq hash's).
+// The seq guards, read and lowered here only (their layout is guards.ts's).
 async function readAppliedSeqs(redis: Redis, aggregates: string[]): Promise<number[]> {
   if (aggregates.length === 0) return [];
-  return (await redis.hmget(keys.appliedSeq, ...aggregates)).map((value) => Number(value ?? 0) || 0);
+  return (await readGuards(redis, aggregates)).map((value) => Number(value ?? 0) || 0);
 }
-const lowerAppliedSeq = (multi: ReturnType<Redis['multi']>, aggregate: string, seq: number) => multi.hset(keys.appliedSeq, aggregate, String(seq));
+const lowerAppliedSeq = (multi: ReturnType<Redis['multi']>, aggregate: string, seq: number) => queueGuardChange(multi, aggregate, seq);
 
 /** One aggregate to apply again from `start`. */
 export interface AggregateRedo {

@@ -3,6 +3,7 @@ import { InvalidInputError } from '../../outbox/errors/invalid-input-error.js';
 import { NotFoundError } from '../../outbox/errors/not-found-error.js';
 import { readEnvelope, type Envelope } from '../../outbox/redis/envelope.js';
 import { keys } from '../../outbox/redis/keys.js';
+import { readGuard } from '../../outbox/redis/guards.js';
 import { requeueDeadLetter, requeueParked } from '../../outbox/redis/scripts.js';
 import { partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
 import { parseMessage } from '../../outbox/store/parse-message.js';
@@ -88,7 +89,7 @@ export async function selectStaleDeadLetters(redis: Redis | Partitions): Promise
       continue;
     }
     const client = partitions.clients[partitions.count === 1 ? 0 : partitions.indexOf(event.aggregateId)];
-    const [store, seq, processed] = await Promise.all([client.hget(keys.meta, 'store'), client.hget(keys.appliedSeq, event.aggregateId), client.hexists(keys.processed, event.eventId)]);
+    const [store, seq, processed] = await Promise.all([client.hget(keys.meta, 'store'), readGuard(client, event.aggregateId), client.hexists(keys.processed, event.eventId)]);
     if (store === event.storeId && (processed === 1 || Number(seq ?? 0) >= event.seq)) stale.push(h);
   }
   return stale;

@@ -1,6 +1,7 @@
 import { keys } from '../../outbox/redis/keys.js';
+import { readGuard } from '../../outbox/redis/guards.js';
 import type { Partitions } from '../../outbox/redis/partitions.js';
-import { requeueParked } from '../../outbox/redis/scripts.js';
+import { raiseAppliedSeq } from '../../outbox/redis/scripts.js';
 import type { PrunedBehind } from '../verify/verify.js';
 
 /**
@@ -14,13 +15,15 @@ export async function restorePrunedSeqs(partitions: Partitions, behind: PrunedBe
   const done = { aggregates: 0, events: 0, requeued: 0 };
   for (const { aggregate, fromSeq, throughSeq } of behind) {
     const redis = partitions.clients[partitions.indexOf(aggregate)];
-    const applied = Number((await redis.hget(keys.appliedSeq, aggregate)) ?? 0);
+    const applied = Number((await readGuard(redis, aggregate)) ?? 0);
     if (!(applied < throughSeq)) continue;
+    const { raised, requeued } = await raiseAppliedSeq(redis, aggregate, throughSeq);
+    if (!raised) continue;
     const events = throughSeq - Math.max(applied + 1, fromSeq) + 1;
-    await redis.multi().hset(keys.appliedSeq, aggregate, String(throughSeq)).hincrby(keys.meta, 'unrecoverable', events).exec();
+    await redis.hincrby(keys.meta, 'unrecoverable', events);
     done.aggregates += 1;
     done.events += events;
-    if ((await requeueParked(redis, `${aggregate}:${throughSeq + 1}`)) === 'moved') done.requeued += 1;
+    if (requeued === 'moved') done.requeued += 1;
   }
   return done;
 }

@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import { keys } from '../../outbox/redis/keys.js';
+import { readGuards } from '../../outbox/redis/guards.js';
 import { byPartition, partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
 import type { Db } from '../../outbox/store/open-database.js';
 import type { InvariantCheck } from '../../outbox/verify/verify-checks.js';
@@ -29,7 +30,7 @@ async function completedBySeq(partitions: Partitions, rows: InboxRow[]): Promise
   for (const [index, group] of byPartition(partitions, rows, (row) => row.aggregate_id)) {
     for (let first = 0; first < group.length; first += HELD_CHUNK) {
       const chunk = group.slice(first, first + HELD_CHUNK);
-      const seqs = await partitions.clients[index].hmget(keys.appliedSeq, ...chunk.map((row) => row.aggregate_id));
+      const seqs = await readGuards(partitions.clients[index], chunk.map((row) => row.aggregate_id));
       chunk.forEach((row, i) => {
         if (row.seq <= Number(seqs[i] ?? 0)) completed.add(row.event_id);
       });

@@ -3,6 +3,7 @@ import type { Db } from '../../outbox/store/open-database.js';
 import { eventIdOf, type OutboxRow } from '../../outbox/store/events.js';
 import { hasPublished, storeIdOf } from '../../outbox/store/store-meta.js';
 import { keys } from '../../outbox/redis/keys.js';
+import { bucketKey, GUARD_BUCKETS, guardKeyOf, guardsOfReplies, queueGuardReads } from '../../outbox/redis/guards.js';
 import type { VerifiedEvent, VerifyCheckSet, VerifyProducer } from '../../outbox/verify/verify-checks.js';
 import { recordedProcessingLists, scannedProcessingLists } from '../../outbox/redis/processing-lists.js';
 import { readEnvelope } from '../../outbox/redis/envelope.js';
@@ -423,12 +424,13 @@ async function readAppliedSeqs(redis: Redis, state: ConsumerState, aggregates: s
   };
   for (let first = 0; first === 0 || first < aggregates.length; first += CHUNK) {
     const chunk = aggregates.slice(first, first + CHUNK);
-    const multi = redis.multi().hget(keys.stats, 'applied').hlen(keys.appliedSeq);
-    if (chunk.length > 0) multi.hmget(keys.appliedSeq, ...chunk);
-    const replies = await execAll(multi, (i) => [keys.stats, keys.appliedSeq, keys.appliedSeq][i]);
-    const [counterText, size, seqs = []] = replies as [string | null, number, (string | null)[]?];
+    const multi = redis.multi().hget(keys.stats, 'applied').hget(keys.window, 'guards').hlen(keys.appliedSeq);
+    queueGuardReads(multi, chunk);
+    const replies = await execAll(multi, (i) => (i === 0 ? keys.stats : i === 1 ? keys.window : keys.appliedSeq));
+    const [counterText, counted, legacy] = replies as [string | null, string | null, number];
+    const seqs = guardsOfReplies(replies.slice(3), chunk);
     const counter = appliedCounterOf(counterText);
-    length = size;
+    length = (Number(counted ?? 0) || 0) + legacy;
     chunk.forEach((aggregate, i) => {
       const seq = seqs[i];
       if (seq === null || seq === undefined) return;
@@ -438,6 +440,15 @@ async function readAppliedSeqs(redis: Redis, state: ConsumerState, aggregates: s
   }
   if (length <= found) return;
   const known = new Set(aggregates);
+  for (let first = 0; first < GUARD_BUCKETS; first += CHUNK / 4) {
+    const multi = redis.multi().hget(keys.stats, 'applied');
+    for (let i = first; i < first + CHUNK / 4; i += 1) multi.hgetall(bucketKey(i));
+    const replies = await execAll(multi, (i) => (i === 0 ? keys.stats : keys.appliedSeq));
+    const counter = appliedCounterOf(replies[0] as string | null);
+    for (const bucket of replies.slice(1) as Record<string, string>[]) {
+      for (const [aggregate, seq] of Object.entries(bucket)) if (!known.has(aggregate)) keep(aggregate, seq, counter);
+    }
+  }
   let cursor = '0';
   do {
     const multi = redis.multi().hget(keys.stats, 'applied').hscan(keys.appliedSeq, cursor, 'COUNT', CHUNK);
@@ -666,7 +677,7 @@ async function whereIsIn(redis: Redis, events: Whereabouts[]): Promise<string[]>
 async function whereIsAmong(redis: Redis, events: Whereabouts[], processing: string[]): Promise<string[]> {
   const lists: string[] = [keys.events, ...processing];
   const nowhere: string[] = [];
-  const read = [keys.processed, keys.parked, keys.applyCount, keys.appliedSeq, ...lists];
+  const read = [keys.processed, keys.parked, keys.applyCount, keys.appliedSeq, keys.appliedSeq, ...lists];
   const per = read.length;
   // Each LPOS walks its list: fewer events per MULTI when the lists are long (a backlog), so that one
   // MULTI walks about 100,000 messages at most (a few ms), one event's look always whole.
@@ -677,14 +688,15 @@ async function whereIsAmong(redis: Redis, events: Whereabouts[], processing: str
     const multi = redis.multi().hmget(keys.window, ...WINDOW_FIELDS).hget(keys.meta, 'store');
     for (const e of chunk) {
       multi.hexists(keys.processed, e.event_id).hexists(keys.parked, `${e.aggregate_id}:${e.seq}`);
-      multi.hexists(keys.applyCount, e.event_id).hget(keys.appliedSeq, e.aggregate_id);
+      multi.hexists(keys.applyCount, e.event_id).hget(guardKeyOf(e.aggregate_id), e.aggregate_id).hget(keys.appliedSeq, e.aggregate_id);
       for (const list of lists) multi.lpos(list, e.message);
     }
     const replies = await execAll(multi, (i) => (i === 0 ? keys.window : i === 1 ? keys.meta : read[(i - 2) % per]));
     const window = windowStateOf(replies[0] as (string | null)[]);
     const served = replies[1] !== null;
     chunk.forEach((e, j) => {
-      const [applied, parked, counted, appliedSeq, ...positions] = replies.slice(2 + j * per, 2 + (j + 1) * per);
+      const [applied, parked, counted, bucketSeq, legacySeq, ...positions] = replies.slice(2 + j * per, 2 + (j + 1) * per);
+      const appliedSeq = bucketSeq ?? legacySeq;
       const swept = served && counted === 0 && e.seq <= Number(appliedSeq ?? 0) && mayBeSwept(e.created_at, window);
       if (applied === 0 && parked === 0 && !swept && positions.every((p) => p === null)) nowhere.push(e.event_id);
     });

@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import type { Db } from '../../outbox/store/open-database.js';
 import { eventIdOf, toMessage } from '../../outbox/store/events.js';
 import { keys } from '../../outbox/redis/keys.js';
+import { guardKeyOf } from '../../outbox/redis/guards.js';
 import { EXAMPLES, invariantCheck as check, type InvariantCheck, type VerifyCheckSet } from '../../outbox/verify/verify-checks.js';
 import { readEnvelope } from '../../outbox/redis/envelope.js';
 import { sleep } from '../../outbox/sleep.js';
@@ -21,7 +22,9 @@ function corruptEntries(counts: Record<string, Record<string, string>>, parked: 
   const found: string[] = [];
   for (const [key, hash] of Object.entries(counts)) {
     for (const [field, value] of Object.entries(hash)) {
-      if (!INTEGER.test(value)) found.push(`${key} ${field} = ${JSON.stringify(value.slice(0, 40))}`);
+      // A guard is named by its bucket: the key an operator fixes.
+      const named = key === keys.appliedSeq ? guardKeyOf(field) : key;
+      if (!INTEGER.test(value)) found.push(`${named} ${field} = ${JSON.stringify(value.slice(0, 40))}`);
     }
   }
   for (const [field, value] of Object.entries(parked)) {
@@ -326,10 +329,13 @@ async function releasableParked(redis: Redis | Partitions, o: Observation): Prom
       const fields = Object.keys(state.parked).filter((field) => waitsForNothing(field, seqs[aggregateOf(field)]));
       if (fields.length === 0) return [];
       const multi = partitions.clients[index].multi();
-      for (const field of fields) multi.hexists(keys.parked, field).hget(keys.appliedSeq, aggregateOf(field));
+      for (const field of fields) {
+        const aggregate = aggregateOf(field);
+        multi.hexists(keys.parked, field).hget(guardKeyOf(aggregate), aggregate).hget(keys.appliedSeq, aggregate);
+      }
       const replies = (await multi.exec())!.map(([error, value]) => (error ? null : value));
       return fields.filter((field, i) => {
-        const [parked, applied] = [replies[2 * i], replies[2 * i + 1] as string | null];
+        const [parked, applied] = [replies[3 * i], (replies[3 * i + 1] ?? replies[3 * i + 2]) as string | null];
         return parked === 1 && waitsForNothing(field, applied);
       });
     }),

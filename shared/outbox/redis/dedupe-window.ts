@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { migrateGuards } from './guards.js';
 import { keys } from './keys.js';
 import { sweepHorizonOnce, sweepWindowOnce } from './scripts.js';
 import type { Logger } from '../logger.js';
@@ -66,11 +67,13 @@ export function mayBeSwept(createdAt: number, window: WindowState): boolean {
 }
 
 /**
- * Drops the records of the events applied before the window (sweep-window-5.lua) and, with a
+ * Moves guards of the layout before buckets into buckets (guards.ts), once, then
+ * drops the records of the events applied before the window (sweep-window-5.lua) and, with a
  * horizon, the guards of the aggregates idle past it (sweep-horizon-3.lua), in calls that each read
  * a few hundred log entries, until none is due. Resolves how many events' records went.
  */
 export async function sweepWindow(redis: Redis, windowMs: number, horizonMs = 0): Promise<number> {
+  if ((await redis.exists(keys.appliedSeq)) === 1) await migrateGuards(redis);
   let swept = 0;
   for (let more = true; more; ) {
     const result = await sweepWindowOnce(redis, windowMs, SWEEP_ENTRIES);

@@ -12,10 +12,11 @@ const SCRIPT_FILES = {
   handlerFailed: 'handler-failed-4.lua',
   requeueDeadLetter: 'requeue-dead-letter-2.lua',
   requeueParked: 'requeue-parked-2.lua',
-  raiseAppliedSeq: 'raise-applied-seq-3.lua',
+  raiseAppliedSeq: 'raise-applied-seq-4.lua',
+  migrateGuards: 'migrate-guards-2.lua',
   moveToProcessing: 'move-to-processing-3.lua',
   claimEvents: 'claim-event-11.lua',
-  completeEvents: 'complete-event-11.lua',
+  completeEvents: 'complete-event-12.lua',
   sweepWindow: 'sweep-window-5.lua',
   sweepHorizon: 'sweep-horizon-3.lua',
   partitionLease: 'partition-lease-1.lua',
@@ -263,9 +264,9 @@ export async function requeueParked(redis: Redis, field: string): Promise<Requeu
   return REQUEUE_RESULT[(await client(redis).requeueParked(keys.parked, keys.events, field)) as number];
 }
 
-/** See lua/raise-applied-seq-3.lua: whether the applied seq of `aggregate` was raised to `seq`, and what became of the event parked after it. */
+/** See lua/raise-applied-seq-4.lua: whether the applied seq of `aggregate` was raised to `seq`, and what became of the event parked after it. */
 export async function raiseAppliedSeq(redis: Redis, aggregate: string, seq: number): Promise<{ raised: boolean; requeued: RequeueResult }> {
-  const [raised, requeued] = (await client(redis).raiseAppliedSeq(keys.appliedSeq, keys.parked, keys.events, aggregate, String(seq))) as [number, number];
+  const [raised, requeued] = (await client(redis).raiseAppliedSeq(keys.appliedSeq, keys.parked, keys.events, keys.window, aggregate, String(seq))) as [number, number];
   return { raised: raised === 1, requeued: REQUEUE_RESULT[requeued] };
 }
 
@@ -319,7 +320,7 @@ export async function claimEvents(redis: Redis, processingList: string, events: 
 
 export type CompleteOutcome = 'applied' | 'duplicate' | 'foreign' | 'stale' | 'invalid';
 
-/** See lua/complete-event-11.lua: records `events` whose effect the consumer's database committed, and acks them. */
+/** See lua/complete-event-12.lua: records `events` whose effect the consumer's database committed, and acks them. */
 export async function completeEvents(
   redis: Redis,
   processingList: string,
@@ -340,9 +341,15 @@ export async function completeEvents(
     keys.applyCount,
     keys.attempts,
     keys.appliedLog,
+    keys.window,
     ...args,
   )) as [CompleteOutcome[], string[]];
   return { outcomes, problems };
+}
+
+/** See lua/migrate-guards-2.lua: moves at most `limit` guards of the old layout into buckets. */
+export async function migrateGuardsOnce(redis: Redis, limit: number): Promise<[number, number]> {
+  return (await client(redis).migrateGuards(keys.appliedSeq, keys.window, limit)) as [number, number];
 }
 
 /** See lua/sweep-window-5.lua: drops the records of events applied before the window, reading at most `limit` log entries. */

@@ -7,6 +7,7 @@ import { createDatabase } from '../../lab/init-stores.js';
 import { REPO_ROOT } from '../local/pm2.js';
 import { prune, type PruneResult } from '../../operations/prune/prune.js';
 import { keys } from '../../outbox/redis/keys.js';
+import { setGuards, unlinkGuards } from '../../outbox/redis/guards.js';
 import { createRelay } from '../../outbox/relay/relay.js';
 import { median, serveStore, timed, type Rate } from './measure.js';
 import { progress } from './progress.js';
@@ -67,7 +68,7 @@ async function markPublishedApplied(redis: Redis, rows: number): Promise<void> {
     for (let i = from; i < Math.min(from + chunk, rows + 1); i += 1) fields.push(`published-${i}`, '{}');
     await redis.hset(keys.processed, ...fields);
   }
-  await redis.hset(keys.appliedSeq, PUBLISHED_AGGREGATE, rows);
+  await setGuards(redis, [[PUBLISHED_AGGREGATE, rows]]);
 }
 
 async function relayCost(db: Db, redis: Redis, pending: number) {
@@ -162,7 +163,8 @@ export async function benchGrowth(workspace: string, redis: Redis, redisUrl: str
     const pruneBar = progress(`prune: ${published} old rows`, published);
     pruned = await prune(full, redis, 60_000, { onBatch: (deleted) => pruneBar.set(deleted) });
     pruneBar.finish();
-    await redis.del(keys.processed, keys.appliedSeq);
+    await redis.del(keys.processed);
+    await unlinkGuards(redis);
   } finally {
     empty.close();
     full.close();

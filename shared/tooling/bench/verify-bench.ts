@@ -6,6 +6,7 @@ import type { Redis } from 'ioredis';
 import { createDatabase } from '../../lab/init-stores.js';
 import { INVENTORY_KEY } from '../../lab/orders/order-keys.js';
 import { keys } from '../../outbox/redis/keys.js';
+import { setGuards } from '../../outbox/redis/guards.js';
 import { openDatabase, type Db } from '../../outbox/store/open-database.js';
 import { REPO_ROOT } from '../local/pm2.js';
 import { RedisServer, testClient } from '../local/redis-server.js';
@@ -130,7 +131,7 @@ async function seedRedis(redis: Redis, storeId: string, h: History): Promise<voi
   const bar = progress(`verify: ${events} events into Redis`, events);
   for (let from = 0; from < events; from += CHUNK) {
     const processed: string[] = [];
-    const seqs: string[] = [];
+    const seqs: [string, string][] = [];
     for (let i = from; i < Math.min(events, from + CHUNK); i += 1) {
       const id = eventIdOf(i);
       const seq = (i % 2) + 1;
@@ -138,9 +139,10 @@ async function seedRedis(redis: Redis, storeId: string, h: History): Promise<voi
       const aggregate = `order:${Math.floor(i / 2) + 1}`;
       const entry = { type, aggregate, seq, effects: 1, applyOrder: i + 1, appliedAt: at + 2 };
       if (i >= swept) processed.push(id, JSON.stringify(entry));
-      if (seq === 2) seqs.push(entry.aggregate, '2');
+      if (seq === 2) seqs.push([entry.aggregate, '2']);
     }
-    const pipeline = redis.pipeline().hset(keys.appliedSeq, ...seqs);
+    await setGuards(redis, seqs);
+    const pipeline = redis.pipeline();
     if (processed.length > 0) {
       const counts = processed.map((value, k) => (k % 2 === 0 ? value : '1'));
       pipeline.hset(keys.processed, ...processed).hset(keys.applyCount, ...counts);

@@ -13,7 +13,7 @@
   Input:
     KEYS[1]  processing list the messages were moved to (the ack removes them from it)
     KEYS[2]  processed hash (event_id -> JSON result)
-    KEYS[3]  applied-seq hash (aggregate -> last applied seq)
+    KEYS[3]  applied-seq key: the base name of the guards' buckets (includes/guards.lua)
     KEYS[4]  parked hash ("<aggregate>:<seq>" -> JSON {reason, message, parkedAt})
     KEYS[5]  stats hash (applied, duplicates, parked, unparked, dead)
     KEYS[6]  event queue (an applied event's parked successors are pushed back to its head, in seq order)
@@ -181,6 +181,7 @@ local wrongType = wrongKeyType('apply-events', {
   { KEYS[4], 'hash' }, { KEYS[6], 'list' }, { KEYS[8], 'list' }, { KEYS[10], 'hash' }, { KEYS[11], 'set' }, { KEYS[12], 'list' }, { KEYS[14], 'list' },
 }, 'nothing applied')
 if wrongType then return wrongType end
+--- @include "includes/guards.lua"
 
 -- Phase 1: read and check. No write happens before it ends.
 local served = rcall('HGET', KEYS[7], 'store')
@@ -361,7 +362,7 @@ end
 -- seqs; then, for the events past the seq guard (only those can be new), their processed entries;
 -- and whether any of those without one has a dedupe marker (EXISTS of all: usually none has, and
 -- then no event needs its own look-up).
-local seqValues = hmget(KEYS[3], openAggregates)
+local seqValues = readGuards(KEYS[3], openAggregates)
 local maybeNew, maybeNewIds = {}, {}
 for j = 1, #open do
   local value = seqValues[j]
@@ -418,7 +419,7 @@ for j = 1, #open do
     local value = seqValues[j]
     if value then
       last = integer(value) or false
-      if not last then problem(KEYS[3] .. ' field ' .. aggregate .. ' holds "' .. value .. '", not an integer') end
+      if not last then problem(guardKey(KEYS[3], aggregate) .. ' field ' .. aggregate .. ' holds "' .. value .. '", not an integer') end
     else
       last = guardWhenAbsent(i)
     end
@@ -616,7 +617,7 @@ if taken then
 end
 
 inSlices('HSET', KEYS[2], processedPairs, 2 * SLICE)
-inSlices('HSET', KEYS[3], seqPairs, 2 * SLICE)
+writeGuards(KEYS[3], KEYS[13], seqPairs)
 inSlices('HSET', KEYS[9], countPairs, 2 * SLICE)
 inSlices('HDEL', KEYS[10], attemptsDone, SLICE)
 

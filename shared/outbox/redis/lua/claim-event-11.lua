@@ -1,5 +1,5 @@
 --[[
-  Database mode, step 1 of 2 (complete-event-11.lua is step 2): claims events before their handlers
+  Database mode, step 1 of 2 (complete-event-12.lua is step 2): claims events before their handlers
   run in the consumer's own database. The checks are apply-events-14.lua's (processed, seq guard,
   gap), then the event's dedupe marker is taken as a lease: SET with a TTL, holding
   "claim:<owner>", so that a claim whose process died expires and the event is retried. The effect
@@ -9,22 +9,22 @@
   The caller sends at most one event per aggregate per call (seq n+1 cannot be claimed before seq n
   is completed: it would be parked).
 
-  Input: the first ten keys of complete-event-11.lua, in its order
+  Input: the first ten keys of complete-event-12.lua, in its order
     KEYS[1]  processing list the messages were moved to (an ack removes them from it)
     KEYS[2]  processed hash (event_id -> JSON result)
-    KEYS[3]  applied-seq hash (aggregate_id -> last applied seq)
+    KEYS[3]  applied-seq key: the base name of the guards' buckets (includes/guards.lua)
     KEYS[4]  parked hash ("<aggregate_id>:<seq>" -> JSON {reason, message, parkedAt})
     KEYS[5]  stats hash (duplicates, parked, unparked, dead)
     KEYS[6]  event queue (the parked successors of a duplicate that puts the seq guard back are
              pushed back to its head, in seq order)
     KEYS[7]  meta hash; its field 'store' names the store this Redis serves
     KEYS[8]  dead-letter list (a message of another store goes there)
-    KEYS[9]  apply-count hash (event_id -> times its effect was recorded; complete-event-11.lua
+    KEYS[9]  apply-count hash (event_id -> times its effect was recorded; complete-event-12.lua
              writes it): read only, to tell a duplicate that was applied from one whose seq another
              event took
     KEYS[10] attempts hash (event_id -> failed handler attempts): an acked event's entry goes
     KEYS[11] window hash: its 'sweptThrough' tells a record the dedupe window's sweep dropped from
-             a taken seq (complete-event-11.lua's KEYS[11] is the applied log)
+             a taken seq (complete-event-12.lua's KEYS[11] is the applied log)
 
     ARGV[1] dedupe marker key prefix; the marker of an event is <prefix><event_id>
     ARGV[2] lease in ms (an integer >= 1): the claim marker's TTL
@@ -67,6 +67,7 @@ if not lease or lease < 1 or lease ~= math.floor(lease) or count ~= math.floor(c
 end
 local CLAIM = 'claim:' .. owner
 
+--- @include "includes/guards.lua"
 --- @include "includes/claim-checks.lua"
 
 -- The keys phase 2 may write without having read them first: a key of another type would fail
@@ -140,7 +141,7 @@ for _, e in ipairs(plan) do
         -- Completed before, but its applied seq was lost: put the seq guard back, and release
         -- the successors parked meanwhile, which wait for this seq (as its completion did).
         lastOf[e.aggregate] = e.seq
-        rcall('HSET', KEYS[3], e.aggregate, e.seqText)
+        writeGuards(KEYS[3], KEYS[11], { e.aggregate, e.seqText })
         if anyParked then unparkSuccessors(e.aggregate, e.seq) end
       end
       counts.duplicates = counts.duplicates + 1

@@ -15,7 +15,8 @@
   Input:
     KEYS[1] meta hash
     KEYS[2] processed hash
-    KEYS[3] applied-seq hash
+    KEYS[3] applied-seq key: the base name of the guards' buckets (includes/guards.lua), and the
+            hash of the layout before them
     KEYS[4] effect-keys set (full names of the keys effects wrote; deleted with the set)
     KEYS[5] parked hash
     KEYS[6] stats hash
@@ -45,10 +46,16 @@ for first = 1, #effectKeys, 1000 do
   redis.call('UNLINK', unpack(effectKeys, first, math.min(first + 999, #effectKeys)))
 end
 redis.call('UNLINK', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10])
--- HSET takes the pairs in slices: Lua's stack limits how many unpack can pass at once.
-for first = 6, #ARGV, 1000 do
-  redis.call('HSET', KEYS[3], unpack(ARGV, first, math.min(first + 999, #ARGV)))
+-- Every bucket of guards, named (derived from KEYS[3]: they share its hash tag).
+for first = 0, 65535, 1024 do
+  local names = {}
+  for i = first, first + 1023 do names[#names + 1] = KEYS[3] .. ':' .. string.format('%04x', i) end
+  redis.call('UNLINK', unpack(names))
 end
+--- @include "includes/guards.lua"
+local pruned = {}
+for i = 6, #ARGV do pruned[#pruned + 1] = ARGV[i] end
+writeGuards(KEYS[3], KEYS[10], pruned)
 redis.call('HSET', KEYS[1], 'store', ARGV[1], 'claimedAt', ARGV[2], 'partition', ARGV[5])
 if ARGV[3] ~= '' then
   redis.call('HSET', KEYS[1], 'rebuiltAt', ARGV[2], 'rebuiltEvents', ARGV[3], 'unrecoverable', ARGV[4])

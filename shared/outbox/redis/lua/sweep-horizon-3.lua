@@ -6,7 +6,7 @@
 
   Input:
     KEYS[1] aggregate log (list: `t<appliedAt ms>` then `a<seq> <aggregate>` per applied batch)
-    KEYS[2] applied-seq hash (aggregate -> last applied seq)
+    KEYS[2] applied-seq key: the base name of the guards' buckets (includes/guards.lua)
     KEYS[3] window hash: 'droppedThrough' (the apply time the drops reached), 'droppedGuards'
 
     ARGV[1] the horizon, ms (a positive integer)
@@ -20,7 +20,7 @@ if not horizonMs or horizonMs < 1 or not limit or limit < 1 then
   return redis.error_reply('sweep-horizon: ARGV[1] (horizon, ms) and ARGV[2] (entries) must be positive integers')
 end
 --- @include "includes/key-types.lua"
-local wrongType = wrongKeyType('sweep-horizon', { { KEYS[1], 'list' }, { KEYS[2], 'hash' }, { KEYS[3], 'hash' } }, 'nothing dropped')
+local wrongType = wrongKeyType('sweep-horizon', { { KEYS[1], 'list' }, { KEYS[3], 'hash' } }, 'nothing dropped')
 if wrongType then return wrongType end
 
 local clock = redis.call('TIME')
@@ -36,17 +36,13 @@ for _, entry in ipairs(entries) do
   end
 end
 
+--- @include "includes/guards.lua"
 local dropped = {}
-for first = 1, #aggregates, 500 do
-  local last = math.min(first + 499, #aggregates)
-  local current = redis.call('HMGET', KEYS[2], unpack(aggregates, first, last))
-  for k = first, last do
-    if current[k - first + 1] == seqs[k] then dropped[#dropped + 1] = aggregates[k] end
-  end
+local current = readGuards(KEYS[2], aggregates)
+for k = 1, #aggregates do
+  if current[k] == seqs[k] then dropped[#dropped + 1] = aggregates[k] end
 end
-for first = 1, #dropped, 500 do
-  redis.call('HDEL', KEYS[2], unpack(dropped, first, math.min(first + 499, #dropped)))
-end
+dropGuards(KEYS[2], KEYS[3], dropped)
 if consumed > 0 then redis.call('LTRIM', KEYS[1], consumed, -1) end
 if #dropped > 0 then redis.call('HINCRBY', KEYS[3], 'droppedGuards', #dropped) end
 raiseThrough(KEYS[3], 'droppedThrough', through)

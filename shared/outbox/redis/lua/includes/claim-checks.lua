@@ -1,6 +1,6 @@
 --[[
   Included (`--- @include "includes/claim-checks.lua"`, expanded by scripts.ts when it loads a
-  script) by claim-event-11.lua and complete-event-11.lua, database mode's two steps, once their
+  script) by claim-event-11.lua and complete-event-12.lua, database mode's two steps, once their
   arguments are checked and after their definition of rcall: what both steps share.
 
   integer(text): the integer a text holds, exact in a Lua number (up to 2^53), or nil; int(n) its
@@ -69,11 +69,11 @@ local function checkEvent(e, usable, served)
     return
   end
   if lastOf[e.aggregate] == nil and not badAggregate[e.aggregate] then
-    local value = rcall('HGET', KEYS[3], e.aggregate)
+    local value = readGuards(KEYS[3], { e.aggregate })[1]
     lastOf[e.aggregate] = value and integer(value) or (not value and 0) or nil
     if lastOf[e.aggregate] == nil then
       badAggregate[e.aggregate] = true
-      problem(KEYS[3] .. ' field ' .. e.aggregate .. ' holds "' .. value .. '", not an integer')
+      problem(guardKey(KEYS[3], e.aggregate) .. ' field ' .. e.aggregate .. ' holds "' .. value .. '", not an integer')
     end
   end
   if badAggregate[e.aggregate] then

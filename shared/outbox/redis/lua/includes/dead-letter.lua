@@ -1,6 +1,6 @@
 --[[
   Included (`--- @include "includes/dead-letter.lua"`, expanded by scripts.ts when it loads a
-  script) by apply-events-14.lua, claim-event-11.lua and complete-event-11.lua, in their phase 2,
+  script) by apply-events-14.lua, claim-event-11.lua and complete-event-12.lua, in their phase 2,
   after their own definitions of what it uses: rcall, now (Redis's TIME in ms, as text), counts (its
   `dead`), and KEYS[8] the dead-letter list, type-checked before the script's first write.
 

@@ -1,7 +1,7 @@
 --[[
   Included (`--- @include "includes/envelope.lua"`, expanded by scripts.ts when it loads a script)
   by the scripts that take a message back out of the parked hash or the dead-letter list:
-  requeue-parked-2.lua, requeue-dead-letter-2.lua, raise-applied-seq-3.lua, and
+  requeue-parked-2.lua, requeue-dead-letter-2.lua, raise-applied-seq-4.lua, and
   includes/unpark-successors.lua.
 
   envelopeMessage(stored): the message an envelope holds (the JSON {reason, message, parkedAt or

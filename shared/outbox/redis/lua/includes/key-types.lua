@@ -1,6 +1,6 @@
 --[[
   Included (`--- @include "includes/key-types.lua"`, expanded by scripts.ts when it loads a script)
-  by apply-events-14.lua, claim-event-11.lua, complete-event-11.lua, raise-applied-seq-3.lua,
+  by apply-events-14.lua, claim-event-11.lua, complete-event-12.lua, raise-applied-seq-4.lua,
   requeue-parked-2.lua and requeue-dead-letter-2.lua, before their first write.
 
   wrongKeyType(script, expected, nothing): the keys a script may write without having read them

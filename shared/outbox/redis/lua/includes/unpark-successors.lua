@@ -1,6 +1,6 @@
 --[[
   Included (`--- @include "includes/unpark-successors.lua"`, expanded by scripts.ts when it loads
-  a script) by apply-events-14.lua, claim-event-11.lua and complete-event-11.lua, after the
+  a script) by apply-events-14.lua, claim-event-11.lua and complete-event-12.lua, after the
   definitions of what it uses: rcall, int, counts (its `unparked`), deadLetter(reason, message)
   (includes/dead-letter.lua), problem(line), and KEYS[4] the parked hash, KEYS[6] the event queue,
   KEYS[8] the dead-letter list (named in the problem line).

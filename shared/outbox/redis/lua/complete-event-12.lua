@@ -8,7 +8,7 @@
   Input:
     KEYS[1]  processing list holding the messages
     KEYS[2]  processed hash (event_id -> JSON result)
-    KEYS[3]  applied-seq hash (aggregate_id -> last applied seq)
+    KEYS[3]  applied-seq key: the base name of the guards' buckets (includes/guards.lua)
     KEYS[4]  parked hash ("<aggregate_id>:<seq>" -> JSON {reason, message, parkedAt})
     KEYS[5]  stats hash (applied, duplicates, unparked, dead)
     KEYS[6]  event queue (a completed event's parked successors are pushed back to its head, in seq order)
@@ -18,6 +18,7 @@
     KEYS[10] attempts hash (event_id -> failed handler attempts): a completed event's entry goes
     KEYS[11] applied log (list): `t<appliedAt>` then `e<event_id>` per event recorded, for the
              dedupe window's sweep (sweep-window-5.lua); claim-event-11.lua's KEYS[11] differs
+    KEYS[12] window hash (its 'guards' counts the seq guards)
 
     ARGV[1] dedupe marker key prefix; the marker of an event is <prefix><event_id>
     ARGV[2] dedupe marker TTL in seconds (0 = never expires)
@@ -47,6 +48,7 @@ if not ttl or ttl < 0 or count ~= math.floor(count) then
   return redis.error_reply('complete-event: ttl must be a number >= 0 and each event needs 6 values')
 end
 
+--- @include "includes/guards.lua"
 --- @include "includes/claim-checks.lua"
 
 -- The keys phase 2 may write without having read them first: a key of another type would fail
@@ -117,7 +119,7 @@ for _, e in ipairs(plan) do
       applied = applied + 1
       if e.seq > last then
         lastOf[e.aggregate] = e.seq
-        rcall('HSET', KEYS[3], e.aggregate, e.seqText)
+        writeGuards(KEYS[3], KEYS[12], { e.aggregate, e.seqText })
       end
       rcall('HSET', KEYS[2], e.eventId, string.sub(e.result, 1, -2) .. ',"applyOrder":' .. int(applied) .. ',"appliedAt":' .. now .. '}')
       local times = redis.pcall('HINCRBY', KEYS[9], e.eventId, 1)

@@ -8,9 +8,10 @@
   write.
 
   Input:
-    KEYS[1] applied-seq hash (aggregate -> last applied seq)
+    KEYS[1] applied-seq key: the base name of the guards' buckets (includes/guards.lua)
     KEYS[2] parked hash ("<aggregate>:<seq>" -> JSON {reason, message, parkedAt})
     KEYS[3] event queue
+    KEYS[4] window hash (its 'guards' counts the seq guards)
 
     ARGV[1] the aggregate key
     ARGV[2] the seq its processed entries show applied (a positive integer)
@@ -24,7 +25,8 @@
 local aggregate, target = ARGV[1], tonumber(ARGV[2])
 if type(aggregate) ~= 'string' or aggregate == '' then return redis.error_reply('raise-applied-seq: ARGV[1] must be an aggregate key') end
 if not target or target < 1 or target ~= math.floor(target) then return redis.error_reply('raise-applied-seq: ARGV[2] must be a positive integer') end
-local stored = redis.call('HGET', KEYS[1], aggregate)
+--- @include "includes/guards.lua"
+local stored = readGuards(KEYS[1], { aggregate })[1]
 local current = stored and tonumber(stored)
 if stored and not current then
   return redis.error_reply('raise-applied-seq: ' .. KEYS[1] .. ' field ' .. aggregate .. ' holds a non-number: fix it by hand')
@@ -45,7 +47,7 @@ local field = aggregate .. ':' .. string.format('%d', seq + 1)
 local parked = redis.call('HGET', KEYS[2], field)
 local message = parked and envelopeMessage(parked)
 local requeued = (parked and not message) and -1 or 0
-if raised == 1 then redis.call('HSET', KEYS[1], aggregate, ARGV[2]) end
+if raised == 1 then writeGuards(KEYS[1], KEYS[4], { aggregate, ARGV[2] }) end
 if message then
   redis.call('HDEL', KEYS[2], field)
   redis.call('LPUSH', KEYS[3], message)
