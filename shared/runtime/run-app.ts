@@ -27,6 +27,7 @@ export const logSettings = {
   logLevel: custom({
     env: 'OUTBOX_LOG_LEVEL',
     default: DEFAULT_LOG_LEVEL,
+    range: `one of ${LOG_LEVELS.join(', ')} (any case)`,
     describe: `lowest level logged: ${LOG_LEVELS.join(', ')}`,
     parse: parseLogLevel,
   }),
@@ -36,6 +37,7 @@ export const logSettings = {
     env: 'OUTBOX_LOG_FILE',
     default: '',
     defaultText: 'none: stdout',
+    range: 'a path',
     describe: 'write the log lines to this file, rotated by size (ecosystem.config.cjs sets it for each app)',
     parse: (raw) => (raw.trim() === '' ? undefined : resolve(raw.trim())),
   }),

@@ -27,7 +27,7 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
       describe: `stages to run: ${BENCH_STAGES.join(',')} (soak and verify only when named)`,
     })
     .option('quick', { type: 'boolean', default: false, describe: 'small sizes: a smoke run, not a measurement' })
-    .option('out', { type: 'string', default: join(REPO_ROOT, 'bench', 'results'), describe: 'directory for the JSON figures' })
+    .option('out', { type: 'string', default: join(REPO_ROOT, 'bench', 'results'), defaultDescription: 'bench/results in the repository', describe: 'directory for the JSON figures' })
     .option('postgres', { type: 'string', default: DEFAULT_BENCH_POSTGRES, describe: 'PostgreSQL server for the scale-out stage: it creates a database of its own there (outbox_bench_*) and drops it' });
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {

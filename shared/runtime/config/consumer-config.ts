@@ -12,6 +12,7 @@ export const consumerId = text({
   env: 'OUTBOX_CONSUMER_ID',
   default: (env) => `consumer-${env.NODE_APP_INSTANCE || '0'}`,
   defaultText: 'consumer-<pm2 instance>',
+  range: '1-64 letters, digits, ".", "_" or "-"',
   describe: 'names the processing list; a rerun with the same id recovers what a crash left there',
   check: (value) => (CONSUMER_ID.test(value) ? undefined : 'must be 1-64 letters, digits, ".", "_" or "-"'),
 });
@@ -90,9 +91,9 @@ export const consumerSettings = {
   /** Default off. */
   aggregateHorizonMs: aggregateHorizon,
   /** Injected handler failures, for tests and chaos (shared/outbox/consumer/handler-fault.ts). Default off. */
-  handlerFault: custom({ env: 'OUTBOX_HANDLER_FAIL', default: '', defaultText: 'off', describe: 'injected handler failures', parse: (raw) => parseHandlerFault(raw) }),
+  handlerFault: custom({ env: 'OUTBOX_HANDLER_FAIL', default: '', defaultText: 'off', describe: 'injected handler failures (shared/outbox/consumer/handler-fault.ts), for tests and chaos', parse: (raw) => parseHandlerFault(raw) }),
   /** A file whose contents, while it exists, replace `handlerFault`. Default none. */
-  handlerFaultFile: text({ env: 'OUTBOX_HANDLER_FAIL_FILE', default: '', defaultText: 'off', describe: 'a file whose contents replace OUTBOX_HANDLER_FAIL while it exists' }),
+  handlerFaultFile: text({ env: 'OUTBOX_HANDLER_FAIL_FILE', default: '', defaultText: 'off', range: 'a path', describe: 'a file whose contents replace OUTBOX_HANDLER_FAIL while it exists' }),
   ...healthSettings('consumer'),
 };
 

@@ -14,7 +14,7 @@ export const dashboardSettings = {
   /** HTTP port of the page. Default 3300; 0: any free port (logged). */
   port: count({ flag: 'port', env: 'OUTBOX_DASHBOARD_PORT', default: String(DEFAULT_DASHBOARD_PORT), min: 0, max: 65_535, describe: 'HTTP port of the dashboard page; 0: any free port' }),
   /** Address to bind. Default 127.0.0.1. */
-  host: text({ flag: 'host', env: 'OUTBOX_DASHBOARD_HOST', default: '127.0.0.1', describe: 'address the dashboard binds', check: (value) => (value.trim() === '' ? 'must be an address to bind' : undefined) }),
+  host: text({ flag: 'host', env: 'OUTBOX_DASHBOARD_HOST', default: '127.0.0.1', range: 'an address', describe: 'address the dashboard binds', check: (value) => (value.trim() === '' ? 'must be an address to bind' : undefined) }),
 };
 
 export type DashboardConfig = ValuesOf<typeof dashboardSettings>;

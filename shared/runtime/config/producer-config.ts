@@ -23,7 +23,7 @@ export const producerSettings = {
   }),
   /** Open connections at most; more are refused until some close. Default 1024. */
   maxConnections: count({ flag: 'http-max-connections', env: 'OUTBOX_HTTP_MAX_CONNECTIONS', default: '1024', min: 1, max: 100_000, describe: 'open HTTP connections at most' }),
-  host: text({ flag: 'host', env: 'HOST', default: '127.0.0.1', describe: 'address to bind', check: (value) => (value.trim() === '' ? 'must be an address to bind' : undefined) }),
+  host: text({ flag: 'host', env: 'HOST', default: '127.0.0.1', range: 'an address', describe: 'address to bind', check: (value) => (value.trim() === '' ? 'must be an address to bind' : undefined) }),
   /** Built-in traffic, operations/s; 0 = off. Default 0. */
   rate: count({ flag: 'rate', env: 'OUTBOX_RATE', default: '0', min: 0, max: 100_000, describe: 'built-in traffic, operations/s; 0 = off' }),
   /** How long the built-in traffic runs; 0s = until stopped. Default 0s. */

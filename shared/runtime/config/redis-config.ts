@@ -10,6 +10,7 @@ export const managedRedisSettings = {
   port: custom({
     env: 'OUTBOX_REDIS_PORT',
     default: String(DEFAULT_MANAGED_PORT),
+    range: 'a port from 1 to 65535',
     describe: 'port of the managed redis-server',
     parse: (raw) => managedRedisPort({ OUTBOX_REDIS_PORT: raw }),
   }),

@@ -14,8 +14,10 @@ export interface Setting<T> {
   flag?: string;
   /** The value when neither is set, as a user would write it (`1.5s`), or computed from the environment and the flags. */
   default: string | ((env: NodeJS.ProcessEnv, argv: Argv) => string);
-  /** How `outbox --help` and the README describe the default when it is computed. */
+  /** How `outbox --help` and the docs describe the default when it is computed. */
   defaultText?: string;
+  /** The values it takes, in words (`1–64`, `100ms–10m`), for docs/reference/configuration.md; the kinds below set it. */
+  range?: string;
   describe: string;
   /** Text -> value; throws an `InvalidInputError` that starts with `name`. */
   parse: (raw: string, name: string) => T;
@@ -108,6 +110,7 @@ interface Common {
   flag?: string;
   describe: string;
   defaultText?: string;
+  range?: string;
   retired?: string[];
 }
 
@@ -117,7 +120,9 @@ interface Common {
  */
 export function duration(spec: Common & { default: string; min?: number; max?: number; fractional?: boolean }): Setting<number> {
   const { min = 0, max = Number.MAX_SAFE_INTEGER } = spec;
+  const unbounded = max === Number.MAX_SAFE_INTEGER;
   return {
+    range: `a duration${unbounded ? (min === 0 ? '' : ` of at least ${showMs(min)}`) : ` from ${showMs(min)} to ${showMs(max)}`}${spec.fractional ? ' (fractions of a ms kept)' : ''}`,
     ...spec,
     parse(raw, name) {
       const ms = parseDuration(raw, name, { fractional: spec.fractional });
@@ -133,12 +138,13 @@ export function duration(spec: Common & { default: string; min?: number; max?: n
 /** Like `duration`, or `off` (the default) for undefined: a feature that is off unless set. */
 export function optionalDuration(spec: Common & { min?: number; max?: number }): Setting<number | undefined> {
   const inner = duration({ ...spec, default: 'off' });
-  return { ...inner, default: 'off', parse: (raw, name) => (raw.trim() === 'off' ? undefined : inner.parse(raw, name)) };
+  return { ...inner, range: spec.range ?? `${inner.range}, or off`, default: 'off', parse: (raw, name) => (raw.trim() === 'off' ? undefined : inner.parse(raw, name)) };
 }
 
 /** A whole number from `min` to `max` (a batch size, a thread count, a port). */
 export function count(spec: Common & { default: string; min: number; max: number }): Setting<number> {
   return {
+    range: `a whole number from ${spec.min} to ${spec.max}`,
     ...spec,
     parse(raw, name) {
       const value = /^\s*-?\d+\s*$/.test(raw) ? Number(raw) : NaN;
@@ -157,6 +163,7 @@ const SIZE_UNITS: Record<string, number> = {
 /** A size with a unit (`512KB`, `10MB`, `1GB`; K, M, G, T alone too; 1 KB = 1024 bytes), in bytes, `min` to `max`. */
 export function size(spec: Common & { default: string; min: number; max: number }): Setting<number> {
   return {
+    range: `a size with a unit (B, KB, MB, GB, TB; 1 KB = 1024 bytes) from ${showBytes(spec.min)} to ${showBytes(spec.max)}`,
     ...spec,
     parse(raw, name) {
       const match = /^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$/i.exec(raw);
@@ -186,7 +193,7 @@ export function text(spec: Common & { default: Setting<string>['default']; check
 
 /** One of `choices`. */
 export function choice<C extends string>(spec: Common & { default: C; choices: readonly C[] }): Setting<C> {
-  return text({ ...spec, check: (value) => (spec.choices.includes(value as C) ? undefined : `must be one of ${spec.choices.join(', ')}`) }) as Setting<C>;
+  return text({ range: `one of ${spec.choices.join(', ')}`, ...spec, check: (value) => (spec.choices.includes(value as C) ? undefined : `must be one of ${spec.choices.join(', ')}`) }) as Setting<C>;
 }
 
 /** A setting parsed by its own function (which throws naming `name`). */
