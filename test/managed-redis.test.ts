@@ -328,7 +328,7 @@ describe('the CLI with the default Redis URL', () => {
     try {
       const lab = await cli(first, 'lab');
       assert.equal(lab.code, 0, lab.stdout + lab.stderr);
-      // As the README's command examples do after the lab: a data dir of their own, the same Redis.
+      // As the command examples of the README and docs/ do after the lab (test/readme.test.ts): a data dir of their own, the same Redis.
       for (const args of [['init'], ['init', '--force'], ['place-order'], ['relay'], ['consume'], ['verify']]) {
         const result = await cli(second, ...args);
         assert.equal(result.code, 0, `${args.join(' ')}: ${result.stdout}${result.stderr}`);

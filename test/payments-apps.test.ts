@@ -141,7 +141,7 @@ describe('examples/payments apps (what examples/payments/ecosystem.config.cjs ru
       } finally {
         ledger.close();
       }
-      // The balance invariant, through outbox verify and the example's check set, as its README runs it.
+      // The balance invariant, through outbox verify and the example's check set, as its README (examples/payments/README.md) runs it.
       const verify = readmeVerify(h.env.dir, h.env.redisUrl);
       assert.equal(verify.status, 0, verify.stdout + verify.stderr);
       assert.match(verify.stdout, /accounts whose ledger or balance != captured payments +0 +0 +ok/);

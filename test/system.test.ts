@@ -58,7 +58,7 @@ before(async () => {
   env = { dir: tempDir(), redisUrl: redis.url };
   port = await freePort();
   logDir = tempDir();
-  // The apps never create app.db: `outbox init` first, as the README says.
+  // The apps never create app.db: `outbox init` first, as docs/getting-started.md says.
   const init = await runCli(['init'], env);
   assert.equal(init.code, 0, init.stderr);
   pm2 = new Pm2({

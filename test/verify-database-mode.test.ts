@@ -121,7 +121,7 @@ describe('verify in database mode (--consumer-db)', () => {
   it('app.db restored from an older backup while the consumer database kept going: the inbox rows of the lost events fail verify, and with the consumer database restored from the same backup time --repair ends VERIFY OK', async () => {
     await seedLabEvents(6);
     await drainInDatabaseMode();
-    // Both backups at one quiet moment, as the README asks.
+    // Both backups at one quiet moment, as docs/recovery.md asks.
     for (const [file, copy] of [[join(h.env.dir, 'app.db'), 'app.backup'], [consumerDb(), 'consumer.backup']]) {
       const live = new Database(file);
       await live.backup(join(h.env.dir, copy));

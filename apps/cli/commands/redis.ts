@@ -31,7 +31,7 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
     })
     .option('ignore-attached', { ...ignoreAttachedOption, describe: 'stop it even while apps (the relay) use it' });
 
-/** Exit code of `outbox redis status` when the managed Redis does not run (see the README's exit codes). */
+/** Exit code of `outbox redis status` when the managed Redis does not run (docs/cli.md, "Exit codes and errors"). */
 const NOT_RUNNING = 3;
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {

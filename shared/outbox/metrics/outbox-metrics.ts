@@ -53,7 +53,7 @@ export async function pgPendingOf(pool: Pool, now = Date.now()): Promise<{ pendi
 }
 
 /**
- * The outbox's Prometheus metrics on a prom-client registry (see README "Metrics" for the list).
+ * The outbox's Prometheus metrics on a prom-client registry (docs/metrics.md lists them).
  * Counters move where the thing happens: the relay per batch (`createRelay({ metrics })`), the
  * consumer's counts read at scrape from the numbers it keeps (`consumer.start({ metrics })`), its
  * commit → applied latency observed per round. Gauges that need a query (PENDING rows, the queue,

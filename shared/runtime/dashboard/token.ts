@@ -15,7 +15,7 @@ const MIN_LENGTH = 16;
  * one, or write one of at least 16 characters.
  */
 export function ensureToken(dir: string): string {
-  // A data dir that exists keeps its mode (see README, Security); a new one is 0700.
+  // A data dir that exists keeps its mode (see docs/operations.md, Security); a new one is 0700.
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const path = tokenPath(dir);
   try {

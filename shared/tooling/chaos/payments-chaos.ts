@@ -83,7 +83,7 @@ export interface PaymentsChaosResult {
   ok: boolean;
 }
 
-/** verify on the drained system, as the example's README runs it: the outbox's checks, the inbox and the example's check set. */
+/** verify on the drained system, as the example's README (examples/payments/README.md) runs it: the outbox's checks, the inbox and the example's check set. */
 async function verifyPayments(payments: Database.Database, ledger: Database.Database, redisUrl: string): Promise<string[]> {
   const checks = await loadCheckSet(fileURLToPath(new URL('../../../examples/payments/verify-checks.js', import.meta.url)));
   const redis = await connectRedis(redisUrl, { namespace: NAMESPACE });
