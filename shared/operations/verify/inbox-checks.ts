@@ -4,21 +4,8 @@ import { readGuards } from '../../outbox/redis/guards.js';
 import { byPartition, partitionsOf, type Partitions } from '../../outbox/redis/partitions.js';
 import type { Db } from '../../outbox/store/open-database.js';
 import type { InvariantCheck } from '../../outbox/verify/verify-checks.js';
-import type { VerifyReads } from './observe.js';
-
-const EXAMPLES = 5;
-
-/** Every field of a hash, by HSCAN (no single reply of a million fields). */
-async function hashFields(redis: Redis, key: string): Promise<Set<string>> {
-  const fields = new Set<string>();
-  let cursor = '0';
-  do {
-    const [next, entries] = await redis.hscan(key, cursor, 'COUNT', 1000);
-    for (let i = 0; i < entries.length; i += 2) fields.add(entries[i]);
-    cursor = next;
-  } while (cursor !== '0');
-  return fields;
-}
+import type { VerifyReads } from './store-snapshot.js';
+import { Tally } from './findings.js';
 
 /**
  * Of inbox rows without a processed entry, those whose aggregate's applied seq (read after the
@@ -63,51 +50,69 @@ interface InboxRow {
  *   can take back one event at a time.
  */
 export async function inboxChecks(consumerDb: Db, redis: Redis | Partitions, store: InboxStoreReads): Promise<InvariantCheck[]> {
-  // Processed first: an event completed between the two reads then shows as in flight, never as
-  // missing (its inbox row was committed before Redis recorded it). Every partition's.
-  const processed = new Set((await Promise.all(partitionsOf(redis).clients.map((client) => hashFields(client, keys.processed)))).flatMap((fields) => [...fields]));
-  const rows = consumerDb.prepare<[], InboxRow>('SELECT event_id, aggregate_id, seq FROM outbox_inbox').all();
-  const inbox = new Set(rows.map((row) => row.event_id));
-  const missing = [...processed].filter((id) => !inbox.has(id));
-  // The store is read after the inbox: an inbox row's event was committed in the store before the
-  // consumer had it. What prune deleted is read after every row was looked for: a prune records what
-  // it deletes in the same transaction, so a row gone before its look-up is covered by then.
-  const notHeld: InboxRow[] = [];
-  for (let first = 0; first < rows.length; first += HELD_CHUNK) {
-    const chunk = rows.slice(first, first + HELD_CHUNK);
-    const held = await store.heldOf(chunk.map((row) => row.event_id));
-    for (const row of chunk) if (!held.has(row.event_id)) notHeld.push(row);
+  const partitions = partitionsOf(redis);
+  const inInbox = consumerDb.prepare<[string], string>('SELECT event_id FROM outbox_inbox WHERE event_id IN (SELECT value FROM json_each(?))').pluck();
+  // Each chunk of processed entries first, then their inbox rows: an event completed in between then
+  // shows as in flight, never as missing (its inbox row was committed before Redis recorded it).
+  const missing = new Tally<string>();
+  for (const client of partitions.clients) {
+    let cursor = '0';
+    do {
+      const [next, entries] = await client.hscan(keys.processed, cursor, 'COUNT', HELD_CHUNK);
+      cursor = next;
+      const ids = entries.filter((_, i) => i % 2 === 0);
+      if (ids.length === 0) continue;
+      const found = new Set(inInbox.all(JSON.stringify(ids)));
+      for (const id of ids) if (!found.has(id)) missing.add(id);
+    } while (cursor !== '0');
   }
-  const prunedThrough = new Map<string, number>();
-  for (const row of notHeld) if (!prunedThrough.has(row.aggregate_id)) prunedThrough.set(row.aggregate_id, await store.history.prunedThrough(row.aggregate_id));
-  const foreign = notHeld.filter((row) => row.seq > prunedThrough.get(row.aggregate_id)!);
-  // Completion pending: only events the store holds. The others are pruned (applied, their rows
-  // gone, their record maybe lost with Redis, as in a rebuild) or of a lost history (above).
-  const notHeldIds = new Set(notHeld.map((row) => row.event_id));
-  const unrecorded = rows.filter((row) => !processed.has(row.event_id) && !notHeldIds.has(row.event_id));
-  const completed = await completedBySeq(partitionsOf(redis), unrecorded);
-  const pending = unrecorded.filter((row) => !completed.has(row.event_id));
+  // The inbox a page at a time; each page's events looked up in the store after it (an inbox row's
+  // event was committed in the store before the consumer had it). What prune deleted is read after a
+  // row was looked for: a prune records what it deletes in the same transaction, so a row gone before
+  // its look-up is covered by then.
+  const page = consumerDb.prepare<[number], InboxRow & { rowid: number }>('SELECT rowid, event_id, aggregate_id, seq FROM outbox_inbox WHERE rowid > ? ORDER BY rowid LIMIT 1000');
+  const foreign = new Tally<InboxRow>();
+  let rowsSeen = 0;
+  let pendingCount = 0;
+  for (let rows = page.all(0); rows.length > 0; rows = page.all(rows[rows.length - 1].rowid)) {
+    rowsSeen += rows.length;
+    const held = await store.heldOf(rows.map((row) => row.event_id));
+    const prunedThrough = new Map<string, number>();
+    for (const row of rows) {
+      if (held.has(row.event_id)) continue;
+      if (!prunedThrough.has(row.aggregate_id)) prunedThrough.set(row.aggregate_id, await store.history.prunedThrough(row.aggregate_id));
+      if (row.seq > prunedThrough.get(row.aggregate_id)!) foreign.add(row);
+    }
+    // Completion pending: only events the store holds, with no processed entry in any partition. The
+    // others are pruned (applied, their rows gone, their record maybe lost with Redis, as in a
+    // rebuild) or of a lost history (above).
+    const heldRows = rows.filter((row) => held.has(row.event_id));
+    const processed = await Promise.all(partitions.clients.map((client) => (heldRows.length === 0 ? [] : client.hmget(keys.processed, ...heldRows.map((row) => row.event_id)))));
+    const unrecorded = heldRows.filter((_, i) => processed.every((values) => values[i] === null));
+    const completed = await completedBySeq(partitions, unrecorded);
+    pendingCount += unrecorded.filter((row) => !completed.has(row.event_id)).length;
+  }
   return [
     {
       name: 'processed events without an inbox row (effect missing from the consumer database)',
       expected: '0',
-      actual: String(missing.length),
-      status: missing.length === 0 ? 'ok' : 'FAIL',
-      examples: missing.length === 0 ? undefined : missing.slice(0, EXAMPLES),
+      actual: String(missing.count),
+      status: missing.count === 0 ? 'ok' : 'FAIL',
+      examples: missing.count === 0 ? undefined : missing.samples,
     },
     {
       name: 'inbox rows of events the store does not hold (effects of a lost history)',
       expected: '0',
-      actual: String(foreign.length),
-      status: foreign.length === 0 ? 'ok' : 'FAIL',
+      actual: String(foreign.count),
+      status: foreign.count === 0 ? 'ok' : 'FAIL',
       examples:
-        foreign.length === 0
+        foreign.count === 0
           ? undefined
           : [
-              ...foreign.slice(0, EXAMPLES).map((row) => `${row.event_id} (${row.aggregate_id} seq ${row.seq})`),
+              ...foreign.samples.map((row) => `${row.event_id} (${row.aggregate_id} seq ${row.seq})`),
               'the consumer database holds effects of events the store no longer holds: after the store was restored from an older backup, stop the apps, restore it from a backup taken with the store\'s, then run outbox verify --repair; after outbox init --force, start it over too',
             ],
     },
-    { name: 'inbox rows / of them committed, completion pending', expected: '-', actual: `${inbox.size} / ${pending.length}`, status: 'info' },
+    { name: 'inbox rows / of them committed, completion pending', expected: '-', actual: `${rowsSeen} / ${pendingCount}`, status: 'info' },
   ];
 }
