@@ -76,6 +76,8 @@ describe('outbox chaos', () => {
     [['--targets', 'relay,database'], /--targets takes a comma-separated list of relay, consumer, producer, redis, redis-wipe, prune, pause, sqlite-lock, handler-fail, corrupt-state/],
     [['--duration', 'forever'], /--duration must be a duration like 60s/],
     [['--kill-every', '10ms'], /--kill-every must be at least 100ms/],
+    // consumer-db-loss is the database-mode run (the payments example; test/payments-chaos.test.ts runs it).
+    [['--targets', 'consumer-db-loss,redis-wipe'], /--targets in database mode takes a comma-separated list of processes, consumer-db-loss, got "consumer-db-loss,redis-wipe"/],
   ] as const) {
     it(`rejects ${args.join(' ')} before starting anything`, async () => {
       const result = await runCli(['chaos', ...args], env);

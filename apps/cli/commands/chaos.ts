@@ -16,7 +16,7 @@ interface Args extends GlobalArgs {
   consumers?: string;
   partitions?: string;
   duration: string;
-  rate: string;
+  rate?: string;
   killEvery: string;
   targets?: string;
   seed: string;
@@ -32,13 +32,14 @@ export const describe = 'run the apps under pm2 with faults injected, then prove
 export const builder = (yargs: Argv<GlobalArgs>) =>
   yargs
     .option('duration', { type: 'string', default: '60s', describe: 'how long traffic runs and faults are injected' })
-    .option('rate', { type: 'string', default: '500', describe: 'order operations per second' })
+    .option('rate', { type: 'string', defaultDescription: '500 (150 in database mode)', describe: 'order operations per second' })
     .option('kill-every', { type: 'string', default: '2s', describe: 'mean time between faults' })
     .option('targets', {
       type: 'string',
       defaultDescription: DEFAULT_CHAOS_TARGETS.join(','),
       describe: `what to hit, from ${CHAOS_TARGETS.join(',')}; with --database (PostgreSQL, a private Redis Cluster): from ${SCALE_OUT_TARGETS.join(',')}, default ${DEFAULT_SCALE_OUT_TARGETS.join(',')} (redis-wipe: Redis restarts without its data; prune: prune --older-than 1s; pause: SIGSTOP a relay or the consumer; ` +
-        `sqlite-lock: app.db's write lock held; handler-fail: every handler attempt fails for a while; corrupt-state: the lab's effect hash a string for 3 s)`,
+        `sqlite-lock: app.db's write lock held; handler-fail: every handler attempt fails for a while; corrupt-state: the lab's effect hash a string for 3 s); ` +
+        `in database mode: ${PAYMENTS_TARGETS.join(',')} (the payments example, its consumers' ledger deleted under traffic halfway through, then rebuilt by verify --repair --consumer-db)`,
     })
     .option('seed', { type: 'string', default: '1', describe: 'seed of the fault schedule and the traffic (same seed, same schedule)' })
     .option('relays', { type: 'string', describe: 'on PostgreSQL (--database): relay apps [default 4]' })
@@ -51,6 +52,7 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const config = configOf(argv);
   if (config.databaseUrl) return scaleOut(argv, config.databaseUrl, config.partitions ?? 1);
+  if (argv.targets?.split(',').some((t) => t.trim() === 'consumer-db-loss')) return databaseMode(argv);
   if (argv.relays !== undefined || argv.consumers !== undefined) throw new InvalidInputError('--relays and --consumers are for chaos on PostgreSQL (--database): the run on app.db has 2 relays and 1 consumer');
   // On app.db the run has one private Redis; on PostgreSQL it makes its own cluster and partitions.
   refusePartitioned(config, 'chaos', 'run it with one partition on one Redis, or give --database postgres://… for a run on its own Redis Cluster');
@@ -70,7 +72,7 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
 function finish(argv: ArgumentsCamelCase<Args>, table: string[], { workspace, ok, ...figures }: { workspace: string; ok: boolean }): void {
   if (process.stderr.isTTY) process.stderr.write('\n');
   console.log(table.join('\n'));
-  if (argv.keep) console.log(`workspace kept: ${workspace}`);
+  if (argv.keep && workspace) console.log(`workspace kept: ${workspace}`);
   if (argv.json) writeFileSync(argv.json, `${JSON.stringify({ ...figures, ok }, null, 2)}\n`);
   if (!ok) throw new CheckFailedError('an invariant did not hold (see the table above)');
 }
@@ -95,7 +97,7 @@ function runOptions<T extends string>(argv: ArgumentsCamelCase<Args>, known: rea
   }
   const options = {
     durationMs: parseDuration(argv.duration, '--duration'),
-    rate: parseCount(argv.rate, '--rate', 100_000),
+    rate: parseCount(argv.rate ?? '500', '--rate', 100_000),
     killEveryMs: parseDuration(argv.killEvery, '--kill-every'),
     targets,
     seed: parseCount(argv.seed, '--seed', 2 ** 31),
@@ -103,6 +105,17 @@ function runOptions<T extends string>(argv: ArgumentsCamelCase<Args>, known: rea
   };
   if (options.killEveryMs < 100) throw new InvalidInputError('--kill-every must be at least 100ms');
   return options;
+}
+
+/** The targets of the database-mode run (the payments example): the process faults, and the ledger lost. */
+const PAYMENTS_TARGETS = ['processes', 'consumer-db-loss'] as const;
+
+/** Chaos in database mode: the payments example under pm2, its ledger lost halfway and rebuilt. */
+async function databaseMode(argv: ArgumentsCamelCase<Args>): Promise<void> {
+  const options = runOptions({ ...argv, rate: argv.rate ?? '150' }, PAYMENTS_TARGETS, PAYMENTS_TARGETS, '--targets in database mode');
+  const { runPaymentsChaos, formatPaymentsChaos } = await import('../../../shared/tooling/chaos/payments-chaos.js');
+  const result = await runPaymentsChaos({ durationMs: options.durationMs, rate: options.rate, seed: options.seed, consumerDbLoss: true, progress: progressLine() });
+  finish(argv, formatPaymentsChaos(result).split('\n'), { workspace: '', ...result });
 }
 
 /** Chaos on the scale-out path: a database of its own on the PostgreSQL server `serverUrl` names, a private Redis Cluster. */
