@@ -46,8 +46,7 @@ export async function readChunkEvidence(partitions: Partitions, slices: Aggregat
       const aggregates = mine.map((s) => s.key);
       const ids = mine.flatMap((s) => s.events.map((e) => e.event_id));
       const multi = client.multi().hget(keys.stats, 'applied').hmget(keys.window, ...WINDOW_FIELDS).hget(keys.window, 'guards').hlen(keys.appliedSeq);
-      queueGuardReads(multi, aggregates);
-      const guardReplies = aggregates.length === 0 ? 0 : aggregates.length + 1;
+      const guardReplies = queueGuardReads(multi, aggregates);
       if (ids.length > 0) multi.hmget(keys.processed, ...ids);
       if (allIds.length > 0) multi.hmget(keys.applyCount, ...allIds);
       const names = [keys.stats, keys.window, keys.window, keys.appliedSeq];

@@ -30,12 +30,14 @@ export function bucketKey(index: number): string {
 }
 
 /**
- * Queues the reads of `aggregates`' guards on a MULTI or pipeline (so that they are read at one
- * instant with whatever else it reads): aggregates.length + 1 replies, for `guardsOfReplies`.
+ * Queues the read of `aggregates`' guards on a MULTI or pipeline (so that they are read at one
+ * instant with whatever else it reads), one script call (read-guards-1.lua) for all of them.
+ * Resolves how many replies it queued (0 for no aggregate, else 1), for `guardsOfReplies`.
  */
-export function queueGuardReads(commands: ChainableCommander, aggregates: readonly string[]): void {
-  for (const aggregate of aggregates) commands.hget(guardKeyOf(aggregate), aggregate);
-  if (aggregates.length > 0) commands.hmget(keys.appliedSeq, ...aggregates);
+export function queueGuardReads(commands: ChainableCommander, aggregates: readonly string[]): number {
+  if (aggregates.length === 0) return 0;
+  (commands as unknown as { readGuards: (...args: string[]) => unknown }).readGuards(keys.appliedSeq, ...aggregates);
+  return 1;
 }
 
 /**
@@ -48,19 +50,19 @@ export function queueGuardChange(commands: ChainableCommander, aggregate: string
 
 /** The guards from the replies `queueGuardReads` queued, in its order (null where none). */
 export function guardsOfReplies(replies: readonly unknown[], aggregates: readonly string[]): (string | null)[] {
-  const legacy = (replies[aggregates.length] ?? []) as (string | null)[];
-  return aggregates.map((_, i) => (replies[i] as string | null) ?? legacy[i] ?? null);
+  const values = (replies[0] ?? []) as (string | null)[];
+  return aggregates.map((_, i) => values[i] ?? null);
 }
 
-/** Each aggregate's guard (null where none), in order, in one round trip. */
+/** Each aggregate's guard (null where none), in order, in one round trip (a call per 1,000). */
 export async function readGuards(redis: Redis, aggregates: readonly string[]): Promise<(string | null)[]> {
   if (aggregates.length === 0) return [];
   const pipeline = redis.pipeline();
-  queueGuardReads(pipeline, aggregates);
+  for (let first = 0; first < aggregates.length; first += 1000) queueGuardReads(pipeline, aggregates.slice(first, first + 1000));
   const replies = (await pipeline.exec()) ?? [];
   const failed = replies.find(([error]) => error);
   if (failed) throw failed[0]!;
-  return guardsOfReplies(replies.map(([, reply]) => reply), aggregates);
+  return replies.flatMap(([, reply], k) => guardsOfReplies([reply], aggregates.slice(k * 1000, (k + 1) * 1000)));
 }
 
 /** One aggregate's guard, null when none. */

@@ -14,6 +14,7 @@ const SCRIPT_FILES = {
   requeueParked: 'requeue-parked-2.lua',
   raiseAppliedSeq: 'raise-applied-seq-4.lua',
   migrateGuards: 'migrate-guards-2.lua',
+  readGuards: 'read-guards-1.lua',
   moveToProcessing: 'move-to-processing-3.lua',
   claimEvents: 'claim-event-11.lua',
   completeEvents: 'complete-event-12.lua',
