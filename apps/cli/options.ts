@@ -1,10 +1,10 @@
 import type { Options } from 'yargs';
 import type { OutboxConfig } from '../../shared/outbox/config.js';
 import { flagOptions } from '../../shared/runtime/config/settings.js';
-import { storeConfigOf, storeSettings } from '../../shared/runtime/config/store-settings.js';
+import { cliStoreSettings, storeConfigOf } from '../../shared/runtime/config/store-settings.js';
 
 /** The options every command takes, defined once (shared/runtime/config/store-settings.ts, which the apps read too). */
-export const globalOptions = flagOptions(storeSettings);
+export const globalOptions = flagOptions(cliStoreSettings);
 
 /** `init --force` and `lab` refuse while an app has app.db open (see shared/runtime/attached-apps.ts). */
 export const ignoreAttachedOption = {
@@ -17,6 +17,7 @@ export interface GlobalArgs {
   dir?: string;
   redis?: string;
   namespace?: string;
+  db?: string;
 }
 
 /** The stores' settings: each flag, else its variable, else the default; an error names the one that was set. */

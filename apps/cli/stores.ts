@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Pool } from 'pg';
 import { resolve } from 'node:path';
-import { defaultDir, type OutboxConfig } from '../../shared/outbox/config.js';
+import { databaseFileOf, defaultDir, type OutboxConfig } from '../../shared/outbox/config.js';
 import type { Db, OpenDatabaseOptions } from '../../shared/outbox/store/open-database.js';
 import { ensureManagedRedis, MANAGED_HOST, managedRedisDir, managedRedisPort } from '../../shared/tooling/local/managed-redis.js';
 import type { RedisConnectOptions } from '../../shared/outbox/redis/connect.js';
@@ -29,11 +29,21 @@ export function refusedOnPostgres(config: OutboxConfig, command: string): Outbox
   return config;
 }
 
-/** Opens app.db, runs `fn`, closes it; refuses when the store is PostgreSQL (a command not ported to it). */
+/** Refuses (exit 2) `--db` / `OUTBOX_DB` for a command that makes or wipes the lab's app.db in the data dir. */
+export function refuseDbPath(config: OutboxConfig, command: string): void {
+  if (config.db === undefined) return;
+  throw new InvalidInputError(`${command} makes the lab's app.db in the data dir, not a database named by --db / OUTBOX_DB (${config.db}): unset it, or pick the data dir with --dir / OUTBOX_DIR`);
+}
+
+/**
+ * Opens the outbox database (`--db` / `OUTBOX_DB`, else `<dir>/app.db`), runs `fn`, closes it;
+ * refuses when the store is PostgreSQL (a command not ported to it). With `outboxOnly` any database
+ * with the library's tables will do (a service's own); else the lab's orders table is needed too.
+ */
 export async function withDb<T>(config: OutboxConfig, fn: (db: Db) => T | Promise<T>, open: OpenDatabaseOptions = {}): Promise<T> {
   refuseOnPostgres(config, 'this command');
-  const { openDatabase } = await import('../../shared/outbox/store/open-database.js');
-  const db = openDatabase(config.dir, open);
+  const { openDatabaseFile } = await import('../../shared/outbox/store/open-database.js');
+  const db = openDatabaseFile(databaseFileOf(config), { given: config.db !== undefined, ...open });
   try {
     return await fn(db);
   } finally {
@@ -97,14 +107,20 @@ export async function withRedis<T>(config: OutboxConfig, fn: (redis: Redis) => T
  * partition on one Redis is the connection `withRedis` opens. The managed Redis is started as there.
  */
 export async function withPartitions<T>(config: OutboxConfig, fn: (partitions: Partitions) => T | Promise<T>, needs: RedisNeeds = {}): Promise<T> {
-  await ensureRedis(config);
-  const { closePartitions, connectTarget, connectTargetPartitions } = await import('../../shared/outbox/redis/connect-partitions.js');
-  const partitions = await connectTargetPartitions(config, (options) => connectTarget(config, { name: 'outbox-cli', ...needs, ...options }));
+  const { partitions, close } = await openPartitions(config, needs);
   try {
     return await fn(partitions);
   } finally {
-    await closePartitions(partitions);
+    await close();
   }
+}
+
+/** What `withPartitions` opens, for a caller that keeps it open across calls (`status --watch`); `close` disconnects them. */
+export async function openPartitions(config: OutboxConfig, needs: RedisNeeds = {}): Promise<{ partitions: Partitions; close: () => Promise<void> }> {
+  await ensureRedis(config);
+  const { closePartitions, connectTarget, connectTargetPartitions } = await import('../../shared/outbox/redis/connect-partitions.js');
+  const partitions = await connectTargetPartitions(config, (options) => connectTarget(config, { name: 'outbox-cli', ...needs, ...options }));
+  return { partitions, close: () => closePartitions(partitions) };
 }
 
 /**

@@ -31,6 +31,11 @@ export interface OutboxConfig {
    * the same on every relay and consumer of a store. Default: env `OUTBOX_PARTITIONS`, else 1.
    */
   partitions?: number;
+  /**
+   * The outbox database (SQLite) by its path, for the CLI's operations commands (`--db` /
+   * `OUTBOX_DB`): any database with the library's tables. Default: `<dir>/app.db`.
+   */
+  db?: string;
 }
 
 export const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379';
@@ -96,6 +101,11 @@ export function keyPrefixOf(namespace: string): string {
 
 export function databasePath(dir: string): string {
   return join(dir, 'app.db');
+}
+
+/** The SQLite database a command opens: `--db` / `OUTBOX_DB` when given, else `<dir>/app.db`. */
+export function databaseFileOf(config: Pick<OutboxConfig, 'dir' | 'db'>): string {
+  return config.db ?? databasePath(config.dir);
 }
 
 /** The URL with any password replaced by `***`, safe to print. */

@@ -4,7 +4,7 @@ import type { WipePlan } from '../../../shared/lab/init-stores.js';
 import { assertNoAttachedApps } from '../../../shared/runtime/attached-apps.js';
 import { guard, guardOptions, SHOWN, withMore, type GuardArgs } from '../confirm.js';
 import { configOf, ignoreAttachedOption, type GlobalArgs } from '../options.js';
-import { onPostgres, withPartitions, withPg } from '../stores.js';
+import { onPostgres, refuseDbPath, withPartitions, withPg } from '../stores.js';
 import type { OutboxConfig } from '../../../shared/outbox/config.js';
 import { ConflictError } from '../../../shared/outbox/errors/conflict-error.js';
 
@@ -28,6 +28,7 @@ export const builder = (yargs: Argv<GlobalArgs>) =>
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const config = configOf(argv);
+  refuseDbPath(config, 'init');
   if (onPostgres(config)) return initPostgres(config, argv);
   const { assertCanInit, createDatabase, planWipe } = await import('../../../shared/lab/init-stores.js');
   const { clearProjectKeys } = await import('../../../shared/outbox/redis/project-keys.js');

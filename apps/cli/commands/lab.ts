@@ -4,7 +4,7 @@ import { CheckFailedError } from '../../../shared/outbox/errors/check-failed-err
 import type { OutboxConfig } from '../../../shared/outbox/config.js';
 import { assertNoAttachedApps } from '../../../shared/runtime/attached-apps.js';
 import { configOf, ignoreAttachedOption, type GlobalArgs } from '../options.js';
-import { onPostgres, refusePartitioned, withPg, withRedis } from '../stores.js';
+import { onPostgres, refuseDbPath, refusePartitioned, withPg, withRedis } from '../stores.js';
 import type { LabStore } from '../../../shared/lab/lab-store.js';
 
 export const command = 'lab';
@@ -38,6 +38,7 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const config = configOf(argv);
   // The seed's steps on one Redis: the artifacts name its keys.
   refusePartitioned(config, 'lab');
+  refuseDbPath(config, 'lab');
   const { runLab } = await import('../../../shared/lab/lab.js');
   const { pgLabStore, sqliteLabStore } = await import('../../../shared/lab/lab-store.js');
   const run = (store: LabStore) =>

@@ -31,9 +31,7 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
         const { pgPruneRows } = await import('../../../shared/operations/prune/pg-prune.js');
         return pruneConfirmed(argv, pgPruneRows(pool), partitions, olderThanMs, batchSize);
       })
-    : await withPartitionStores(config, (db, partitions) =>
-        pruneConfirmed(argv, db, partitions, olderThanMs, batchSize),
-      );
+    : await withPartitionStores(config, (db, partitions) => pruneConfirmed(argv, db, partitions, olderThanMs, batchSize), {}, { outboxOnly: true });
   if (result !== null) printResult(result, onPostgres(config) ? 'the longest batch took' : 'the longest batch held the write lock');
 }
 

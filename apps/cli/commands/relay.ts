@@ -45,5 +45,5 @@ export async function handler(argv: ArgumentsCamelCase<RelayArgs>): Promise<void
   await withPartitionStores(config, async (db, partitions) => {
     const started = performance.now();
     await report(partitions, started, await createRelay(db, partitions, { batchSize, onPairing }).relayAll());
-  }, { requireNoEviction: true });
+  }, { requireNoEviction: true }, { outboxOnly: true });
 }

@@ -28,7 +28,7 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const config = configOf(argv);
   const count = onPostgres(config)
     ? await withPg(config, async (pool) => run((await import('../../../shared/operations/recovery/pg-repair.js')).pgRecovery(pool)))
-    : await withDb(config, (db) => run(sqliteRecovery(db)));
+    : await withDb(config, (db) => run(sqliteRecovery(db)), { outboxOnly: true });
   if (count === null) return;
   console.log(`${count} row(s) set back to PENDING; the relay (outbox relay, or the outbox-relay app) publishes them again and the consumer skips what it already applied`);
 }

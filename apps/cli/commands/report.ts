@@ -9,7 +9,7 @@ export const describe = 'write report.txt: orders, outbox, enqueued, processed_u
 
 export async function handler(argv: ArgumentsCamelCase<GlobalArgs>): Promise<void> {
   const config = configOf(argv);
-  const lines = formatReport(await (onPostgres(config) ? withPgPartitionStores(config, countPgStores) : withPartitionStores(config, countStores)));
+  const lines = formatReport(await (onPostgres(config) ? withPgPartitionStores(config, countPgStores) : withPartitionStores(config, countStores, {}, { outboxOnly: true })));
   const path = writeArtifact(config.dir, 'report.txt', lines);
   console.log(lines.join('\n'));
   console.log(`(written to ${path})`);

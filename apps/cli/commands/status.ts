@@ -2,17 +2,21 @@ import type { ArgumentsCamelCase, Argv } from 'yargs';
 import type { Partitions } from '../../../shared/outbox/redis/partitions.js';
 import type { Db } from '../../../shared/outbox/store/open-database.js';
 import { sleep } from '../../../shared/outbox/sleep.js';
-import { describeRefusal, readRefusals } from '../../../shared/runtime/refusals.js';
+import { clearRefusal, describeRefusal, readRefusals } from '../../../shared/runtime/refusals.js';
+import type { AppHealth } from '../../../shared/runtime/health/app-health.js';
+import { explainError, isConnectionError } from '../../../shared/outbox/errors/explain-error.js';
+import { collectDegradedStatus, formatDegradedStatus } from '../../../shared/operations/status-degraded.js';
 import {
   collectStatus,
   formatStatus,
+  sqliteStatusReads,
   statusSettings,
   type StatusOptions,
   type StatusStoreReads,
 } from '../../../shared/operations/status.js';
 import { flagOptions, readSettings } from '../../../shared/runtime/config/settings.js';
 import { configOf, type GlobalArgs } from '../options.js';
-import { onPostgres, withDb, withPartitions, withPg } from '../stores.js';
+import { onPostgres, openPartitions, withDb, withPg } from '../stores.js';
 
 interface Args extends GlobalArgs {
   json: boolean;
@@ -41,10 +45,32 @@ async function render(
   options: StatusOptions,
 ): Promise<string> {
   const status = await collectStatus(db, partitions, undefined, options);
-  // Apps that exited with EXIT_CONFIG (pm2 shows them stopped): why, from <dir>/refused/.
-  const refused = readRefusals(dir);
+  return screen(status, status.apps, formatStatus(status), dir, json, watch);
+}
+
+/**
+ * The screen with the refusals below: apps that exited with EXIT_CONFIG (pm2 shows them stopped),
+ * why, from <dir>/refused/. A refusal of an app that answers its health endpoint now (this
+ * deployment's, running) is stale: written by a process that did not run (a second start that
+ * found the port taken, say) while that app ran on. It is deleted, not shown.
+ */
+function screen(status: object, apps: AppHealth[], lines: string[], dir: string, json: boolean, watch: boolean): string {
+  const running = new Set(apps.filter((a) => a.state === 'ok' || a.state === 'unhealthy').map((a) => a.app));
+  const refused = readRefusals(dir).filter((refusal) => {
+    if (!running.has(refusal.app)) return true;
+    clearRefusal(dir, refusal.app);
+    return false;
+  });
   if (json) return watch ? JSON.stringify({ at: new Date().toISOString(), ...status, refused }) : JSON.stringify({ ...status, refused }, null, 2);
-  return [...formatStatus(status), ...refused.map((refusal) => `REFUSED     ${describeRefusal(refusal)}`)].join('\n');
+  return [...lines, ...refused.map((refusal) => `REFUSED     ${describeRefusal(refusal)}`)].join('\n');
+}
+
+/** The error's one line when it is Redis's (unreachable, lost mid-read): status then shows what it can without Redis. */
+function redisProblem(error: unknown, connecting: boolean): string | undefined {
+  const expected = explainError(error);
+  if (expected === null || expected.exitCode !== 5) return undefined;
+  if (connecting || isConnectionError(error)) return expected.message;
+  return undefined;
 }
 
 /**
@@ -81,14 +107,46 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   // Checked before anything connects: a bad threshold is one line, exit 2.
   const { warnParked, warnDeadAge } = readSettings(statusSettings, argv);
   const options: StatusOptions = { warnParked, warnDeadAgeMs: warnDeadAge };
-  const show = (store: Db | StatusStoreReads) =>
-    withPartitions(config, async (partitions) => {
-      const draw = () => render(store, partitions, config.dir, argv.json, argv.watch, options);
+  const show = async (store: Db | StatusStoreReads) => {
+    const reads = 'prepare' in store ? sqliteStatusReads(store) : store;
+    // Redis is connected on the first screen and again after it was lost: --watch keeps drawing
+    // the store's side meanwhile, and the whole screen once Redis is back.
+    let redis: Awaited<ReturnType<typeof openPartitions>> | undefined;
+    let degraded = false;
+    const draw = async () => {
+      let connecting = false;
+      try {
+        if (redis === undefined) {
+          connecting = true;
+          redis = await openPartitions(config);
+          connecting = false;
+        }
+        const drawn = await render(store, redis.partitions, config.dir, argv.json, argv.watch, options);
+        degraded = false;
+        return drawn;
+      } catch (error) {
+        const problem = redisProblem(error, connecting);
+        if (problem === undefined) throw error;
+        await redis?.close().catch(() => {});
+        redis = undefined;
+        degraded = true;
+        const status = await collectDegradedStatus(reads, config.namespace, problem);
+        return screen({ degraded: true, ...status }, status.apps, formatDegradedStatus(status), config.dir, argv.json, argv.watch);
+      }
+    };
+    try {
       if (argv.watch) await watch(draw, argv.json);
-      else console.log(await draw());
-    });
+      else {
+        console.log(await draw());
+        // The screen is shown; the exit code still says that a store is unusable.
+        if (degraded) process.exitCode = 5;
+      }
+    } finally {
+      await redis?.close().catch(() => {});
+    }
+  };
   if (onPostgres(config)) {
     const { pgStatusReads } = await import('../../../shared/operations/status.js');
     await withPg(config, (pool) => show(pgStatusReads(pool, config.dir)));
-  } else await withDb(config, show);
+  } else await withDb(config, show, { outboxOnly: true });
 }

@@ -41,15 +41,32 @@ export interface OpenDatabaseOptions {
    * examples/payments). Default false: the lab's `orders` table is required too.
    */
   outboxOnly?: boolean;
+  /** The path was given (`--db` / `OUTBOX_DB`), not `<dir>/app.db`: the messages say so. */
+  given?: boolean;
 }
 
-function assertOutboxTables(db: Db, path: string, { outboxOnly = false }: OpenDatabaseOptions): void {
-  for (const probe of outboxOnly ? SCHEMA_PROBES : [...LAB_PROBES, ...SCHEMA_PROBES]) {
+/** Where the database was named: `<dir>/app.db` (the data dir) or `--db` / `OUTBOX_DB`. */
+function fixFor(given: boolean): string {
+  return given ? 'pass --db / OUTBOX_DB the path of a database made by createOutbox (or "outbox init")' : 'move it away and run "outbox init"';
+}
+
+function assertOutboxTables(db: Db, path: string, { outboxOnly = false, given = false }: OpenDatabaseOptions): void {
+  for (const probe of SCHEMA_PROBES) {
+    try {
+      db.prepare(probe);
+    } catch (error) {
+      // Never "init --force" here: it would delete whatever this file is (a service's database, say).
+      throw new StoreUnavailableError(`${path} is not an outbox database (${(error as Error).message}): ${fixFor(given)}`);
+    }
+  }
+  if (outboxOnly) return;
+  for (const probe of LAB_PROBES) {
     try {
       db.prepare(probe);
     } catch (error) {
       throw new StoreUnavailableError(
-        `${path} is not an outbox database (${(error as Error).message}): move it away and run "outbox init", or recreate it with "outbox init --force"`,
+        `${path} has the outbox's tables but not the lab's orders (${(error as Error).message}): a service's own database; ` +
+          'the lab\'s order commands need the lab\'s app.db: run "outbox init" with a data dir of its own (--dir / OUTBOX_DIR)',
       );
     }
   }
@@ -60,9 +77,15 @@ function assertOutboxTables(db: Db, path: string, { outboxOnly = false }: OpenDa
  * is a `StoreUnavailableError` with the fix in its message; the file is never created or changed.
  */
 export function openDatabase(dir: string, options: OpenDatabaseOptions = {}): Db {
-  const path = databasePath(dir);
+  return openDatabaseFile(databasePath(dir), options);
+}
+
+/** `openDatabase` by the database's path (`--db` / `OUTBOX_DB`: a service's own database, say). */
+export function openDatabaseFile(path: string, options: OpenDatabaseOptions = {}): Db {
   if (!existsSync(path)) {
-    throw new StoreUnavailableError(`no database at ${path}: run "outbox init" first (or pass --dir / OUTBOX_DIR)`);
+    throw new StoreUnavailableError(
+      options.given ? `no database at ${path} (--db / OUTBOX_DB): pass the path of your service's database` : `no database at ${path}: run "outbox init" first (or pass --dir / OUTBOX_DIR, or --db)`,
+    );
   }
   let db: Db | undefined;
   try {
@@ -72,18 +95,18 @@ export function openDatabase(dir: string, options: OpenDatabaseOptions = {}): Db
     const version = schemaVersionOf(db);
     if (version !== undefined && version !== String(SCHEMA_VERSION)) {
       throw new StoreUnavailableError(
-        `${path} is not an outbox database of this version (outbox schema version ${version}, expected ${SCHEMA_VERSION}): run "outbox init --force" to recreate it`,
+        `${path} is not an outbox database of this version (outbox schema version ${version}, expected ${SCHEMA_VERSION}): open it with the outbox version that wrote it, or ${options.given ? 'pass another database' : 'move it away and run "outbox init"'}`,
       );
     }
     assertOutboxTables(db, path, options);
     if (version === undefined) {
-      throw new StoreUnavailableError(`${path} is not an outbox database of this version (no outbox schema version): run "outbox init --force" to recreate it`);
+      throw new StoreUnavailableError(`${path} is not an outbox database of this version (no outbox schema version): ${fixFor(options.given ?? false)}`);
     }
     return configure(db);
   } catch (error) {
     db?.close();
     if (error instanceof StoreUnavailableError) throw error;
     const reason = error instanceof Error ? error.message : String(error);
-    throw new StoreUnavailableError(`cannot open ${path} (${reason}): move it away and run "outbox init"`);
+    throw new StoreUnavailableError(`cannot open ${path} (${reason}): ${fixFor(options.given ?? false)}`);
   }
 }

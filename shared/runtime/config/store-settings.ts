@@ -71,7 +71,29 @@ export const storeSettings = {
   }),
 };
 
+/**
+ * The CLI's settings: the stores', and the outbox database by its path (`--db` / `OUTBOX_DB`), so
+ * that the operations commands work on a service's own database, not only on the lab's app.db.
+ * The apps do not read it: they open `<dir>/app.db`.
+ */
+export const cliStoreSettings = {
+  ...storeSettings,
+  db: custom({
+    flag: 'db',
+    env: 'OUTBOX_DB',
+    default: '',
+    defaultText: 'app.db in the data dir',
+    describe: "the outbox database (SQLite) by its path: any database with the library's tables, e.g. a service's own (made by createOutbox)",
+    parse: (raw) => (raw.trim() === '' ? '' : resolve(raw.trim())),
+  }),
+};
+
 /** The stores' settings from the flags, else the environment, else the defaults; checked before any connection opens. */
 export function storeConfigOf(argv: Argv, env: NodeJS.ProcessEnv = process.env): OutboxConfig {
-  return readSettings(storeSettings, argv, env);
+  const { db, ...config } = readSettings(cliStoreSettings, argv, env);
+  if (db === '') return config;
+  if (config.databaseUrl) {
+    throw new InvalidInputError('--db / OUTBOX_DB names a SQLite database and --database / OUTBOX_DATABASE_URL the PostgreSQL store: give one of them');
+  }
+  return { ...config, db };
 }
