@@ -37,34 +37,36 @@ try {
 // is never in pm2's environment of the apps (`pm2 env`, `pm2 show`) nor on a command line.
 // A Redis Cluster (OUTBOX_REDIS_CLUSTER) is the apps' Redis then: no managed one.
 const managedRedis = !process.env.REDIS_URL && !process.env.OUTBOX_REDIS_CLUSTER;
-const managedPort = Number(process.env.OUTBOX_REDIS_PORT || 6379);
+let managedPort = Number(process.env.OUTBOX_REDIS_PORT || 6379);
 if (managedRedis) {
   if (!Number.isInteger(managedPort) || managedPort < 1 || managedPort > 65535) {
     console.error(`outbox: OUTBOX_REDIS_PORT must be a port number from 1 to 65535, got "${process.env.OUTBOX_REDIS_PORT}"`);
     process.exit(1);
   }
-  const portOpen = spawnSync(process.execPath, [
-    '-e',
-    `require('net').connect(${managedPort}, '127.0.0.1').on('connect', () => process.exit(0)).on('error', () => process.exit(1))`,
-  ]).status === 0;
   const installed = spawnSync('redis-server', ['--version']).status === 0;
-  if (!portOpen && !installed) {
-    console.error(`outbox: no Redis on 127.0.0.1:${managedPort} and redis-server is not installed: apt-get install redis-server, or set REDIS_URL to a running Redis`);
+  // Where the managed Redis runs or will run: a port held by a Redis outbox did not start (a system
+  // Redis on 6379) is left alone, and the managed Redis gets the next free port, recorded in
+  // <OUTBOX_DIR>/redis/port (shared/tooling/local/managed-redis.ts). Its password is made here too.
+  const prepared = spawnSync(process.execPath, [
+    '--input-type=module',
+    '-e',
+    'const { prepareManagedRedis } = await import(process.argv[1]); await prepareManagedRedis(process.argv[2]);',
+    pathToFileURL(path.join(root, 'dist', 'shared', 'tooling', 'local', 'managed-redis.js')).href,
+    dataDir,
+  ], { cwd: root, encoding: 'utf8' });
+  if (prepared.status !== 0) {
+    console.error(`outbox: cannot prepare the managed Redis in ${path.join(dataDir, 'redis')}: ${prepared.stderr.trim().split('\n').pop()}`);
     process.exit(1);
   }
-  if (!portOpen) {
-    const made = spawnSync(process.execPath, [
-      '--input-type=module',
-      '-e',
-      'const { ensureManagedPassword } = await import(process.argv[1]); ensureManagedPassword(process.argv[2]);',
-      pathToFileURL(path.join(root, 'dist', 'shared', 'tooling', 'local', 'managed-redis.js')).href,
-      dataDir,
-    ], { cwd: root, encoding: 'utf8' });
-    if (made.status !== 0) {
-      console.error(`outbox: cannot make the managed Redis's password in ${path.join(dataDir, 'redis')}: ${made.stderr.trim().split('\n').pop()}`);
-      process.exit(1);
-    }
+  const where = JSON.parse(prepared.stdout.trim().split('\n').pop());
+  if (!where.running && !installed) {
+    console.error(`outbox: no Redis on 127.0.0.1:${where.port} and redis-server is not installed: apt-get install redis-server, or set REDIS_URL to a running Redis`);
+    process.exit(1);
   }
+  if (where.leftAlone !== undefined) {
+    console.error(`outbox: a Redis outbox did not start listens on 127.0.0.1:${where.leftAlone}: left alone; outbox-redis runs outbox's own on 127.0.0.1:${where.port}`);
+  }
+  managedPort = where.port;
 }
 
 const env = {
@@ -75,6 +77,7 @@ const env = {
 };
 
 const dashboardOff = (process.env.OUTBOX_DASHBOARD_PORT || '').trim().toLowerCase() === 'off';
+
 
 // Each app writes its log lines to <app>.log itself, rotated by size (OUTBOX_LOG_MAX_SIZE, OUTBOX_LOG_RETAIN;
 // shared/runtime/log-file.ts), so that logs stay bounded without pm2-logrotate. pm2's out file is the same

@@ -357,27 +357,48 @@ describe('the CLI with the default Redis URL', () => {
     }
   });
 
-  it('leaves a Redis that is not its own alone: no start, and "outbox redis stop" does not stop it', async () => {
+  it('leaves a Redis it did not start alone: says so in one line, runs its own on the next free port, which the data dir, the next commands and the ecosystem file keep', async () => {
     const existing = await RedisServer.start();
+    const dir = join(tempDir(), 'data');
+    const env = { OUTBOX_REDIS_PORT: String(existing.port) };
+    const cli = (...args: string[]) => runCli([...args, '--dir', dir], { dir: '', redisUrl: '', env });
     try {
-      const dir = tempDir();
-      const env = { OUTBOX_REDIS_PORT: String(existing.port) };
-      const checked = await runCli(['dead-letter', 'list', '--dir', dir], { dir: '', redisUrl: '', env });
-      assert.equal(checked.code, 0, checked.stderr);
-      assert.equal(checked.stderr, '');
-      assert.equal(existsSync(join(dir, 'redis')), false);
-      const stop = await runCli(['redis', 'stop', '--dir', dir], { dir: '', redisUrl: '', env });
-      assert.equal(stop.code, 0);
+      const lab = await cli('lab');
+      assert.equal(lab.code, 0, lab.stdout + lab.stderr);
+      const line = lab.stderr.split('\n').find((l) => l.startsWith('outbox: '));
+      const port = Number(/started redis-server on 127\.0\.0\.1:(\d+) /.exec(line ?? '')?.[1]);
+      assert.ok(port > existing.port, lab.stderr);
       assert.equal(
-        stop.stdout,
-        `no redis-server started by outbox runs on 127.0.0.1:${existing.port}: nothing to stop; the Redis on 127.0.0.1:${existing.port} is not one outbox started: left alone\n`,
+        line,
+        `outbox: a Redis outbox did not start listens on 127.0.0.1:${existing.port}: left alone; started redis-server on 127.0.0.1:${port} (data in ${dir}/redis); stop it with "outbox redis stop --dir ${dir}"`,
       );
+      assert.equal(lab.stderr.split('\n').filter((l) => l.startsWith('outbox: ')).length, 1, lab.stderr);
+      // Not a key written into the Redis it did not start.
       const client = testClient(existing.url);
-      assert.equal(await client.ping(), 'PONG');
+      assert.equal(await client.dbsize(), 0);
       client.disconnect();
+      const managed = testClient(managedUrl(dir, port));
+      assert.ok((await managed.dbsize()) > 0);
+      managed.disconnect();
+      // The next commands find it without a word; the ecosystem file gives the apps that port.
+      const verify = await cli('verify');
+      assert.equal(verify.code, 0, verify.stdout + verify.stderr);
+      assert.equal(verify.stderr, '');
+      const status = await cli('redis', 'status');
+      assert.match(status.stdout, new RegExp(`^redis-server runs on 127\\.0\\.0\\.1:${port} `));
+      const ecosystem = loadEcosystem({ OUTBOX_DIR: dir, ...env });
+      assert.equal(ecosystem.status, 0, ecosystem.stderr);
+      assert.deepEqual(JSON.parse(ecosystem.stdout)[0], ['outbox-redis', null, String(port)]);
     } finally {
-      await existing.destroy();
+      await cli('redis', 'stop');
     }
+    const stop = await cli('redis', 'stop');
+    assert.equal(stop.code, 0);
+    assert.match(stop.stdout, new RegExp(`nothing to stop; the Redis on 127\\.0\\.0\\.1:${existing.port} is not one outbox started: left alone\\n$`));
+    const client = testClient(existing.url);
+    assert.equal(await client.ping(), 'PONG');
+    client.disconnect();
+    await existing.destroy();
   });
 
   it('says to apt-get install redis-server when nothing listens and redis-server is not installed (exit 5)', async () => {

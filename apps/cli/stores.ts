@@ -3,7 +3,7 @@ import type { Pool } from 'pg';
 import { resolve } from 'node:path';
 import { databaseFileOf, defaultDir, type OutboxConfig } from '../../shared/outbox/config.js';
 import type { Db, OpenDatabaseOptions } from '../../shared/outbox/store/open-database.js';
-import { ensureManagedRedis, MANAGED_HOST, managedRedisDir, managedRedisPort } from '../../shared/tooling/local/managed-redis.js';
+import { ensureManagedRedis, MANAGED_HOST, managedRedisDir } from '../../shared/tooling/local/managed-redis.js';
 import type { RedisConnectOptions } from '../../shared/outbox/redis/connect.js';
 import { assertSameStore } from '../../shared/outbox/relay/store-pairing.js';
 import { InvalidInputError } from '../../shared/outbox/errors/invalid-input-error.js';
@@ -78,8 +78,11 @@ async function ensureRedis(config: OutboxConfig): Promise<void> {
   if (managed.started) {
     config.redisUrl = managed.url;
     const dirOption = config.dir === resolve(defaultDir()) ? '' : ` --dir ${config.dir}`;
+    // A server outbox did not start on the port (a system Redis): said in the same one line.
+    const leftAlone =
+      managed.leftAlone === undefined ? '' : `a Redis outbox did not start listens on ${MANAGED_HOST}:${managed.leftAlone}: left alone; `;
     console.error(
-      `outbox: started redis-server on ${MANAGED_HOST}:${managedRedisPort()} (data in ${managedRedisDir(config.dir)}); stop it with "outbox redis stop${dirOption}"`,
+      `outbox: ${leftAlone}started redis-server on ${MANAGED_HOST}:${managed.port} (data in ${managedRedisDir(config.dir)}); stop it with "outbox redis stop${dirOption}"`,
     );
   }
 }

@@ -6,8 +6,8 @@ import {
   MANAGED_HOST,
   managedOwnerOf,
   managedRedisDir,
-  managedRedisPort,
   managedRedisState,
+  managedTarget,
   managedRedisUrl,
   redisAnswers,
   stopManagedRedis,
@@ -36,19 +36,25 @@ const NOT_RUNNING = 3;
 
 export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
   const { dir } = configOf(argv);
-  const port = managedRedisPort();
+  // The managed Redis's port: OUTBOX_REDIS_PORT, or the one it moved to beside a Redis outbox did not start there.
+  const { port, from } = managedTarget(dir);
   // The managed Redis that holds the port, whichever data dir it was started for; else this dir's.
   const serving = managedOwnerOf(port) ?? dir;
   const data = managedRedisDir(serving);
   const running = managedRedisState(serving);
   const forOther = serving === dir ? '' : ` (started for the data dir ${serving})`;
   const elsewhere = async () =>
-    (await redisAnswers(port)) ? `; the Redis on ${MANAGED_HOST}:${port} is not one outbox started: left alone` : '';
+    (await redisAnswers(from ?? port)) ? `; the Redis on ${MANAGED_HOST}:${from ?? port} is not one outbox started: left alone` : '';
 
   if (argv.action === 'start') {
     if (running.state === 'running') return console.log(`redis-server already runs on ${MANAGED_HOST}:${running.port ?? port} (pid ${running.pid}; data in ${data})${forOther}`);
-    const { started } = await ensureManagedRedis(dir, managedRedisUrl(dir));
-    console.log(started ? `started redis-server on ${MANAGED_HOST}:${port} (data in ${managedRedisDir(dir)})` : `something already listens on ${MANAGED_HOST}:${port}: no redis-server started`);
+    const started = await ensureManagedRedis(dir, managedRedisUrl(dir));
+    const leftAlone = started.leftAlone === undefined ? '' : `; a Redis outbox did not start listens on ${MANAGED_HOST}:${started.leftAlone}: left alone`;
+    console.log(
+      started.started
+        ? `started redis-server on ${MANAGED_HOST}:${started.port} (data in ${managedRedisDir(dir)})${leftAlone}`
+        : `something already listens on ${MANAGED_HOST}:${port}: no redis-server started`,
+    );
   } else if (argv.action === 'stop') {
     if (running.state === 'stopped') return console.log(`no redis-server started by outbox runs on ${MANAGED_HOST}:${port}: nothing to stop${await elsewhere()}`);
     if (running.underPm2) {

@@ -120,14 +120,69 @@ export function managedOwnerOf(port: number, env: NodeJS.ProcessEnv = process.en
 }
 
 /**
- * The default Redis URL (no `REDIS_URL`, no `--redis`): the managed Redis's port on 127.0.0.1,
- * with the password of the managed Redis that runs there (started for this data dir or another), else
- * of this data dir's, once `<dir>/redis/password` exists.
+ * Where a data dir's managed Redis moved when a Redis outbox did not start held its port (a system
+ * Redis on 6379, say): `<dir>/redis/port`, `{"from":6379,"port":6380}`. The data dir keeps that
+ * port from then on, so that the CLI and the apps agree on it without asking the network.
+ */
+function movedPath(dir: string): string {
+  return join(managedRedisDir(dir), 'port');
+}
+
+/** The port this data dir's managed Redis moved to from `from`, or undefined. */
+export function movedPortOf(dir: string, from: number): number | undefined {
+  try {
+    const moved = JSON.parse(readFileSync(movedPath(dir), 'utf8')) as { from?: unknown; port?: unknown };
+    return moved.from === from && Number.isInteger(moved.port) ? (moved.port as number) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The per-user record that the managed Redis for port `from` runs on another port (another data dir finds it there). */
+function movedRecordPath(from: number, env: NodeJS.ProcessEnv): string {
+  return join(ownersDir(env), `redis-${from}.moved`);
+}
+
+function recordMove(dir: string, from: number, port: number, env: NodeJS.ProcessEnv): void {
+  makePrivateDir(managedRedisDir(dir));
+  writePrivateFile(movedPath(dir), `${JSON.stringify({ from, port })}\n`);
+  try {
+    makePrivateDir(ownersDir(env));
+    writePrivateFile(movedRecordPath(from, env), `${port}\n`);
+  } catch {
+    // Without it, another data dir starts a managed Redis of its own: more servers, nothing shared by mistake.
+  }
+}
+
+/**
+ * The managed Redis's port for `dir`: `OUTBOX_REDIS_PORT` (6379), unless a Redis outbox did not
+ * start holds it; then the port the managed Redis moved to (`from` says which one it left alone):
+ * this data dir's own move, else the one a managed Redis of another data dir runs on.
+ */
+export function managedTarget(dir: string, env: NodeJS.ProcessEnv = process.env): { port: number; from?: number } {
+  const port = managedRedisPort(env);
+  if (managedOwnerOf(port, env) !== undefined) return { port };
+  const own = movedPortOf(dir, port);
+  if (own !== undefined) return { port: own, from: port };
+  try {
+    const other = Number(readFileSync(movedRecordPath(port, env), 'utf8').trim());
+    if (Number.isInteger(other) && managedOwnerOf(other, env) !== undefined) return { port: other, from: port };
+  } catch {
+    // No other data dir moved.
+  }
+  return { port };
+}
+
+/**
+ * The default Redis URL (no `REDIS_URL`, no `--redis`): the managed Redis's port on 127.0.0.1
+ * (`managedTarget`), with the password of the managed Redis that runs there (started for this data
+ * dir or another), else of this data dir's, once `<dir>/redis/password` exists.
  */
 export function managedRedisUrl(dir: string, env: NodeJS.ProcessEnv = process.env): string {
-  const password = readManagedPassword(managedOwnerOf(managedRedisPort(env), env) ?? dir);
+  const { port } = managedTarget(dir, env);
+  const password = readManagedPassword(managedOwnerOf(port, env) ?? dir);
   const auth = password ? `:${encodeURIComponent(password)}@` : '';
-  return `redis://${auth}${MANAGED_HOST}:${managedRedisPort(env)}`;
+  return `redis://${auth}${MANAGED_HOST}:${port}`;
 }
 
 /** A value for redis.conf: double-quoted, with `\` and `"` escaped (what redis-server's parser reads). */
@@ -236,16 +291,61 @@ export function portOpen(port: number, host = MANAGED_HOST): Promise<boolean> {
 
 const NOT_INSTALLED = 'redis-server is not installed: apt-get install redis-server, or point --redis / REDIS_URL at a running Redis';
 
+/** Whether the server on `port` is a managed Redis (of `dir` or of another data dir of this user). */
+function managedOn(dir: string, port: number, env: NodeJS.ProcessEnv): boolean {
+  if (managedOwnerOf(port, env) !== undefined) return true;
+  const own = managedRedisState(dir);
+  return own.state === 'running' && own.port === port;
+}
+
+/** The first port from `from` on where nothing listens. */
+async function freePortFrom(from: number): Promise<number> {
+  for (let port = from; port < Math.min(from + 100, 65536); port++) if (!(await portOpen(port))) return port;
+  throw new StoreUnavailableError(`no free port from ${MANAGED_HOST}:${from} on for outbox's own redis-server: set OUTBOX_REDIS_PORT to a free port, or point --redis / REDIS_URL at a running Redis`);
+}
+
+/**
+ * Where the managed Redis of `dir` runs or is to run (`managedTarget`), and whether it runs. A port
+ * held by a server outbox did not start (a system Redis on 6379) is left alone: the managed Redis
+ * moves to the first free port above it, recorded for the data dir, and `leftAlone` names the port.
+ */
+export async function managedPortFor(dir: string, env: NodeJS.ProcessEnv = process.env): Promise<{ port: number; running: boolean; leftAlone?: number }> {
+  const target = managedTarget(dir, env);
+  if (!(await portOpen(target.port))) return { port: target.port, running: false };
+  if (managedOn(dir, target.port, env)) return { port: target.port, running: true };
+  const leftAlone = target.from ?? target.port;
+  const port = await freePortFrom(leftAlone + 1);
+  recordMove(dir, leftAlone, port, env);
+  return { port, running: false, leftAlone };
+}
+
+/**
+ * For ecosystem.config.cjs, before pm2 starts any app: the managed Redis's port (moved beside a
+ * Redis outbox did not start, see `managedPortFor`), its password made when it is to be started, so
+ * that no app can look for either too early. One JSON line on stdout: `{port, running, leftAlone?}`.
+ */
+export async function prepareManagedRedis(dir: string, env: NodeJS.ProcessEnv = process.env): Promise<void> {
+  const where = await managedPortFor(dir, env);
+  if (!where.running) ensureManagedPassword(dir);
+  process.stdout.write(`${JSON.stringify(where)}\n`);
+}
+
 /**
  * For the CLI: when `url` is the default (the managed Redis's URL for `dir`) and nothing listens on
  * its port, starts the managed Redis in the background and waits until it answers. Resolves the URL
- * to use (with the password, once there is one) and whether it started the server. Anything that
- * already listens on the port is left to the connection to judge, as before.
+ * to use (with the password, once there is one), whether it started the server, on which port, and
+ * `leftAlone`: the port a server outbox did not start holds (a system Redis on 6379), which this
+ * data dir's Redis then moved off (`managedTarget`): outbox never writes into a Redis it was not
+ * pointed at.
  */
-export async function ensureManagedRedis(dir: string, url: string, env: NodeJS.ProcessEnv = process.env): Promise<{ url: string; started: boolean }> {
+export async function ensureManagedRedis(
+  dir: string,
+  url: string,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<{ url: string; started: boolean; port?: number; leftAlone?: number }> {
   if (url !== managedRedisUrl(dir, env)) return { url, started: false };
-  const port = managedRedisPort(env);
-  if (await portOpen(port)) return { url, started: false };
+  const { port, running, leftAlone } = await managedPortFor(dir, env);
+  if (running) return { url, started: false, port };
   const server = spawnManagedRedis(dir, port, { daemonize: true });
   let output = '';
   server.stdout!.on('data', (chunk) => (output += chunk));
@@ -263,7 +363,7 @@ export async function ensureManagedRedis(dir: string, url: string, env: NodeJS.P
     }
     await new Promise((resolve) => setTimeout(resolve, 25));
   }
-  return { url: managedRedisUrl(dir, env), started: true };
+  return { url: managedRedisUrl(dir, env), started: true, port, ...(leftAlone === undefined ? {} : { leftAlone }) };
 }
 
 function readLog(dir: string): string {
