@@ -5,7 +5,7 @@
 // (OUTBOX_RELAY_HEALTH_PORT / OUTBOX_CONSUMER_HEALTH_PORT: health endpoints on 3100 / 3200, plus the
 // pm2 instance number; OUTBOX_DASHBOARD_PORT: the dashboard page on 3300, `off` to leave it out).
 const { spawnSync } = require('node:child_process');
-const { existsSync, mkdirSync } = require('node:fs');
+const { existsSync, mkdirSync, readdirSync } = require('node:fs');
 const { homedir } = require('node:os');
 const path = require('node:path');
 const { pathToFileURL } = require('node:url');
@@ -78,6 +78,35 @@ const env = {
 
 const dashboardOff = (process.env.OUTBOX_DASHBOARD_PORT || '').trim().toLowerCase() === 'off';
 
+// `pm2 start` a second time starts only what is not running: pm2 says "Script already launched"
+// and the running apps keep the environment they were started with (a traffic run's OUTBOX_RATE,
+// a bad setting). Said here in one line, with what to do. The producer and the relay register in
+// <OUTBOX_DIR>/attached/ while they run (shared/runtime/attached-apps.ts).
+if (process.argv.includes('start')) {
+  let running = [];
+  try {
+    running = readdirSync(path.join(dataDir, 'attached'))
+      .map((name) => /^(.+)\.(\d+)\.json$/.exec(name))
+      .filter((match) => {
+        if (!match) return false;
+        try {
+          process.kill(Number(match[2]), 0);
+          return true;
+        } catch (error) {
+          return error.code === 'EPERM';
+        }
+      })
+      .map((match) => `${match[1]} (pid ${match[2]})`);
+  } catch {
+    // No app has run on this data dir.
+  }
+  if (running.length > 0) {
+    console.error(
+      `outbox: ${running.sort().join(', ')} already running: pm2 starts only the apps that are not, and the running ones keep the settings they were started with; ` +
+        'to start them with this shell\'s settings: npx pm2 delete ecosystem.config.cjs, then npx pm2 start ecosystem.config.cjs',
+    );
+  }
+}
 
 // Each app writes its log lines to <app>.log itself, rotated by size (OUTBOX_LOG_MAX_SIZE, OUTBOX_LOG_RETAIN;
 // shared/runtime/log-file.ts), so that logs stay bounded without pm2-logrotate. pm2's out file is the same

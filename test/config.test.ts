@@ -193,6 +193,8 @@ describe('under pm2', () => {
       const status = await runCli(['status'], h.env);
       for (const app of apps) assert.match(status.stdout, new RegExp(`^REFUSED +${app} refused to start at `, 'm'));
       assert.match(status.stdout, /outbox-relay refused to start at .*: REDIS_URL must be a URL like/);
+      // pm2 keeps the environment it started an app with: the line says how to get rid of it.
+      assert.match(status.stdout, /outbox-relay refused to start at .*; once it is fixed: npx pm2 delete outbox-relay, then npx pm2 start ecosystem\.config\.cjs \(a restart keeps the old environment\)$/m);
       assert.match(status.stdout, /outbox-producer refused to start at .*: cannot listen on .*EADDRINUSE/);
     } finally {
       await pm2.kill();

@@ -126,6 +126,29 @@ describe('ecosystem.config.cjs', () => {
     assert.match(result.stderr, /^outbox: no Redis on 127\.0\.0\.1:\d+ and redis-server is not installed: apt-get install redis-server, or set REDIS_URL to a running Redis\n$/);
   });
 
+  it('on a second "pm2 start", names the apps already running and says to delete them first for new settings', async () => {
+    const dir = tempDir();
+    const relayStandIn = spawn('sleep', ['60']);
+    try {
+      mkdirSync(join(dir, 'attached'), { recursive: true });
+      writeFileSync(join(dir, 'attached', `outbox-relay.${relayStandIn.pid}.json`), '{}');
+      const env = { PATH: process.env.PATH!, HOME: process.env.HOME!, OUTBOX_DIR: dir, REDIS_URL: 'redis://127.0.0.1:1' };
+      // As pm2 evaluates the file: in its own process, whose arguments name the action.
+      const load = (action: string) =>
+        spawnSync(process.execPath, ['-e', "require('./ecosystem.config.cjs')", action, 'ecosystem.config.cjs'], { cwd: REPO_ROOT, env, encoding: 'utf8' });
+      const started = load('start');
+      assert.equal(started.status, 0, started.stderr);
+      assert.equal(
+        started.stderr,
+        `outbox: outbox-relay (pid ${relayStandIn.pid}) already running: pm2 starts only the apps that are not, and the running ones keep the settings they were started with; ` +
+          "to start them with this shell's settings: npx pm2 delete ecosystem.config.cjs, then npx pm2 start ecosystem.config.cjs\n",
+      );
+      assert.equal(load('delete').stderr, '');
+    } finally {
+      relayStandIn.kill();
+    }
+  });
+
   it('refuses an OUTBOX_REDIS_PORT that is not a port, in one line', () => {
     const result = loadEcosystem({ OUTBOX_REDIS_PORT: '63a', OUTBOX_DIR: tempDir() });
     assert.notEqual(result.status, 0);

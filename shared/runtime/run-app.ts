@@ -186,13 +186,16 @@ function dataDirOf(argv: Argv, env: NodeJS.ProcessEnv): string {
 
 /** One JSON line, the refusal recorded (or why it could not be, in the same line), exit `EXIT_CONFIG`. */
 export function refuse(app: string, dir: string, log: Logger, error: OutboxError): never {
-  const refusal = { app, at: new Date().toISOString(), exitCode: EXIT_CONFIG, message: error.message };
+  // Under pm2 a restart, even with --update-env, can keep the environment the app was started
+  // with, bad setting included: only a delete and a new start take the shell's.
+  const pm2 = process.env.pm_id === undefined ? '' : `; once it is fixed: npx pm2 delete ${app}, then npx pm2 start ecosystem.config.cjs (a restart keeps the old environment)`;
+  const refusal = { app, at: new Date().toISOString(), exitCode: EXIT_CONFIG, message: `${error.message}${pm2}` };
   let notRecorded: string | undefined;
   try {
     recordRefusal(dir, refusal);
   } catch (writeError) {
     notRecorded = (writeError as Error).message;
   }
-  log.error(error.message, { exitCode: EXIT_CONFIG, ...(notRecorded ? { refusalNotRecorded: notRecorded } : {}) });
+  log.error(refusal.message, { exitCode: EXIT_CONFIG, ...(notRecorded ? { refusalNotRecorded: notRecorded } : {}) });
   process.exit(EXIT_CONFIG);
 }
