@@ -9,14 +9,16 @@ import { useHarness } from './helpers/harness.js';
 import { tempDir } from './helpers/stores.js';
 
 // The package as a user gets it: `npm pack`, installed into a new project, used from there with its
-// own TypeScript compile against the declarations. The quickstart of the README is the program.
+// own TypeScript compile against the declarations. The quickstart of the README is the program:
+// two events and their handlers, as docs/your-service.md writes them, run beside the lab on the
+// same Redis; then the packed CLI's status and verify on that service's own database.
 const run = promisify(execFile);
 const h = useHarness({ init: false });
 const QUICKSTART = join(REPO_ROOT, 'examples', 'quickstart');
 const TSC = join(REPO_ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
 
 describe('the packed package', () => {
-  it('installs from its tarball into a new project, whose TypeScript producer, relay and consumer run against it', async () => {
+  it('installs from its tarball into a new project, whose TypeScript producer, relay and consumer run beside the lab; outbox status and verify --db judge its database OK, and the lab still verifies', async () => {
     const project = tempDir();
     // The build ran before the tests; packing must not run it again (--ignore-scripts skips prepare).
     await run('npm', ['pack', '--ignore-scripts', '--pack-destination', project], { cwd: REPO_ROOT });
@@ -44,9 +46,31 @@ describe('the packed package', () => {
     );
     await run(process.execPath, [TSC, '-p', 'tsconfig.json'], { cwd: project });
 
-    const { stdout } = await run(process.execPath, ['out/main.js'], { cwd: project, env: { ...process.env, REDIS_URL: h.env.redisUrl, TASKS_DB: join(project, 'tasks.db') } });
+    // The packed CLI, as the project has it: the lab first, on the same private Redis.
+    const outbox = (...args: string[]) =>
+      run(process.execPath, [join(project, 'node_modules', 'outbox', 'dist', 'apps', 'cli', 'main.js'), ...args], {
+        cwd: project,
+        env: { ...process.env, OUTBOX_DIR: h.env.dir, REDIS_URL: h.env.redisUrl },
+      });
+    const lab = await outbox('lab');
+    assert.match(lab.stdout, /lab done: nothing lost/);
+
+    const tasksDb = join(project, 'tasks.db');
+    const { stdout } = await run(process.execPath, ['out/main.js'], { cwd: project, env: { ...process.env, REDIS_URL: h.env.redisUrl, TASKS_DB: tasksDb } });
     assert.equal(stdout, 'open tasks: 2\ncompleted: 1\n');
-    // Three events (two added, one completed), each applied once.
-    assert.equal(await h.client.hlen('processed'), 3);
+    // Three events (two added, one completed), each applied once, in the service's namespace.
+    assert.equal(await h.client.hlen('todo:processed'), 3);
+
+    // The operations CLI on the service's database and namespace (exit 0, or `run` throws).
+    const status = await outbox('status', '--db', tasksDb, '--namespace', 'todo');
+    assert.match(status.stdout, /^store +\w+ in namespace todo: Redis serves it$/m);
+    assert.match(status.stdout, /^outbox +pending 0, /m);
+    assert.match(status.stdout, /^consumer +processed 3, .*dead-lettered 0/m);
+    const verify = await outbox('verify', '--db', tasksDb, '--namespace', 'todo');
+    assert.match(verify.stdout, /VERIFY OK/);
+    assert.match(verify.stdout, /^processed_unique = outbox rows +3 +3 +ok$/m);
+    // And the lab beside it, untouched.
+    const labVerify = await outbox('verify');
+    assert.match(labVerify.stdout, /VERIFY OK/);
   });
 });

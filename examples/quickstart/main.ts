@@ -23,7 +23,8 @@ const first = addTask('write the outbox');
 addTask('relay it');
 completeTask(first);
 
-const redis = await connectRedis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379');
+// A namespace of its own (`todo:` in front of every key): it runs beside the lab on the same Redis.
+const redis = await connectRedis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { namespace: 'todo' });
 await createRelay(db, redis).relayAll(); // PENDING rows → outbox.events, then PUBLISHED
 const consumer = await createConsumer({ redis, handlers: new URL('./handlers.js', import.meta.url) });
 await consumer.drain(); // runs the handlers on worker threads; each event's effects applied once
