@@ -124,6 +124,8 @@ describe('status without Redis', () => {
       assert.match(status.stdout, new RegExp(`^apps +outbox-producer 127\\.0\\.0\\.1:${port}/healthz: ok \\(pid ${producer.child.pid}\\)$`, 'm'));
       assert.match(status.stdout, /^redis +ERROR cannot connect to Redis at redis:\/\/127\.0\.0\.1:\d+ \(ECONNREFUSED\)/m);
       assert.equal(status.stdout.split('\n').filter((l) => l.startsWith('redis')).length, 1);
+      // As every expected error: one line on stderr too.
+      assert.match(status.stderr, /^outbox: cannot connect to Redis at .*\(ECONNREFUSED\)[^\n]*\n$/);
       const json = await runCli(['status', '--json'], { ...h.env, redisUrl: down, env: { PORT: String(port) } });
       assert.equal(json.code, 5);
       const parsed = JSON.parse(json.stdout) as { degraded: boolean; pending: number; redisError: string };

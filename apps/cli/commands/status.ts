@@ -112,7 +112,7 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
     // Redis is connected on the first screen and again after it was lost: --watch keeps drawing
     // the store's side meanwhile, and the whole screen once Redis is back.
     let redis: Awaited<ReturnType<typeof openPartitions>> | undefined;
-    let degraded = false;
+    let degraded: string | undefined;
     const draw = async () => {
       let connecting = false;
       try {
@@ -122,14 +122,14 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
           connecting = false;
         }
         const drawn = await render(store, redis.partitions, config.dir, argv.json, argv.watch, options);
-        degraded = false;
+        degraded = undefined;
         return drawn;
       } catch (error) {
         const problem = redisProblem(error, connecting);
         if (problem === undefined) throw error;
         await redis?.close().catch(() => {});
         redis = undefined;
-        degraded = true;
+        degraded = problem;
         const status = await collectDegradedStatus(reads, config.namespace, problem);
         return screen({ degraded: true, ...status }, status.apps, formatDegradedStatus(status), config.dir, argv.json, argv.watch);
       }
@@ -138,8 +138,11 @@ export async function handler(argv: ArgumentsCamelCase<Args>): Promise<void> {
       if (argv.watch) await watch(draw, argv.json);
       else {
         console.log(await draw());
-        // The screen is shown; the exit code still says that a store is unusable.
-        if (degraded) process.exitCode = 5;
+        // The screen is shown; stderr and the exit code still say that a store is unusable, as for any command.
+        if (degraded !== undefined) {
+          console.error(`outbox: ${degraded}`);
+          process.exitCode = 5;
+        }
       }
     } finally {
       await redis?.close().catch(() => {});
