@@ -1,4 +1,4 @@
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
 import type { Db } from '../../outbox/store/open-database.js';
 import type { OutboxRow } from '../../outbox/store/events.js';
 import { hasPublished, storeIdOf } from '../../outbox/store/store-meta.js';
@@ -182,7 +182,8 @@ function keysetReader<T>(first: (limit: number) => T[], after: (key: unknown[], 
  */
 function sqliteSnapshot(main: Db, horizonOrNone: number | undefined, checkSet: VerifyCheckSet<unknown> | undefined): StoreSnapshot {
   const own = !main.memory && main.name !== '';
-  const db = own ? new Database(main.name, { fileMustExist: true }) : main;
+  // The open connection's own class: importing better-sqlite3 here would load it for every --help.
+  const db = own ? new (main.constructor as typeof Database)(main.name, { fileMustExist: true }) : main;
   if (own) db.pragma('busy_timeout = 5000');
   try {
     if (own) db.exec('BEGIN');
