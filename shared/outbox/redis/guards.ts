@@ -31,13 +31,20 @@ export function bucketKey(index: number): string {
 
 /**
  * Queues the read of `aggregates`' guards on a MULTI or pipeline (so that they are read at one
- * instant with whatever else it reads), one script call (read-guards-1.lua) for all of them.
- * Resolves how many replies it queued (0 for no aggregate, else 1), for `guardsOfReplies`.
+ * instant with whatever else it reads), one script call (read-guards-1.lua) for all of them, or,
+ * on a client without the project's scripts, an HGET each and the old layout's HMGET. Resolves how
+ * many replies it queued, for `guardsOfReplies`.
  */
 export function queueGuardReads(commands: ChainableCommander, aggregates: readonly string[]): number {
   if (aggregates.length === 0) return 0;
-  (commands as unknown as { readGuards: (...args: string[]) => unknown }).readGuards(keys.appliedSeq, ...aggregates);
-  return 1;
+  const withScripts = commands as unknown as { readGuards?: (...args: string[]) => unknown };
+  if (typeof withScripts.readGuards === 'function') {
+    withScripts.readGuards(keys.appliedSeq, ...aggregates);
+    return 1;
+  }
+  for (const aggregate of aggregates) commands.hget(guardKeyOf(aggregate), aggregate);
+  commands.hmget(keys.appliedSeq, ...aggregates);
+  return aggregates.length + 1;
 }
 
 /**
@@ -50,6 +57,10 @@ export function queueGuardChange(commands: ChainableCommander, aggregate: string
 
 /** The guards from the replies `queueGuardReads` queued, in its order (null where none). */
 export function guardsOfReplies(replies: readonly unknown[], aggregates: readonly string[]): (string | null)[] {
+  if (replies.length > 1) {
+    const legacy = (replies[aggregates.length] ?? []) as (string | null)[];
+    return aggregates.map((_, i) => (replies[i] as string | null) ?? legacy[i] ?? null);
+  }
   const values = (replies[0] ?? []) as (string | null)[];
   return aggregates.map((_, i) => values[i] ?? null);
 }
@@ -58,11 +69,16 @@ export function guardsOfReplies(replies: readonly unknown[], aggregates: readonl
 export async function readGuards(redis: Redis, aggregates: readonly string[]): Promise<(string | null)[]> {
   if (aggregates.length === 0) return [];
   const pipeline = redis.pipeline();
-  for (let first = 0; first < aggregates.length; first += 1000) queueGuardReads(pipeline, aggregates.slice(first, first + 1000));
+  const counts: number[] = [];
+  for (let first = 0; first < aggregates.length; first += 1000) counts.push(queueGuardReads(pipeline, aggregates.slice(first, first + 1000)));
   const replies = (await pipeline.exec()) ?? [];
   const failed = replies.find(([error]) => error);
   if (failed) throw failed[0]!;
-  return replies.flatMap(([, reply], k) => guardsOfReplies([reply], aggregates.slice(k * 1000, (k + 1) * 1000)));
+  let at = 0;
+  return counts.flatMap((count, k) => {
+    const values = replies.slice(at, (at += count)).map(([, reply]) => reply);
+    return guardsOfReplies(values, aggregates.slice(k * 1000, (k + 1) * 1000));
+  });
 }
 
 /** One aggregate's guard, null when none. */
