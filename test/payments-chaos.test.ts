@@ -5,7 +5,8 @@ import { PAYMENTS_CRASH_POINTS, formatPaymentsChaos, runPaymentsChaos } from '..
 // runPaymentsChaos brings its own redis-server (shared/tooling/local, as the harness does) and PM2_HOME.
 describe('examples/payments under pm2 with faults (its own chaos run)', () => {
   it('SIGKILLed consumers and relays, every consumer crash point, a pause past the lease and the ledger deleted then repaired (consumer-db-loss), with traffic: every payment event booked exactly once, in order, every account balanced', async (t) => {
-    const result = await runPaymentsChaos({ durationMs: 24_000, consumerDbLoss: true });
+    // The ledger's loss and repair take several seconds of the run: 36 s leaves every crash point its slot.
+    const result = await runPaymentsChaos({ durationMs: 36_000, consumerDbLoss: true });
     t.diagnostic(formatPaymentsChaos(result).replace(/\n/g, ' | '));
     assert.ok(result.captures > 500 && result.refunds > 0, `too little traffic: ${JSON.stringify(result)}`);
     // Every kind of fault took effect, each crash point at the point armed.
